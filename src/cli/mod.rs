@@ -1,0 +1,111 @@
+//! The command line: clap types (one module per subcommand), rendering, exit codes.
+
+mod clean;
+mod diff;
+mod refactor;
+mod render;
+mod status;
+
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::{BadInput, exit};
+
+/// Apply one change across many files with parallel workers, each in its own git worktree and
+/// branch, merged back into your branch with --no-ff.
+#[derive(Debug, Parser)]
+#[command(
+    name = "swarm",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+#[command(after_help = "\
+Examples:
+  swarm refactor 'rename foo to bar' 'src/**/*.py' --grep foo -j 8 \\
+      --exec 'sed -i \"s/\\bfoo\\b/bar/g\" \"$SWARM_FILE\"'
+  swarm status
+  swarm diff 20261121-133455-4f2a
+  swarm clean --all")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// More diagnostics on stderr (-v: debug, -vv: trace); RUST_LOG works too.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Refactor(refactor::RefactorArgs),
+    Status(status::StatusArgs),
+    Diff(diff::DiffArgs),
+    Clean(clean::CleanArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::PARTIAL as u8);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Refactor(args) => refactor::run(args).await,
+            Command::Status(args) => status::run(args),
+            Command::Diff(args) => diff::run(args),
+            Command::Clean(args) => clean::run(args),
+        }
+    });
+    // Blocking threads still reading the pipe of a worker that escaped its process group
+    // must not keep swarm alive.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => report_error(&e),
+    };
+    ExitCode::from(code as u8)
+}
+
+fn report_error(e: &anyhow::Error) -> i32 {
+    if let Some(bad) = e.downcast_ref::<BadInput>() {
+        eprintln!("error: {}", bad.message);
+        if let Some(hint) = &bad.hint {
+            eprintln!("hint: {hint}");
+        }
+        exit::BAD_INPUT
+    } else {
+        eprintln!("error: {e:#}");
+        exit::PARTIAL
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "swarm=debug",
+        _ => "swarm=trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .without_time()
+        .try_init();
+}
+
+/// Colours only on a terminal and without NO_COLOR.
+pub(crate) fn use_color(is_terminal: bool) -> bool {
+    is_terminal && std::env::var_os(crate::env_vars::NO_COLOR).is_none()
+}

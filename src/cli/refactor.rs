@@ -1,0 +1,310 @@
+//! `swarm refactor`: plan, run the workers, merge, clean up.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::sync::Arc;
+
+use clap::Args;
+use regex::bytes::RegexBuilder;
+use tokio_util::sync::CancellationToken;
+
+use super::render;
+use crate::env_vars;
+use crate::error::{BadInput, exit};
+use crate::events::EventSink;
+use crate::git::repo;
+use crate::orchestrator::{self, RunRequest};
+use crate::plan::{self, PLAN_SCHEMA_VERSION, Pathspec, Plan, SelectOptions};
+use crate::repo_path::RepoPath;
+use crate::settings::{OnConflict, Overrides, Scope, Settings};
+use crate::state;
+
+/// Plan, run the workers in parallel, merge every task branch with --no-ff, clean up.
+///
+/// Each selected file becomes a task (or each group of --batch files). A task runs in its own
+/// worktree on branch swarm/<RUN-ID>/<TASK-ID>; swarm commits what the worker changed and
+/// merges the branch into the target as soon as the task finishes.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  # Rename a function in every Python file that mentions it, 8 workers at a time:
+  swarm refactor 'rename foo to bar' 'src/**/*.py' --grep foo -j 8 \\
+      --exec 'sed -i \"s/\\bfoo\\b/bar/g\" \"$SWARM_FILE\"'
+
+  # Fix lint in every Python file, into a new branch:
+  swarm refactor 'ruff fixes' '*.py' --into lint-fixes -y --exec 'ruff check --fix \"$SWARM_FILE\"'
+
+Workers get SWARM_FILE, SWARM_FILES, SWARM_INSTRUCTION, SWARM_TASK_ID, SWARM_RUN_ID,
+SWARM_WORKTREE, SWARM_TASK_FILE and SWARM_RESULT_FILE (see docs/WORKERS.md).
+Exit codes: 0 all merged or unchanged, 1 some tasks failed/conflicted/timed out,
+2 bad input (nothing changed), 130 interrupted.")]
+pub struct RefactorArgs {
+    /// What to do, in words; given to every worker (SWARM_INSTRUCTION).
+    pub instruction: String,
+
+    /// Files to work on, among those tracked at --base: globs ('src/**/*.rs', '*.py'),
+    /// files, directories, or exclusions (':!vendor'). Default: every tracked file.
+    pub pathspecs: Vec<String>,
+
+    /// Keep only files whose content matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    pub grep: Option<String>,
+
+    /// Files per task.
+    #[arg(long, value_name = "N", env = env_vars::SWARM_BATCH)]
+    pub batch: Option<usize>,
+
+    /// Worker command, run with `sh -c` in the task's worktree.
+    #[arg(long, value_name = "CMD", env = env_vars::SWARM_EXEC)]
+    pub exec: Option<String>,
+
+    /// Workers running at once [default: 4].
+    #[arg(short, long, value_name = "N", env = env_vars::SWARM_JOBS)]
+    pub jobs: Option<usize>,
+
+    /// Commit the tasks start from.
+    #[arg(long, value_name = "REV", default_value = "HEAD")]
+    pub base: String,
+
+    /// Branch that receives the merges [default: the current branch]; created at --base if it
+    /// does not exist.
+    #[arg(long, value_name = "BRANCH")]
+    pub into: Option<String>,
+
+    /// What a task whose merge conflicts gets: retry (once, on the merged result), skip (keep
+    /// its branch), fail (stop merging) [default: retry].
+    #[arg(long, value_name = "POLICY", env = env_vars::SWARM_ON_CONFLICT)]
+    pub on_conflict: Option<OnConflict>,
+
+    /// May a worker change files outside its task? task: no (such a task fails), any: yes
+    /// [default: task].
+    #[arg(long, value_name = "SCOPE", env = env_vars::SWARM_SCOPE)]
+    pub scope: Option<Scope>,
+
+    /// Wall-clock limit of one task, in seconds [default: 600].
+    #[arg(long, value_name = "SECS", env = env_vars::SWARM_TIMEOUT)]
+    pub timeout: Option<u64>,
+
+    /// Keep worktrees and task branches after the run.
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Print the run report as JSON on stdout (human output stays on stderr).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Do not ask for confirmation (swarm asks only on a terminal).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+}
+
+pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
+    let cwd = std::env::current_dir()?;
+    let info = repo::discover(&cwd)?;
+    let repo = info.open()?;
+    let base = repo::resolve_base(&repo, &args.base)?;
+    let into = repo::resolve_into(&repo, &info, args.into.as_deref())?;
+    let settings = Settings::resolve(
+        Overrides {
+            jobs: args.jobs,
+            timeout_secs: args.timeout,
+            on_conflict: args.on_conflict,
+            scope: args.scope,
+            batch: args.batch,
+            exec: args.exec.clone(),
+        },
+        &info.workdir,
+    )?;
+    if settings.on_conflict == OnConflict::Repair {
+        return Err(BadInput::new(
+            "--on-conflict repair needs the built-in LLM worker, which this version does not have",
+        )
+        .hint("use --on-conflict retry (the default), skip or fail")
+        .into());
+    }
+    if settings.exec.is_none() {
+        return Err(BadInput::new("no worker command: this version runs external workers only")
+            .hint("pass --exec CMD, e.g. --exec 'sed -i \"s/old/new/g\" \"$SWARM_FILE\"' (or set SWARM_EXEC, or [run] exec in swarm.toml)")
+            .into());
+    }
+    let grep = args
+        .grep
+        .as_deref()
+        .map(|g| {
+            RegexBuilder::new(g).build().map_err(|e| {
+                BadInput::new(format!("invalid --grep regular expression: {e}"))
+                    .hint("--grep takes a Rust regex; escape special characters, e.g. 'foo\\(' ")
+            })
+        })
+        .transpose()?;
+    let pathspec = Pathspec::new(&args.pathspecs, &info.prefix)?;
+    let base_tree = repo.find_commit(base)?.tree()?;
+    let selection = plan::select_files(
+        &repo,
+        &base_tree,
+        &SelectOptions {
+            pathspec: &pathspec,
+            grep: grep.as_ref(),
+        },
+    )?;
+    let skipped = describe_skipped(&selection);
+    if selection.files.is_empty() {
+        eprintln!(
+            "swarm: no files matched{}{}; nothing to do",
+            if args.pathspecs.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", args.pathspecs.join(" "))
+            },
+            args.grep
+                .as_deref()
+                .map(|g| format!(" with --grep '{g}'"))
+                .unwrap_or_default()
+        );
+        if !skipped.is_empty() {
+            eprintln!("swarm: skipped {skipped}");
+        }
+        return Ok(exit::SUCCESS);
+    }
+    let tasks = plan::make_tasks(selection.files, settings.batch);
+
+    if into.checked_out_here {
+        let dirty = repo::dirty_paths(&repo)?;
+        let touched: Vec<&RepoPath> = match settings.scope {
+            Scope::Task => dirty
+                .iter()
+                .filter(|p| tasks.iter().any(|t| t.files.contains(p)))
+                .collect(),
+            Scope::Any => dirty.iter().collect(),
+        };
+        if !touched.is_empty() {
+            let list: Vec<String> = touched.iter().take(10).map(|p| p.display()).collect();
+            return Err(BadInput::new(format!(
+                "the working tree has uncommitted changes in {}{}",
+                list.join(", "),
+                if touched.len() > 10 { ", …" } else { "" }
+            ))
+            .hint("commit or stash them, or pass --into <new-branch>")
+            .into());
+        }
+    }
+
+    let run_id = state::new_run_id();
+    let plan = Plan {
+        schema_version: PLAN_SCHEMA_VERSION,
+        run_id: run_id.clone(),
+        instruction: args.instruction.clone(),
+        base: base.to_string(),
+        into: into.branch.clone(),
+        pathspecs: args.pathspecs.clone(),
+        grep: args.grep.clone(),
+        settings,
+        tasks,
+    };
+    let file_count: usize = plan.tasks.iter().map(|t| t.files.len()).sum();
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    if interactive && !args.yes && !confirm(&plan, file_count, &skipped)? {
+        eprintln!("swarm: nothing done");
+        return Ok(exit::SUCCESS);
+    }
+
+    let into_start = into.tip.unwrap_or(base);
+    let cancel = CancellationToken::new();
+    spawn_signal_handler(cancel.clone());
+    let reporter = render::reporter_for_terminal(plan.tasks.len());
+    let sink = Arc::new(EventSink::new(reporter.boxed()));
+    if !interactive {
+        eprintln!(
+            "swarm: run {run_id}: {} task(s) over {file_count} file(s), -j {}, into {}",
+            plan.tasks.len(),
+            plan.settings.jobs,
+            into.branch
+        );
+    }
+    let outcome = orchestrator::run(RunRequest {
+        info,
+        plan,
+        into,
+        into_start,
+        keep: args.keep,
+        cancel,
+        sink,
+    })
+    .await?;
+    reporter.finish();
+    render::print_summary(&outcome.report, outcome.interrupted);
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &outcome.report)?;
+        writeln!(out)?;
+    }
+    Ok(if outcome.interrupted {
+        exit::INTERRUPTED
+    } else if outcome.report.all_succeeded() && outcome.report.result_branch.is_none() {
+        exit::SUCCESS
+    } else {
+        exit::PARTIAL
+    })
+}
+
+fn describe_skipped(s: &plan::Selection) -> String {
+    let mut parts = Vec::new();
+    for (n, what) in [
+        (s.skipped_binary, "binary file(s)"),
+        (s.skipped_symlinks, "symlink(s)"),
+        (s.skipped_submodules, "submodule(s)"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    parts.join(", ")
+}
+
+fn confirm(plan: &Plan, files: usize, skipped: &str) -> anyhow::Result<bool> {
+    let mut err = std::io::stderr().lock();
+    writeln!(
+        err,
+        "swarm will run {} task(s) over {files} file(s) with {} worker(s) at a time,\n\
+         each with: {}\nand merge them into '{}'.",
+        plan.tasks.len(),
+        plan.settings.jobs,
+        plan.settings.exec.as_deref().unwrap_or_default(),
+        plan.into
+    )?;
+    if !skipped.is_empty() {
+        writeln!(err, "(skipped {skipped})")?;
+    }
+    write!(err, "Proceed? [Y/n] ")?;
+    err.flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "" | "y" | "Y" | "yes"))
+}
+
+/// First SIGINT/SIGTERM: stop new tasks, stop workers, clean up, exit 130. A second one exits
+/// at once.
+fn spawn_signal_handler(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        let mut signals = 0;
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            signals += 1;
+            if signals == 1 {
+                eprintln!(
+                    "\nswarm: interrupted; stopping workers and cleaning up (again to quit at once)"
+                );
+                cancel.cancel();
+            } else {
+                std::process::exit(exit::INTERRUPTED);
+            }
+        }
+    });
+}

@@ -1,0 +1,346 @@
+//! Showing a run to a person: a live view on a terminal, plain lines otherwise, and the
+//! summary table at the end. Everything goes to stderr; stdout is for `--json`.
+
+use std::collections::HashMap;
+use std::io::IsTerminal as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::events::{Event, Reporter};
+use crate::report::{Report, TaskStatus};
+
+pub enum TerminalReporter {
+    Live(Live),
+    Plain,
+}
+
+/// Chooses the live view when stderr is a terminal (and not in CI), plain lines otherwise.
+pub fn reporter_for_terminal(tasks: usize) -> Arc<TerminalReporter> {
+    let ci = std::env::var_os("CI").is_some() || std::env::var_os("GITHUB_ACTIONS").is_some();
+    Arc::new(if std::io::stderr().is_terminal() && !ci {
+        TerminalReporter::Live(Live::new(tasks))
+    } else {
+        TerminalReporter::Plain
+    })
+}
+
+struct Handle(Arc<TerminalReporter>);
+
+impl Reporter for Handle {
+    fn on_event(&self, event: &Event) {
+        match &*self.0 {
+            TerminalReporter::Live(live) => live.on_event(event),
+            TerminalReporter::Plain => plain_line(event),
+        }
+    }
+}
+
+impl TerminalReporter {
+    pub fn boxed(self: &Arc<Self>) -> Box<dyn Reporter> {
+        Box::new(Handle(self.clone()))
+    }
+
+    /// Clears the live view before the summary is printed.
+    pub fn finish(&self) {
+        if let TerminalReporter::Live(live) = self {
+            live.overall.finish_and_clear();
+            let _ = live.multi.clear();
+        }
+    }
+}
+
+pub struct Live {
+    multi: MultiProgress,
+    overall: ProgressBar,
+    workers: Mutex<HashMap<String, (ProgressBar, String)>>,
+    counts: Mutex<HashMap<&'static str, usize>>,
+}
+
+impl Live {
+    fn new(tasks: usize) -> Self {
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
+        let overall = multi.add(ProgressBar::new(tasks as u64));
+        overall.set_style(
+            ProgressStyle::with_template(
+                "{bar:30.cyan/blue} {pos}/{len} tasks  {elapsed_precise} (ETA {eta})  {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("█▉▊▋▌▍▎▏ "),
+        );
+        overall.enable_steady_tick(Duration::from_millis(200));
+        Self {
+            multi,
+            overall,
+            workers: Mutex::new(HashMap::new()),
+            counts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn settle(&self, task: &str, status: &'static str) {
+        if let Some((bar, _)) = self.lock_workers().remove(task) {
+            bar.finish_and_clear();
+            self.multi.remove(&bar);
+        }
+        self.overall.inc(1);
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        *counts.entry(status).or_default() += 1;
+        let mut parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        parts.sort();
+        self.overall.set_message(parts.join(", "));
+    }
+
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ProgressBar, String)>> {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn on_event(&self, event: &Event) {
+        match event {
+            Event::TaskStarted {
+                task,
+                files,
+                attempt,
+                ..
+            } => {
+                let bar = self
+                    .multi
+                    .insert_before(&self.overall, ProgressBar::new_spinner());
+                bar.set_style(
+                    ProgressStyle::with_template("  {spinner:.green} {msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                );
+                let mut label = files.first().map(|f| f.display()).unwrap_or_default();
+                if files.len() > 1 {
+                    label.push_str(&format!(" (+{})", files.len() - 1));
+                }
+                if *attempt > 1 {
+                    label.push_str(&format!(" [retry {attempt}]"));
+                }
+                bar.set_message(format!("{label} · starting"));
+                bar.enable_steady_tick(Duration::from_millis(120));
+                self.lock_workers().insert(task.clone(), (bar, label));
+            }
+            Event::TaskStep { task, step } => {
+                if let Some((bar, label)) = self.lock_workers().get(task) {
+                    bar.set_message(format!("{label} · {step}"));
+                }
+            }
+            Event::TaskFinished {
+                task,
+                status,
+                error,
+                ..
+            } => match status {
+                TaskStatus::Done => {
+                    if let Some((bar, label)) = self.lock_workers().get(task) {
+                        bar.set_message(format!("{label} · merging"));
+                    }
+                }
+                other => {
+                    if !other.is_success() {
+                        let _ = self.multi.println(format!(
+                            "  {} {task}: {}",
+                            other.as_str(),
+                            error.as_deref().unwrap_or("")
+                        ));
+                    }
+                    self.settle(task, other.as_str());
+                }
+            },
+            Event::Merged { task, .. } => self.settle(task, "merged"),
+            Event::Conflict {
+                task,
+                paths,
+                action,
+            } => {
+                let list: Vec<String> = paths.iter().map(|p| p.display()).collect();
+                let _ = self.multi.println(format!(
+                    "  conflict {task} in {}: {action}",
+                    list.join(", ")
+                ));
+                if action == "retry" {
+                    if let Some((bar, _)) = self.lock_workers().remove(task) {
+                        bar.finish_and_clear();
+                        self.multi.remove(&bar);
+                    }
+                } else {
+                    self.settle(task, "conflict");
+                }
+            }
+            Event::Warning { task, message } => {
+                let _ = self.multi.println(format!(
+                    "  warning{}: {message}",
+                    task.as_deref().map(|t| format!(" {t}")).unwrap_or_default()
+                ));
+            }
+            Event::TargetNotUpdated { into, reason, .. } => {
+                let _ = self
+                    .multi
+                    .println(format!("  {into} not updated: {reason}"));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn plain_line(event: &Event) {
+    let line = match event {
+        Event::TaskStarted {
+            task,
+            files,
+            attempt,
+            ..
+        } => {
+            let files: Vec<String> = files.iter().map(|f| f.display()).collect();
+            let retry = if *attempt > 1 {
+                format!(" (attempt {attempt})")
+            } else {
+                String::new()
+            };
+            format!("started   {task}: {}{retry}", files.join(", "))
+        }
+        Event::TaskFinished {
+            task,
+            status,
+            error,
+            changed_files,
+            ..
+        } => match status {
+            TaskStatus::Done => {
+                format!("finished  {task}: {} file(s) changed", changed_files.len())
+            }
+            other => format!(
+                "{:<9} {task}{}",
+                other.as_str(),
+                error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ),
+        },
+        Event::Merged { task, commit, .. } => format!("merged    {task} ({})", &commit[..10]),
+        Event::Conflict {
+            task,
+            paths,
+            action,
+        } => {
+            let list: Vec<String> = paths.iter().map(|p| p.display()).collect();
+            format!("conflict  {task} in {}: {action}", list.join(", "))
+        }
+        Event::Warning { task, message } => format!(
+            "warning{}: {message}",
+            task.as_deref().map(|t| format!(" {t}")).unwrap_or_default()
+        ),
+        Event::TargetNotUpdated {
+            into,
+            result_branch,
+            reason,
+        } => format!("{into} not updated: {reason}; the result is on branch {result_branch}"),
+        _ => return,
+    };
+    eprintln!("swarm: {line}");
+}
+
+/// The table printed after a run (stderr).
+pub fn print_summary(report: &Report, interrupted: bool) {
+    let t = &report.totals;
+    let secs = t.duration_ms as f64 / 1000.0;
+    let mut counts = vec![
+        format!("{} merged", t.merged),
+        format!("{} no change", t.no_change),
+    ];
+    for (n, what) in [
+        (t.failed, "failed"),
+        (t.conflict, "conflict"),
+        (t.timeout, "timeout"),
+        (t.skipped, "skipped/interrupted"),
+    ] {
+        if n > 0 {
+            counts.push(format!("{n} {what}"));
+        }
+    }
+    let pending = report
+        .tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::Pending)
+        .count();
+    if pending > 0 {
+        counts.push(format!("{pending} not started"));
+    }
+    eprintln!(
+        "\nswarm: run {} {} in {secs:.1}s: {} task(s): {}",
+        report.run_id,
+        if interrupted {
+            "interrupted"
+        } else {
+            "finished"
+        },
+        t.tasks,
+        counts.join(", ")
+    );
+    let show_all = report.tasks.len() <= 20;
+    let rows: Vec<_> = report
+        .tasks
+        .iter()
+        .filter(|t| show_all || !t.status.is_success())
+        .collect();
+    if !rows.is_empty() {
+        let width = rows.iter().map(|t| t.id.len()).max().unwrap_or(4).max(4);
+        eprintln!("  {:<11} {:<width$}  DETAIL", "STATUS", "TASK");
+        for task in rows {
+            let detail = match (&task.error, task.status) {
+                (Some(e), _) => e.clone(),
+                (None, TaskStatus::Merged) => {
+                    format!("{} file(s) changed", task.changed_files.len())
+                }
+                (None, _) => task
+                    .files
+                    .iter()
+                    .map(|f| f.display())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            };
+            eprintln!(
+                "  {:<11} {:<width$}  {detail}",
+                task.status.as_str(),
+                task.id
+            );
+        }
+    }
+    let kept: Vec<&str> = report
+        .tasks
+        .iter()
+        .filter(|t| t.branch_kept)
+        .map(|t| t.branch.as_str())
+        .collect();
+    if !kept.is_empty() {
+        eprintln!(
+            "kept {} branch(es): {}{}",
+            kept.len(),
+            kept.iter().take(5).copied().collect::<Vec<_>>().join(" "),
+            if kept.len() > 5 { " …" } else { "" }
+        );
+        eprintln!(
+            "  inspect: swarm diff {} TASK-ID   remove: swarm clean {}",
+            report.run_id, report.run_id
+        );
+    }
+    match (&report.result, report.into_updated, &report.result_branch) {
+        (Some(result), true, _) => {
+            eprintln!("result: {} is now at {}", report.into, &result[..10]);
+        }
+        (Some(result), false, Some(branch)) => {
+            eprintln!(
+                "result: {} was NOT updated; the merged result ({}) is on branch {branch}",
+                report.into,
+                &result[..10]
+            );
+            eprintln!(
+                "  merge it with: git checkout {} && git merge --ff-only {branch}",
+                report.into
+            );
+        }
+        _ => eprintln!("result: nothing merged; {} unchanged", report.into),
+    }
+}

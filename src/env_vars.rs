@@ -1,0 +1,26 @@
+//! Every environment variable swarm reads or sets, in one place.
+
+/// Settings (read; a flag beats its variable, the variable beats the files).
+pub const SWARM_JOBS: &str = "SWARM_JOBS";
+pub const SWARM_TIMEOUT: &str = "SWARM_TIMEOUT";
+pub const SWARM_ON_CONFLICT: &str = "SWARM_ON_CONFLICT";
+pub const SWARM_SCOPE: &str = "SWARM_SCOPE";
+pub const SWARM_BATCH: &str = "SWARM_BATCH";
+pub const SWARM_EXEC: &str = "SWARM_EXEC";
+/// Path of the user's config file, instead of `$XDG_CONFIG_HOME/swarm/config.toml`.
+pub const SWARM_CONFIG: &str = "SWARM_CONFIG";
+/// Grace period between SIGTERM and SIGKILL for a timed-out worker, in milliseconds.
+pub const SWARM_KILL_GRACE_MS: &str = "SWARM_KILL_GRACE_MS";
+pub const XDG_CONFIG_HOME: &str = "XDG_CONFIG_HOME";
+pub const HOME: &str = "HOME";
+pub const NO_COLOR: &str = "NO_COLOR";
+
+/// Given to every worker process (SPEC §4).
+pub const SWARM_FILE: &str = "SWARM_FILE";
+pub const SWARM_FILES: &str = "SWARM_FILES";
+pub const SWARM_INSTRUCTION: &str = "SWARM_INSTRUCTION";
+pub const SWARM_TASK_ID: &str = "SWARM_TASK_ID";
+pub const SWARM_RUN_ID: &str = "SWARM_RUN_ID";
+pub const SWARM_WORKTREE: &str = "SWARM_WORKTREE";
+pub const SWARM_TASK_FILE: &str = "SWARM_TASK_FILE";
+pub const SWARM_RESULT_FILE: &str = "SWARM_RESULT_FILE";

@@ -1,0 +1,165 @@
+//! What happens during a run, as events.
+//!
+//! The engine never prints. It emits [`Event`]s into an [`EventSink`], which appends each one
+//! to `events.jsonl` in the run directory and hands it to a [`Reporter`] chosen by the CLI (a
+//! live view on a terminal, plain lines otherwise).
+
+use std::fs::File;
+use std::io::{BufWriter, Write as _};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::repo_path::RepoPath;
+use crate::report::TaskStatus;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    RunStarted {
+        run_id: String,
+        base: String,
+        into: String,
+        tasks: usize,
+        jobs: usize,
+    },
+    WorktreeCreated {
+        worktree: String,
+    },
+    TaskStarted {
+        task: String,
+        files: Vec<RepoPath>,
+        attempt: u32,
+        worktree: String,
+    },
+    /// A coarse step of a running task, for the live view ("setup", "running", "committing").
+    TaskStep {
+        task: String,
+        step: String,
+    },
+    TaskFinished {
+        task: String,
+        status: TaskStatus,
+        changed_files: Vec<RepoPath>,
+        duration_ms: u64,
+        error: Option<String>,
+    },
+    Merged {
+        task: String,
+        commit: String,
+        /// Merged by applying the task's paths to the integration tree (no three-way merge
+        /// was needed).
+        fast_path: bool,
+    },
+    Conflict {
+        task: String,
+        paths: Vec<RepoPath>,
+        action: String,
+    },
+    Warning {
+        task: Option<String>,
+        message: String,
+    },
+    TargetUpdated {
+        into: String,
+        result: String,
+    },
+    TargetNotUpdated {
+        into: String,
+        result_branch: String,
+        reason: String,
+    },
+    Cleanup {
+        removed_worktrees: usize,
+        deleted_branches: usize,
+        kept_branches: Vec<String>,
+    },
+    RunFinished {
+        result: Option<String>,
+        merged: usize,
+        failed: usize,
+    },
+}
+
+impl Event {
+    pub fn task(&self) -> Option<&str> {
+        match self {
+            Event::TaskStarted { task, .. }
+            | Event::TaskStep { task, .. }
+            | Event::TaskFinished { task, .. }
+            | Event::Merged { task, .. }
+            | Event::Conflict { task, .. } => Some(task),
+            Event::Warning { task, .. } => task.as_deref(),
+            Event::RunStarted { .. }
+            | Event::WorktreeCreated { .. }
+            | Event::TargetUpdated { .. }
+            | Event::TargetNotUpdated { .. }
+            | Event::Cleanup { .. }
+            | Event::RunFinished { .. } => None,
+        }
+    }
+}
+
+/// Shows events to a person or a program; implemented by the CLI.
+pub trait Reporter: Send + Sync {
+    fn on_event(&self, event: &Event);
+}
+
+/// A reporter that shows nothing (library use, tests).
+pub struct Silent;
+
+impl Reporter for Silent {
+    fn on_event(&self, _event: &Event) {}
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    ts: f64,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+pub struct EventSink {
+    log: Mutex<Option<BufWriter<File>>>,
+    reporter: Box<dyn Reporter>,
+}
+
+impl EventSink {
+    pub fn new(reporter: Box<dyn Reporter>) -> Self {
+        Self {
+            log: Mutex::new(None),
+            reporter,
+        }
+    }
+
+    /// Starts appending events to `path` (the run's `events.jsonl`).
+    pub fn log_to(&self, path: &Path) -> std::io::Result<()> {
+        let file = File::options().create(true).append(true).open(path)?;
+        if let Ok(mut log) = self.log.lock() {
+            *log = Some(BufWriter::new(file));
+        }
+        Ok(())
+    }
+
+    pub fn emit(&self, event: Event) {
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        if let Ok(mut log) = self.log.lock()
+            && let Some(w) = log.as_mut()
+        {
+            // An event log that cannot be written must not stop the run; tracing says why.
+            let written = serde_json::to_writer(&mut *w, &Line { ts, event: &event })
+                .map_err(std::io::Error::from)
+                .and_then(|()| w.write_all(b"\n"))
+                .and_then(|()| w.flush());
+            if let Err(e) = written {
+                tracing::warn!("cannot append to events.jsonl: {e}");
+            }
+        }
+        self.reporter.on_event(&event);
+    }
+}

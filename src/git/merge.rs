@@ -1,0 +1,187 @@
+//! The merge train: each finished task merged as it arrives, in memory, with `--no-ff`.
+//!
+//! Nothing here touches a working directory. The integration tip lives on
+//! `swarm/<RUN-ID>/result` and every merge is one two-parent commit: first parent the previous
+//! tip, second parent the task's tip.
+//!
+//! Most bulk-edit merges touch disjoint paths. When every path the task changed is still the
+//! same in the integration tree as in the task's start tree, a three-way merge can only take
+//! the task's side for those paths and ours for the rest, so the merged tree is built directly
+//! by applying the task's changed paths to the integration tree (a `TreeUpdateBuilder`,
+//! proportional to the changed paths). Otherwise git2's full `merge_commits` decides, with
+//! rename detection, and a conflicted index is reported as a conflict.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use git2::build::TreeUpdateBuilder;
+use git2::{FileMode, MergeOptions, Oid, Repository, Tree};
+
+use crate::repo_path::RepoPath;
+
+pub enum MergeOutcome {
+    Merged { commit: Oid, fast_path: bool },
+    Conflict { paths: Vec<RepoPath> },
+}
+
+pub struct MergeTrain {
+    repo: Repository,
+    result_ref: String,
+    tip: Oid,
+}
+
+/// One task ready to merge.
+pub struct MergeRequest<'a> {
+    pub task_id: &'a str,
+    pub files: &'a [RepoPath],
+    pub instruction: &'a str,
+    pub run_id: &'a str,
+    /// The commit the task started from.
+    pub start: Oid,
+    /// The task branch tip.
+    pub tip: Oid,
+}
+
+impl MergeTrain {
+    /// Starts a train at `into_start`, creating the integration branch `result_branch`.
+    pub fn new(common_dir: &Path, result_branch: &str, into_start: Oid) -> anyhow::Result<Self> {
+        let repo = Repository::open(common_dir)?;
+        let result_ref = super::branch_ref(result_branch);
+        repo.reference(&result_ref, into_start, true, "swarm: start integration")
+            .with_context(|| format!("cannot create branch {result_branch}"))?;
+        Ok(Self {
+            repo,
+            result_ref,
+            tip: into_start,
+        })
+    }
+
+    pub fn tip(&self) -> Oid {
+        self.tip
+    }
+
+    pub fn merge(&mut self, req: &MergeRequest<'_>) -> anyhow::Result<MergeOutcome> {
+        let ours = self.repo.find_commit(self.tip)?;
+        let theirs = self.repo.find_commit(req.tip)?;
+        let start_tree = self.repo.find_commit(req.start)?.tree()?;
+        let ours_tree = ours.tree()?;
+        let theirs_tree = theirs.tree()?;
+
+        let changed = super::changed_paths(&self.repo, &start_tree, &theirs_tree)?;
+        let fast = if untouched_since_start(&changed, &start_tree, &ours_tree)? {
+            // A directory/file clash can still make the tree edit fail; the full merge below
+            // then decides.
+            apply_paths(&self.repo, &changed, &theirs_tree, &ours_tree).ok()
+        } else {
+            None
+        };
+        let (tree_id, fast_path) = match fast {
+            Some(tree) => (tree, true),
+            None => {
+                let mut opts = MergeOptions::new();
+                opts.find_renames(true);
+                let mut index = self.repo.merge_commits(&ours, &theirs, Some(&opts))?;
+                if index.has_conflicts() {
+                    return Ok(MergeOutcome::Conflict {
+                        paths: conflict_paths(&index)?,
+                    });
+                }
+                (index.write_tree_to(&self.repo)?, false)
+            }
+        };
+        let tree = self.repo.find_tree(tree_id)?;
+        let sig = super::signature(&self.repo)?;
+        let message = merge_message(req);
+        let commit = self
+            .repo
+            .commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])?;
+        self.repo.reference_matching(
+            &self.result_ref,
+            commit,
+            true,
+            self.tip,
+            &format!("swarm: merge task {}", req.task_id),
+        )?;
+        self.tip = commit;
+        Ok(MergeOutcome::Merged { commit, fast_path })
+    }
+}
+
+/// Is every path in `paths` identical (same blob and mode, or absent in both) in `a` and `b`?
+fn untouched_since_start(
+    paths: &[RepoPath],
+    a: &Tree<'_>,
+    b: &Tree<'_>,
+) -> Result<bool, git2::Error> {
+    for path in paths {
+        let entry = |t: &Tree<'_>| match t.get_path(path.as_path()) {
+            Ok(e) => Ok(Some((e.id(), e.filemode()))),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(e),
+        };
+        if entry(a)? != entry(b)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// `base` with every path in `paths` set to its entry in `from` (or removed).
+fn apply_paths(
+    repo: &Repository,
+    paths: &[RepoPath],
+    from: &Tree<'_>,
+    base: &Tree<'_>,
+) -> Result<Oid, git2::Error> {
+    let mut update = TreeUpdateBuilder::new();
+    for path in paths {
+        match from.get_path(path.as_path()) {
+            Ok(entry) => {
+                let mode = match entry.filemode() {
+                    0o100755 => FileMode::BlobExecutable,
+                    0o120000 => FileMode::Link,
+                    0o160000 => FileMode::Commit,
+                    _ => FileMode::Blob,
+                };
+                update.upsert(path.as_bytes(), entry.id(), mode);
+            }
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {
+                update.remove(path.as_bytes());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    update.create_updated(repo, base)
+}
+
+fn conflict_paths(index: &git2::Index) -> Result<Vec<RepoPath>, git2::Error> {
+    let mut paths = Vec::new();
+    for conflict in index.conflicts()? {
+        let conflict = conflict?;
+        for entry in [conflict.our, conflict.their, conflict.ancestor]
+            .into_iter()
+            .flatten()
+        {
+            paths.push(RepoPath::from_bytes(entry.path));
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
+fn merge_message(req: &MergeRequest<'_>) -> String {
+    const SHOWN: usize = 3;
+    let mut files: Vec<String> = req.files.iter().take(SHOWN).map(|f| f.display()).collect();
+    if req.files.len() > SHOWN {
+        files.push(format!("and {} more", req.files.len() - SHOWN));
+    }
+    format!(
+        "swarm: merge task {} ({})\n\n{}\n\nSwarm-Run: {}\nSwarm-Task: {}\n",
+        req.task_id,
+        files.join(", "),
+        req.instruction.trim(),
+        req.run_id,
+        req.task_id
+    )
+}

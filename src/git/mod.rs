@@ -1,0 +1,60 @@
+//! All local repository work, through git2 (no `git` processes).
+//!
+//! - [`repo`]: opening the user's repository and the checks that refuse bad input.
+//! - [`worktree`]: the pool of reusable worktrees, one per running worker.
+//! - [`commit`]: committing what a worker changed on its task branch.
+//! - [`merge`]: the merge train, in memory, onto the integration branch.
+//! - [`finish`]: moving the target branch once, and cleanup.
+
+pub mod commit;
+pub mod finish;
+pub mod merge;
+pub mod repo;
+pub mod worktree;
+
+use git2::{Repository, Signature};
+
+use crate::repo_path::RepoPath;
+
+/// The identity of commits swarm makes: `GIT_AUTHOR_*`/`GIT_COMMITTER_*` like git, else
+/// `user.name`/`user.email`, else `swarm <swarm@localhost>`.
+pub fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    if let (Some(name), Some(email)) = (
+        var("GIT_COMMITTER_NAME").or_else(|| var("GIT_AUTHOR_NAME")),
+        var("GIT_COMMITTER_EMAIL").or_else(|| var("GIT_AUTHOR_EMAIL")),
+    ) {
+        return Signature::now(&name, &email);
+    }
+    repo.signature()
+        .map(|s| s.to_owned())
+        .or_else(|_| Signature::now("swarm", "swarm@localhost"))
+}
+
+/// Paths that differ between two trees (both sides of renames; no rename detection).
+pub fn changed_paths(
+    repo: &Repository,
+    old: &git2::Tree<'_>,
+    new: &git2::Tree<'_>,
+) -> Result<Vec<RepoPath>, git2::Error> {
+    let diff = repo.diff_tree_to_tree(Some(old), Some(new), None)?;
+    let mut paths = Vec::new();
+    for delta in diff.deltas() {
+        for file in [delta.old_file(), delta.new_file()] {
+            if file.id().is_zero() {
+                continue;
+            }
+            if let Some(p) = file.path_bytes() {
+                paths.push(RepoPath::from_bytes(p.to_vec()));
+            }
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
+/// Full ref name of a branch.
+pub fn branch_ref(branch: &str) -> String {
+    format!("refs/heads/{branch}")
+}

@@ -1,0 +1,201 @@
+//! The user's repository and the checks made before anything is written.
+
+use std::path::{Path, PathBuf};
+
+use git2::{BranchType, ErrorCode, Oid, Repository, Status, StatusOptions};
+
+use crate::error::BadInput;
+use crate::repo_path::RepoPath;
+
+/// Where the user's repository lives.
+#[derive(Debug, Clone)]
+pub struct RepoInfo {
+    /// `.git` of the checkout swarm was started in (`.git/worktrees/<x>` in a linked worktree).
+    pub git_dir: PathBuf,
+    /// The shared git directory, home of swarm's state and worktrees.
+    pub common_dir: PathBuf,
+    /// The user's checkout.
+    pub workdir: PathBuf,
+    /// The directory swarm was started in, relative to `workdir` ("" at the root).
+    pub prefix: String,
+}
+
+impl RepoInfo {
+    pub fn open(&self) -> Result<Repository, git2::Error> {
+        Repository::open(&self.git_dir)
+    }
+}
+
+/// Finds the repository containing `cwd`; refuses a bare repository.
+pub fn discover(cwd: &Path) -> Result<RepoInfo, BadInput> {
+    let repo = Repository::discover(cwd).map_err(|_| {
+        BadInput::new(format!("not a git repository: {}", cwd.display()))
+            .hint("run swarm inside a git checkout (or `git init` and commit first)")
+    })?;
+    let Some(workdir) = repo.workdir() else {
+        return Err(BadInput::new(format!(
+            "{} is a bare repository: there is no checkout to merge into",
+            repo.path().display()
+        ))
+        .hint("run swarm in a checkout of it (`git worktree add ../wt BRANCH`, then cd there)"));
+    };
+    let workdir = workdir.to_path_buf();
+    let canon_cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+    let canon_wd = workdir.canonicalize().unwrap_or_else(|_| workdir.clone());
+    let prefix = canon_cwd
+        .strip_prefix(&canon_wd)
+        .ok()
+        .and_then(|p| p.to_str())
+        .unwrap_or("")
+        .to_string();
+    Ok(RepoInfo {
+        git_dir: repo.path().to_path_buf(),
+        common_dir: repo.commondir().to_path_buf(),
+        workdir,
+        prefix,
+    })
+}
+
+/// Resolves `--base` to a commit.
+pub fn resolve_base(repo: &Repository, rev: &str) -> Result<Oid, BadInput> {
+    if rev == "HEAD" {
+        match repo.head() {
+            Ok(head) => {
+                return head.peel_to_commit().map(|c| c.id()).map_err(|e| {
+                    BadInput::new(format!("HEAD does not point to a commit: {}", e.message()))
+                });
+            }
+            Err(e) if e.code() == ErrorCode::UnbornBranch => {
+                return Err(BadInput::new("the repository has no commits yet")
+                    .hint("commit the files first (`git add -A && git commit`), then run swarm"));
+            }
+            Err(e) => return Err(BadInput::new(format!("cannot read HEAD: {}", e.message()))),
+        }
+    }
+    repo.revparse_single(rev)
+        .and_then(|o| o.peel_to_commit())
+        .map(|c| c.id())
+        .map_err(|_| {
+            BadInput::new(format!("unknown revision '{rev}' for --base"))
+                .hint("pass a branch, tag or commit that exists (see `git log --oneline`)")
+        })
+}
+
+/// The branch that receives the merges.
+#[derive(Debug, Clone)]
+pub struct IntoTarget {
+    /// Short branch name.
+    pub branch: String,
+    /// Its tip now, or `None` if swarm will create it.
+    pub tip: Option<Oid>,
+    /// Is it the branch checked out in the user's checkout?
+    pub checked_out_here: bool,
+}
+
+pub fn resolve_into(
+    repo: &Repository,
+    info: &RepoInfo,
+    into: Option<&str>,
+) -> Result<IntoTarget, BadInput> {
+    let head_branch = current_branch(repo)?;
+    let branch = match into {
+        Some(b) => {
+            let b = b.strip_prefix("refs/heads/").unwrap_or(b);
+            if !git2::Branch::name_is_valid(b).unwrap_or(false) || b.starts_with("swarm/") {
+                return Err(
+                    BadInput::new(format!("'{b}' is not a valid branch name for --into")).hint(
+                        "pass a branch name such as `refactor/rename-foo` (not under swarm/)",
+                    ),
+                );
+            }
+            b.to_string()
+        }
+        None => head_branch.clone().ok_or_else(|| {
+            BadInput::new("HEAD is detached, so there is no current branch to merge into")
+                .hint("pass --into BRANCH (a new branch is created at --base)")
+        })?,
+    };
+    let checked_out_here = head_branch.as_deref() == Some(branch.as_str());
+    if !checked_out_here && let Some(path) = checked_out_elsewhere(repo, info, &branch) {
+        return Err(BadInput::new(format!(
+            "branch '{branch}' is checked out in another worktree: {}",
+            path.display()
+        ))
+        .hint("run swarm in that worktree, or pass another --into branch"));
+    }
+    let tip = match repo.find_branch(&branch, BranchType::Local) {
+        Ok(b) => Some(b.get().peel_to_commit().map(|c| c.id()).map_err(|e| {
+            BadInput::new(format!(
+                "branch '{branch}' does not point to a commit: {}",
+                e.message()
+            ))
+        })?),
+        Err(_) => None,
+    };
+    Ok(IntoTarget {
+        branch,
+        tip,
+        checked_out_here,
+    })
+}
+
+/// The short name of the branch HEAD points to; `None` when detached.
+fn current_branch(repo: &Repository) -> Result<Option<String>, BadInput> {
+    if repo.head_detached().unwrap_or(false) {
+        return Ok(None);
+    }
+    let head = repo
+        .find_reference("HEAD")
+        .map_err(|e| BadInput::new(format!("cannot read HEAD: {}", e.message())))?;
+    Ok(head
+        .symbolic_target()
+        .ok()
+        .flatten()
+        .and_then(|t| t.strip_prefix("refs/heads/"))
+        .map(str::to_string))
+}
+
+/// The checkout (other than the user's) that has `branch` checked out, if any.
+fn checked_out_elsewhere(repo: &Repository, info: &RepoInfo, branch: &str) -> Option<PathBuf> {
+    let wanted = super::branch_ref(branch);
+    let mut others: Vec<Repository> = Vec::new();
+    if repo.is_worktree()
+        && let Ok(main) = Repository::open(&info.common_dir)
+    {
+        others.push(main);
+    }
+    if let Ok(names) = repo.worktrees() {
+        for name in names.iter().flatten().flatten() {
+            if let Ok(wt) = repo.find_worktree(name)
+                && let Ok(r) = Repository::open_from_worktree(&wt)
+            {
+                others.push(r);
+            }
+        }
+    }
+    let own = info.git_dir.canonicalize().ok();
+    others.into_iter().find_map(|r| {
+        if r.path().canonicalize().ok() == own {
+            return None;
+        }
+        let head = r.find_reference("HEAD").ok()?;
+        (head.symbolic_target().ok().flatten() == Some(wanted.as_str()))
+            .then(|| r.workdir().unwrap_or(r.path()).to_path_buf())
+    })
+}
+
+/// Tracked files with uncommitted changes (staged or not) in the user's checkout.
+pub fn dirty_paths(repo: &Repository) -> Result<Vec<RepoPath>, git2::Error> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(false)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    let statuses = repo.statuses(Some(&mut opts))?;
+    let mut paths: Vec<RepoPath> = statuses
+        .iter()
+        .filter(|s| !s.status().is_empty() && s.status() != Status::CURRENT)
+        .map(|s| RepoPath::from_bytes(s.path_bytes().to_vec()))
+        .collect();
+    paths.sort();
+    Ok(paths)
+}

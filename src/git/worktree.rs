@@ -1,0 +1,218 @@
+//! A pool of reusable worktrees, one per running worker.
+//!
+//! Creating and deleting a full checkout per task dominates a naive worktree flow. The pool
+//! creates a worktree only when a worker needs one and none is idle (so never more than
+//! `--jobs`), and resets an idle one for the next task: the task branch is created at the
+//! task's start commit, HEAD points at it, and a forced checkout with `remove_untracked`
+//! rewrites only what the previous task changed. Ignored files (build output) survive, so
+//! incremental builds stay warm. A worktree is locked while a worker uses it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::Context as _;
+use git2::build::CheckoutBuilder;
+use git2::{Oid, Repository, WorktreeAddOptions, WorktreePruneOptions};
+
+use crate::state;
+
+/// One worktree of the pool.
+#[derive(Debug)]
+pub struct Slot {
+    /// libgit2 worktree name (no `/` allowed).
+    pub name: String,
+    pub path: PathBuf,
+    /// Has `[worktree] setup` run successfully in it?
+    pub set_up: bool,
+    /// Was it created by this acquire (rather than reused)?
+    pub fresh: bool,
+}
+
+#[derive(Default)]
+struct PoolState {
+    idle: Vec<Slot>,
+    created: Vec<(String, PathBuf)>,
+}
+
+pub struct WorktreePool {
+    common_dir: PathBuf,
+    run_id: String,
+    /// Files copied from the user's checkout into each new worktree (`[worktree] copy`).
+    copy: Vec<String>,
+    user_workdir: PathBuf,
+    state: Mutex<PoolState>,
+}
+
+impl WorktreePool {
+    pub fn new(common_dir: &Path, run_id: &str, copy: Vec<String>, user_workdir: &Path) -> Self {
+        Self {
+            common_dir: common_dir.to_path_buf(),
+            run_id: run_id.to_string(),
+            copy,
+            user_workdir: user_workdir.to_path_buf(),
+            state: Mutex::new(PoolState::default()),
+        }
+    }
+
+    /// Gives a worktree with `branch` (created or moved to `start`) checked out at `start`.
+    /// Blocking: call from a blocking thread.
+    pub fn acquire(&self, branch: &str, start: Oid) -> anyhow::Result<Slot> {
+        let repo = Repository::open(&self.common_dir)?;
+        let commit = repo.find_commit(start)?;
+        // `force`: a retry moves its branch to the new start commit. Idle worktrees have a
+        // detached HEAD, so no branch is checked out while being moved.
+        let branch_ref = repo
+            .branch(branch, &commit, true)
+            .with_context(|| format!("cannot create branch {branch}"))?
+            .into_reference();
+        let branch_ref_name = super::branch_ref(branch);
+
+        let idle = self.lock_state().idle.pop();
+        let mut slot = match idle {
+            Some(mut slot) => {
+                let wt_repo = Repository::open(&slot.path)
+                    .with_context(|| format!("cannot open worktree {}", slot.path.display()))?;
+                wt_repo.set_head(&branch_ref_name)?;
+                let mut checkout = CheckoutBuilder::new();
+                checkout.force().remove_untracked(true);
+                wt_repo
+                    .checkout_head(Some(&mut checkout))
+                    .with_context(|| format!("cannot reset worktree {}", slot.path.display()))?;
+                slot.fresh = false;
+                slot
+            }
+            None => self.create(&repo, &branch_ref)?,
+        };
+        let wt = repo.find_worktree(&slot.name)?;
+        // Locking is advisory (it stops `git worktree prune/remove`); a failure is not fatal.
+        if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
+            tracing::debug!("cannot lock worktree {}: {e}", slot.name);
+        }
+        slot.path = slot.path.canonicalize().unwrap_or(slot.path);
+        Ok(slot)
+    }
+
+    fn create(&self, repo: &Repository, branch_ref: &git2::Reference<'_>) -> anyhow::Result<Slot> {
+        let (name, path) = {
+            let mut st = self.lock_state();
+            let n = st.created.len() + 1;
+            let name = format!("swarm-{}-{n}", self.run_id);
+            let path = state::worktrees_dir(&self.common_dir).join(format!("{}-{n}", self.run_id));
+            st.created.push((name.clone(), path.clone()));
+            (name, path)
+        };
+        std::fs::create_dir_all(state::worktrees_dir(&self.common_dir))?;
+        let mut opts = WorktreeAddOptions::new();
+        opts.reference(Some(branch_ref));
+        repo.worktree(&name, &path, Some(&opts))
+            .with_context(|| format!("cannot create worktree {}", path.display()))?;
+        for rel in &self.copy {
+            let from = self.user_workdir.join(rel);
+            let to = path.join(rel);
+            if from.is_file() {
+                if let Some(parent) = to.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::copy(&from, &to)
+                    .with_context(|| format!("cannot copy {} into the worktree", from.display()))?;
+            } else {
+                tracing::warn!("[worktree] copy: {} is not a file; skipped", from.display());
+            }
+        }
+        Ok(Slot {
+            name,
+            path,
+            set_up: false,
+            fresh: true,
+        })
+    }
+
+    /// Returns a worktree to the pool: HEAD detached (so its branch can be moved or deleted)
+    /// and unlocked.
+    pub fn release(&self, slot: Slot) -> anyhow::Result<()> {
+        let wt_repo = Repository::open(&slot.path)?;
+        let head = wt_repo.head()?.peel_to_commit()?.id();
+        wt_repo.set_head_detached(head)?;
+        let repo = Repository::open(&self.common_dir)?;
+        if let Ok(wt) = repo.find_worktree(&slot.name) {
+            let _ = wt.unlock();
+        }
+        self.lock_state().idle.push(slot);
+        Ok(())
+    }
+
+    /// Names of the worktrees this pool created.
+    pub fn created(&self) -> Vec<String> {
+        self.lock_state()
+            .created
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Removes every worktree the pool created (directories and git's records).
+    pub fn remove_all(&self) -> usize {
+        let created = std::mem::take(&mut self.lock_state().created);
+        self.lock_state().idle.clear();
+        let Ok(repo) = Repository::open(&self.common_dir) else {
+            return 0;
+        };
+        created
+            .iter()
+            .filter(|(name, path)| remove_worktree(&repo, name, path).is_ok())
+            .count()
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Removes a worktree: its directory and its record in the git directory.
+pub fn remove_worktree(repo: &Repository, name: &str, path: &Path) -> anyhow::Result<()> {
+    if let Ok(wt) = repo.find_worktree(name) {
+        let _ = wt.unlock();
+        let mut opts = WorktreePruneOptions::new();
+        opts.valid(true).locked(true).working_tree(true);
+        wt.prune(Some(&mut opts))
+            .with_context(|| format!("cannot remove worktree {name}"))?;
+    }
+    if path.exists() {
+        std::fs::remove_dir_all(path)
+            .with_context(|| format!("cannot remove {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Removes every swarm worktree whose name starts with `swarm-<run_id>` (all of swarm's when
+/// `run_id` is `None`), including records whose directory is gone. Returns how many.
+pub fn remove_run_worktrees(common_dir: &Path, run_id: Option<&str>) -> anyhow::Result<usize> {
+    let repo = Repository::open(common_dir)?;
+    let prefix = match run_id {
+        Some(id) => format!("swarm-{id}-"),
+        None => "swarm-".to_string(),
+    };
+    let mut removed = 0;
+    for name in repo.worktrees()?.iter().flatten().flatten() {
+        if !name.starts_with(&prefix) {
+            continue;
+        }
+        let path = repo
+            .find_worktree(name)
+            .map(|w| w.path().to_path_buf())
+            .unwrap_or_default();
+        remove_worktree(&repo, name, &path)?;
+        removed += 1;
+    }
+    // Directories left behind by a crash between creating the directory and registering it.
+    let dir = state::worktrees_dir(common_dir);
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if run_id.is_none_or(|id| name.starts_with(&format!("{id}-"))) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    Ok(removed)
+}

@@ -1,0 +1,123 @@
+//! Planning: which files, grouped into which tasks.
+//!
+//! A plan is computed from the tree of the base commit (never the working directory), so the
+//! same base, pathspecs and options always give the same tasks with the same ids. It is saved
+//! as `plan.json` in the run directory before any worker starts.
+
+mod pathspec;
+mod select;
+
+use serde::{Deserialize, Serialize};
+
+pub use pathspec::Pathspec;
+pub use select::{SelectOptions, Selection, select_files};
+
+use crate::repo_path::RepoPath;
+use crate::settings::Settings;
+
+pub const PLAN_SCHEMA_VERSION: u32 = 1;
+
+/// Everything needed to run a refactor, with no secret in it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub instruction: String,
+    /// The commit every task starts from.
+    pub base: String,
+    /// The branch that receives the merges.
+    pub into: String,
+    pub pathspecs: Vec<String>,
+    pub grep: Option<String>,
+    pub settings: Settings,
+    pub tasks: Vec<Task>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: String,
+    pub files: Vec<RepoPath>,
+}
+
+impl Task {
+    /// The task's branch name (without `refs/heads/`).
+    pub fn branch(&self, run_id: &str) -> String {
+        format!("swarm/{run_id}/{}", self.id)
+    }
+}
+
+/// Groups the selected files (already sorted) into tasks of `batch` files each.
+pub fn make_tasks(files: Vec<RepoPath>, batch: usize) -> Vec<Task> {
+    files
+        .chunks(batch.max(1))
+        .map(|chunk| Task {
+            id: task_id(chunk),
+            files: chunk.to_vec(),
+        })
+        .collect()
+}
+
+/// A deterministic, ref-safe id: a readable slug of the first file's path and a hash of all
+/// the task's files, so the same files always get the same id whatever else is in the plan.
+pub fn task_id(files: &[RepoPath]) -> String {
+    const SLUG_MAX: usize = 40;
+    // FNV-1a, 64 bit: stable across Rust versions, unlike `DefaultHasher`.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for file in files {
+        for &b in file.as_bytes().iter().chain(std::iter::once(&0u8)) {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    let first = files.first().map(|f| f.display()).unwrap_or_default();
+    let mut slug = String::new();
+    for c in first.chars() {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    let slug = slug.trim_matches('-');
+    // Keep the end of the path: the file name says more than the leading directories.
+    let start = slug.len().saturating_sub(SLUG_MAX);
+    let slug = slug[start..].trim_start_matches('-');
+    let short = format!("{:08x}", hash >> 32);
+    if slug.is_empty() {
+        format!("t-{short}")
+    } else {
+        format!("{slug}-{short}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_are_stable_readable_and_ref_safe() {
+        let a = task_id(&[RepoPath::from("src/My File.py")]);
+        assert_eq!(a, task_id(&[RepoPath::from("src/My File.py")]));
+        assert!(a.starts_with("src-my-file-py-"), "{a}");
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+        assert_ne!(
+            a,
+            task_id(&[RepoPath::from("src/My File.py"), RepoPath::from("b")])
+        );
+        let long = task_id(&[RepoPath::from(&*format!("{}/x.rs", "d".repeat(100)))]);
+        assert!(long.len() <= 40 + 9, "{long}");
+        let odd = task_id(&[RepoPath::from_bytes(b"\xe9.txt".to_vec())]);
+        assert!(odd.starts_with("txt-"), "{odd}");
+    }
+
+    #[test]
+    fn batches_group_consecutive_files() {
+        let files: Vec<RepoPath> = ["a", "b", "c", "d", "e"].map(RepoPath::from).into();
+        let tasks = make_tasks(files, 2);
+        assert_eq!(tasks.len(), 3);
+        assert_eq!(tasks[2].files, vec![RepoPath::from("e")]);
+    }
+}

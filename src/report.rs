@@ -1,0 +1,150 @@
+//! The run report (SPEC §7): `report.json` in the run directory and stdout with `--json`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::repo_path::RepoPath;
+
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Not started yet (only seen while a run is in progress).
+    Pending,
+    Running,
+    /// Finished with changes, waiting for the merge train.
+    Done,
+    Merged,
+    NoChange,
+    Failed,
+    Conflict,
+    Timeout,
+    Skipped,
+    Interrupted,
+    Excluded,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Done => "done",
+            TaskStatus::Merged => "merged",
+            TaskStatus::NoChange => "no_change",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Conflict => "conflict",
+            TaskStatus::Timeout => "timeout",
+            TaskStatus::Skipped => "skipped",
+            TaskStatus::Interrupted => "interrupted",
+            TaskStatus::Excluded => "excluded",
+        }
+    }
+
+    /// Did the task end well (merged, or nothing to do)?
+    pub fn is_success(self) -> bool {
+        matches!(self, TaskStatus::Merged | TaskStatus::NoChange)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub prompt: u64,
+    pub completion: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskReport {
+    pub id: String,
+    pub files: Vec<RepoPath>,
+    pub status: TaskStatus,
+    pub branch: String,
+    /// The task's own commit (tip of its branch), if it changed anything.
+    pub commit: Option<String>,
+    /// The commit the task's last attempt started from.
+    pub start: Option<String>,
+    /// The `--no-ff` merge commit that brought the task in.
+    pub merge_commit: Option<String>,
+    pub attempts: u32,
+    pub duration_ms: u64,
+    pub tokens: Tokens,
+    pub changed_files: Vec<RepoPath>,
+    pub summary: Option<String>,
+    pub error: Option<String>,
+    pub output_tail: Option<String>,
+    /// Is the task branch still there (kept for inspection or a later merge)?
+    #[serde(default)]
+    pub branch_kept: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Running,
+    Finished,
+    Interrupted,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Totals {
+    pub tasks: usize,
+    pub merged: usize,
+    pub no_change: usize,
+    pub failed: usize,
+    pub conflict: usize,
+    pub timeout: usize,
+    pub skipped: usize,
+    pub tokens: Tokens,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub instruction: String,
+    pub base: String,
+    pub into: String,
+    /// Where `into` pointed when the run started (the first parent of the first merge).
+    pub into_start: String,
+    /// The final integration tip, or null when nothing was merged.
+    pub result: Option<String>,
+    /// Was `into` moved to `result`? If not, `result_branch` holds the result.
+    pub into_updated: bool,
+    pub result_branch: Option<String>,
+    pub state: RunState,
+    pub started_at: String,
+    pub tasks: Vec<TaskReport>,
+    pub totals: Totals,
+}
+
+impl Report {
+    pub fn compute_totals(&mut self, duration_ms: u64) {
+        let mut t = Totals {
+            tasks: self.tasks.len(),
+            duration_ms,
+            ..Totals::default()
+        };
+        for task in &self.tasks {
+            match task.status {
+                TaskStatus::Merged => t.merged += 1,
+                TaskStatus::NoChange => t.no_change += 1,
+                TaskStatus::Failed => t.failed += 1,
+                TaskStatus::Conflict => t.conflict += 1,
+                TaskStatus::Timeout => t.timeout += 1,
+                TaskStatus::Skipped | TaskStatus::Interrupted | TaskStatus::Excluded => {
+                    t.skipped += 1
+                }
+                TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done => {}
+            }
+            t.tokens.prompt += task.tokens.prompt;
+            t.tokens.completion += task.tokens.completion;
+        }
+        self.totals = t;
+    }
+
+    /// Every task merged or needed no change.
+    pub fn all_succeeded(&self) -> bool {
+        self.tasks.iter().all(|t| t.status.is_success())
+    }
+}

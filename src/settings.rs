@@ -1,0 +1,252 @@
+//! Run settings, resolved in one place with one order:
+//! flags > `SWARM_*` environment > `swarm.toml` at the repository root > the user's config
+//! file > defaults.
+//!
+//! clap already gives flags precedence over their environment variables; every field of
+//! [`Overrides`] is an `Option` so that "not given" stays visible and the files can fill it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use crate::env_vars;
+use crate::error::BadInput;
+
+/// What a task whose merge conflicts gets (SPEC §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    Retry,
+    Skip,
+    Fail,
+    Repair,
+}
+
+/// May a worker change files outside its task?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Task,
+    Any,
+}
+
+macro_rules! keyword_enum {
+    ($ty:ident, $what:literal, $($text:literal => $variant:ident),+) => {
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok(Self::$variant),)+
+                    _ => Err(format!(
+                        concat!("unknown ", $what, " '{}' (expected one of: {})"),
+                        s,
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self { $(Self::$variant => $text,)+ })
+            }
+        }
+    };
+}
+
+keyword_enum!(OnConflict, "conflict policy", "retry" => Retry, "skip" => Skip, "fail" => Fail, "repair" => Repair);
+keyword_enum!(Scope, "scope", "task" => Task, "any" => Any);
+
+/// Values given on the command line or in `SWARM_*` variables; `None` means not given.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub jobs: Option<usize>,
+    pub timeout_secs: Option<u64>,
+    pub on_conflict: Option<OnConflict>,
+    pub scope: Option<Scope>,
+    pub batch: Option<usize>,
+    pub exec: Option<String>,
+}
+
+/// The `[run]` and `[worktree]` tables of `swarm.toml` and of the user's config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    #[serde(default)]
+    pub run: RunTable,
+    #[serde(default)]
+    pub worktree: WorktreeTable,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunTable {
+    pub jobs: Option<usize>,
+    pub timeout: Option<u64>,
+    pub on_conflict: Option<OnConflict>,
+    pub scope: Option<Scope>,
+    pub batch: Option<usize>,
+    pub exec: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeTable {
+    pub copy: Option<Vec<String>>,
+    pub setup: Option<String>,
+}
+
+/// How worktrees are prepared for workers (`[worktree]` in `swarm.toml`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorktreeSettings {
+    /// Gitignored files copied from the user's checkout into each worktree.
+    pub copy: Vec<String>,
+    /// Command run once per worktree after it is created.
+    pub setup: Option<String>,
+}
+
+/// Fully resolved settings of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    pub jobs: usize,
+    pub timeout_secs: u64,
+    pub on_conflict: OnConflict,
+    pub scope: Scope,
+    pub batch: usize,
+    pub exec: Option<String>,
+    pub worktree: WorktreeSettings,
+}
+
+impl Settings {
+    pub const DEFAULT_JOBS: usize = 4;
+    pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+
+    /// Resolves `overrides` over the repository's `swarm.toml` (in `repo_root`) and the
+    /// user's config file.
+    pub fn resolve(overrides: Overrides, repo_root: &Path) -> anyhow::Result<Settings> {
+        let repo_file = load_file(&repo_root.join("swarm.toml"))?;
+        let user_file = match user_config_path() {
+            Some(path) => load_file(&path)?,
+            None => FileSettings::default(),
+        };
+        let layers = [&repo_file, &user_file];
+
+        let jobs = overrides
+            .jobs
+            .or_else(|| layers.iter().find_map(|l| l.run.jobs))
+            .unwrap_or(Self::DEFAULT_JOBS);
+        if jobs == 0 {
+            return Err(BadInput::new("--jobs must be at least 1")
+                .hint("pass -j 1 or more (the default is 4)")
+                .into());
+        }
+        let batch = overrides
+            .batch
+            .or_else(|| layers.iter().find_map(|l| l.run.batch))
+            .unwrap_or(1);
+        if batch == 0 {
+            return Err(BadInput::new("--batch must be at least 1")
+                .hint("pass --batch 1 for one file per task")
+                .into());
+        }
+        let timeout_secs = overrides
+            .timeout_secs
+            .or_else(|| layers.iter().find_map(|l| l.run.timeout))
+            .unwrap_or(Self::DEFAULT_TIMEOUT_SECS);
+        if timeout_secs == 0 {
+            return Err(BadInput::new("--timeout must be at least 1 second").into());
+        }
+        let on_conflict = overrides
+            .on_conflict
+            .or_else(|| layers.iter().find_map(|l| l.run.on_conflict))
+            .unwrap_or(OnConflict::Retry);
+        let scope = overrides
+            .scope
+            .or_else(|| layers.iter().find_map(|l| l.run.scope))
+            .unwrap_or(Scope::Task);
+        let exec = overrides
+            .exec
+            .or_else(|| layers.iter().find_map(|l| l.run.exec.clone()));
+        let worktree = WorktreeSettings {
+            copy: layers
+                .iter()
+                .find_map(|l| l.worktree.copy.clone())
+                .unwrap_or_default(),
+            setup: layers.iter().find_map(|l| l.worktree.setup.clone()),
+        };
+        Ok(Settings {
+            jobs,
+            timeout_secs,
+            on_conflict,
+            scope,
+            batch,
+            exec,
+            worktree,
+        })
+    }
+}
+
+fn user_config_path() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(env_vars::SWARM_CONFIG) {
+        return Some(PathBuf::from(path));
+    }
+    let base = std::env::var_os(env_vars::XDG_CONFIG_HOME)
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os(env_vars::HOME).map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("swarm").join("config.toml"))
+}
+
+fn load_file(path: &Path) -> anyhow::Result<FileSettings> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileSettings::default()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    toml::from_str(&text).map_err(|e| {
+        BadInput::new(format!("invalid settings in {}: {}", path.display(), e.message()))
+            .hint("fix the file; the tables are [run] (jobs, timeout, on_conflict, scope, batch, exec) and [worktree] (copy, setup)")
+            .into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_repo_file_which_beats_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("swarm.toml"),
+            "[run]\njobs = 7\nscope = \"any\"\n[worktree]\nsetup = \"true\"\n",
+        )
+        .unwrap();
+        let s = Settings::resolve(
+            Overrides {
+                jobs: Some(3),
+                ..Default::default()
+            },
+            dir.path(),
+        )
+        .unwrap();
+        assert_eq!(s.jobs, 3);
+        assert_eq!(s.scope, Scope::Any);
+        assert_eq!(s.timeout_secs, Settings::DEFAULT_TIMEOUT_SECS);
+        assert_eq!(s.worktree.setup.as_deref(), Some("true"));
+    }
+
+    #[test]
+    fn unknown_key_is_bad_input() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("swarm.toml"), "[run]\njbos = 7\n").unwrap();
+        let err = Settings::resolve(Overrides::default(), dir.path()).unwrap_err();
+        assert!(err.downcast_ref::<BadInput>().is_some(), "{err:#}");
+    }
+}

@@ -1,0 +1,152 @@
+//! The external command worker (`--exec`, SPEC §4).
+//!
+//! Any program that edits files works here: `sed`, `ruff --fix`, `comby`, or a coding agent
+//! CLI (`claude -p`, `codex exec`). It gets the task through environment variables and a
+//! TASK.md outside the worktree, and may leave a verdict in `SWARM_RESULT_FILE`.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use super::process::{self, Exit, ProcessRequest};
+use crate::env_vars;
+use crate::repo_path::RepoPath;
+
+pub struct ExecTask<'a> {
+    pub command: &'a str,
+    pub instruction: &'a str,
+    pub run_id: &'a str,
+    pub task_id: &'a str,
+    pub files: &'a [RepoPath],
+    pub worktree: &'a Path,
+    /// The task's directory in the run directory (log, TASK.md, result file).
+    pub task_dir: &'a Path,
+    pub timeout: Duration,
+    pub cancel: &'a CancellationToken,
+    /// Extra context for this attempt (e.g. the conflict a retry must avoid).
+    pub context: Option<&'a str>,
+}
+
+/// How the worker ended, before swarm looks at the worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Exit 0 (changes or not are decided by the commit).
+    Done,
+    /// Exit 0 and the result file said `no_change`.
+    NoChange,
+    Failed(String),
+    Timeout(String),
+    Interrupted,
+}
+
+#[derive(Debug)]
+pub struct ExecOutcome {
+    pub verdict: Verdict,
+    pub summary: Option<String>,
+    pub output_tail: String,
+}
+
+#[derive(Deserialize)]
+struct ResultFile {
+    status: String,
+    #[serde(default)]
+    summary: Option<String>,
+}
+
+pub fn log_path(task_dir: &Path) -> PathBuf {
+    task_dir.join("worker.log")
+}
+
+pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
+    std::fs::create_dir_all(task.task_dir)
+        .with_context(|| format!("cannot create {}", task.task_dir.display()))?;
+    let task_file = task.task_dir.join("TASK.md");
+    std::fs::write(&task_file, task_markdown(&task))
+        .with_context(|| format!("cannot write {}", task_file.display()))?;
+    let result_file = task.task_dir.join("result.json");
+    let _ = std::fs::remove_file(&result_file);
+
+    let first = task
+        .files
+        .first()
+        .map(|f| f.as_bytes().to_vec())
+        .unwrap_or_default();
+    let mut all = Vec::new();
+    for f in task.files {
+        all.extend_from_slice(f.as_bytes());
+        all.push(b'\n');
+    }
+    let env: Vec<(OsString, OsString)> = vec![
+        (env_vars::SWARM_FILE.into(), OsString::from_vec(first)),
+        (env_vars::SWARM_FILES.into(), OsString::from_vec(all)),
+        (env_vars::SWARM_INSTRUCTION.into(), task.instruction.into()),
+        (env_vars::SWARM_TASK_ID.into(), task.task_id.into()),
+        (env_vars::SWARM_RUN_ID.into(), task.run_id.into()),
+        (env_vars::SWARM_WORKTREE.into(), task.worktree.into()),
+        (env_vars::SWARM_TASK_FILE.into(), task_file.clone().into()),
+        (
+            env_vars::SWARM_RESULT_FILE.into(),
+            result_file.clone().into(),
+        ),
+    ];
+    let outcome = process::run(ProcessRequest {
+        command: task.command,
+        cwd: task.worktree,
+        env,
+        log: &log_path(task.task_dir),
+        timeout: task.timeout,
+        cancel: task.cancel,
+    })
+    .await?;
+
+    let reported: Option<ResultFile> = std::fs::read(&result_file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let summary = reported.as_ref().and_then(|r| r.summary.clone());
+    let verdict = match outcome.exit {
+        Exit::TimedOut => Verdict::Timeout(format!(
+            "timed out after {}s (--timeout)",
+            task.timeout.as_secs()
+        )),
+        Exit::Cancelled => Verdict::Interrupted,
+        Exit::Signal(sig) => Verdict::Failed(format!("the worker was killed by signal {sig}")),
+        Exit::Code(0) => match reported.as_ref().map(|r| r.status.as_str()) {
+            Some("failed") => Verdict::Failed(format!(
+                "the worker reported failure: {}",
+                summary.as_deref().unwrap_or("(no summary)")
+            )),
+            Some("no_change") => Verdict::NoChange,
+            _ => Verdict::Done,
+        },
+        Exit::Code(code) => Verdict::Failed(format!("the worker exited with status {code}")),
+    };
+    Ok(ExecOutcome {
+        verdict,
+        summary,
+        output_tail: outcome.output_tail,
+    })
+}
+
+fn task_markdown(task: &ExecTask<'_>) -> String {
+    let mut md = format!(
+        "# swarm task {}\n\n## Instruction\n\n{}\n\n## Files\n\n",
+        task.task_id,
+        task.instruction.trim()
+    );
+    for f in task.files {
+        md.push_str(&format!("- {}\n", f.display()));
+    }
+    md.push_str(
+        "\nEdit only these files, in the current directory (a git worktree). \
+         swarm commits and merges your changes; you do not need to commit.\n",
+    );
+    if let Some(context) = task.context {
+        md.push_str(&format!("\n## Context\n\n{}\n", context.trim()));
+    }
+    md
+}
