@@ -76,11 +76,12 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         .first()
         .map(|f| f.as_bytes().to_vec())
         .unwrap_or_default();
-    let mut all = Vec::new();
-    for f in task.files {
-        all.extend_from_slice(f.as_bytes());
-        all.push(b'\n');
-    }
+    let all = task
+        .files
+        .iter()
+        .map(|f| f.as_bytes())
+        .collect::<Vec<_>>()
+        .join(&b'\n');
     let env: Vec<(OsString, OsString)> = vec![
         (env_vars::SWARM_FILE.into(), OsString::from_vec(first)),
         (env_vars::SWARM_FILES.into(), OsString::from_vec(all)),

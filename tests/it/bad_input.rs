@@ -1,0 +1,221 @@
+//! Bad input: a message naming the fix, exit 2, and nothing changed.
+
+use std::path::Path;
+
+use crate::common::{Run, SED_FOO_BAR, TestRepo};
+
+/// A snapshot of everything swarm could have changed.
+fn snapshot(repo: &TestRepo) -> (String, String, bool) {
+    let refs = repo.git(&["for-each-ref", "--format=%(refname) %(objectname)"]);
+    let status = repo.git(&["status", "--porcelain", "--untracked-files=all"]);
+    (refs, status, repo.swarm_dir().exists())
+}
+
+fn assert_refused(run: &Run, message: &str, hint: &str) {
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .lines()
+            .any(|l| l.starts_with("error: ") && l.contains(message)),
+        "wanted 'error: {message}' in:\n{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("hint: ") && run.stderr.contains(hint),
+        "wanted a hint with '{hint}' in:\n{}",
+        run.stderr
+    );
+}
+
+fn refuses(repo: &TestRepo, args: &[&str], message: &str, hint: &str) {
+    let before = snapshot(repo);
+    let run = repo.swarm(args);
+    assert_refused(&run, message, hint);
+    assert_eq!(snapshot(repo), before, "something changed");
+    assert!(!repo.swarm_dir().exists());
+}
+
+fn repo() -> TestRepo {
+    TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")])
+}
+
+#[test]
+fn not_a_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"));
+    crate::common::hermetic(&mut cmd, &home);
+    cmd.env(
+        "GIT_CEILING_DIRECTORIES",
+        dir.path().parent().unwrap_or(Path::new("/")),
+    );
+    let run = Run::from(
+        cmd.current_dir(dir.path())
+            .args(["refactor", "x", "--exec", "true"])
+            .output()
+            .unwrap(),
+    );
+    assert_refused(&run, "not a git repository", "git init");
+}
+
+#[test]
+fn bare_repository() {
+    let repo = repo();
+    let bare = repo.home.join("bare.git");
+    repo.git(&["clone", "-q", "--bare", ".", bare.to_str().unwrap()]);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"));
+    crate::common::hermetic(&mut cmd, &repo.home);
+    let run = Run::from(
+        cmd.current_dir(&bare)
+            .args(["refactor", "x", "--exec", "true"])
+            .output()
+            .unwrap(),
+    );
+    assert_refused(&run, "is a bare repository", "git worktree add");
+    assert!(!bare.join("swarm").exists());
+}
+
+#[test]
+fn unborn_head() {
+    let repo = TestRepo::empty();
+    repo.write("a.txt", "foo\n");
+    let run = repo.swarm(&["refactor", "x", "--exec", "true"]);
+    assert_refused(&run, "the repository has no commits yet", "commit");
+    assert!(!repo.swarm_dir().exists());
+}
+
+#[test]
+fn detached_head_without_into() {
+    let repo = repo();
+    repo.git(&["checkout", "-q", "--detach"]);
+    refuses(
+        &repo,
+        &["refactor", "x", "--exec", "true"],
+        "HEAD is detached",
+        "--into",
+    );
+}
+
+#[test]
+fn uncommitted_changes_to_task_files() {
+    let repo = repo();
+    repo.write("a.txt", "my precious local edit\n");
+    refuses(
+        &repo,
+        &["refactor", "x", "--exec", SED_FOO_BAR],
+        "the working tree has uncommitted changes in a.txt",
+        "--into <new-branch>",
+    );
+    assert_eq!(repo.read("a.txt"), "my precious local edit\n");
+    // Staged changes count too.
+    repo.git(&["add", "a.txt"]);
+    refuses(
+        &repo,
+        &["refactor", "x", "--exec", SED_FOO_BAR],
+        "the working tree has uncommitted changes in a.txt",
+        "stash",
+    );
+}
+
+#[test]
+fn unknown_base() {
+    refuses(
+        &repo(),
+        &["refactor", "x", "--base", "no-such-rev", "--exec", "true"],
+        "unknown revision 'no-such-rev' for --base",
+        "git log",
+    );
+}
+
+#[test]
+fn invalid_regex() {
+    refuses(
+        &repo(),
+        &["refactor", "x", "--grep", "foo(", "--exec", "true"],
+        "invalid --grep regular expression",
+        "escape",
+    );
+}
+
+#[test]
+fn invalid_pathspec() {
+    refuses(
+        &repo(),
+        &["refactor", "x", "src/[a", "--exec", "true"],
+        "invalid pathspec 'src/[a'",
+        "quote",
+    );
+}
+
+#[test]
+fn zero_jobs() {
+    refuses(
+        &repo(),
+        &["refactor", "x", "-j", "0", "--exec", "true"],
+        "--jobs must be at least 1",
+        "-j 1",
+    );
+}
+
+#[test]
+fn into_a_branch_checked_out_in_another_worktree() {
+    let repo = repo();
+    repo.git(&["branch", "other"]);
+    let wt = repo.home.join("other-wt");
+    repo.git(&["worktree", "add", "-q", wt.to_str().unwrap(), "other"]);
+    refuses(
+        &repo,
+        &["refactor", "x", "--into", "other", "--exec", "true"],
+        "branch 'other' is checked out in another worktree",
+        "run swarm in that worktree",
+    );
+}
+
+#[test]
+fn no_worker_command() {
+    refuses(&repo(), &["refactor", "x"], "no worker command", "--exec");
+}
+
+#[test]
+fn invalid_settings_file() {
+    let repo = repo();
+    repo.write("swarm.toml", "[run]\njbos = 3\n");
+    repo.commit_all("settings");
+    refuses(
+        &repo,
+        &["refactor", "x", "--exec", "true"],
+        "invalid settings in",
+        "[run]",
+    );
+}
+
+#[test]
+fn bad_flag_values_are_usage_errors() {
+    let repo = repo();
+    let run = repo.swarm(&["refactor", "x", "--on-conflict", "maybe", "--exec", "true"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("retry, skip, fail"), "{}", run.stderr);
+}
+
+#[test]
+fn no_files_matched_is_not_an_error() {
+    let repo = repo();
+    let before = snapshot(&repo);
+    let run = repo.swarm(&["refactor", "x", "*.rs", "--exec", "true"]);
+    run.assert_code(0);
+    assert!(
+        run.stderr.contains("no files matched *.rs"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(snapshot(&repo), before);
+    assert!(!repo.swarm_dir().exists());
+    let run = repo.swarm(&["refactor", "x", "--grep", "nowhere", "--exec", "true"]);
+    run.assert_code(0);
+    assert!(
+        run.stderr.contains("with --grep 'nowhere'"),
+        "{}",
+        run.stderr
+    );
+}

@@ -1,0 +1,206 @@
+//! status, diff, clean, and the state a run leaves for them.
+
+use crate::common::{SED_FOO_BAR, TestRepo};
+
+fn run_with_one_failure(repo: &TestRepo) -> crate::common::Run {
+    let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; [ "$SWARM_FILE" != b.txt ]"#;
+    let run = repo.swarm(&["refactor", "x", "*.txt", "--exec", exec]);
+    run.assert_code(1);
+    run
+}
+
+#[test]
+fn status_lists_runs_and_shows_tasks() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let run = run_with_one_failure(&repo);
+    let id = run.run_id();
+    let list = repo.swarm(&["status"]);
+    list.assert_code(0);
+    assert!(list.stdout.contains(&id), "{}", list.stdout);
+    assert!(list.stdout.contains("finished"), "{}", list.stdout);
+    let one = repo.swarm(&["status", &id[..12]]);
+    one.assert_code(0);
+    assert!(one.stdout.contains("merged"), "{}", one.stdout);
+    assert!(one.stdout.contains("failed"), "{}", one.stdout);
+    assert!(
+        one.stdout.contains("exited with status 1"),
+        "{}",
+        one.stdout
+    );
+    let json = repo.swarm(&["status", &id, "--json"]);
+    json.assert_code(0);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["run_id"], id.as_str());
+    let missing = repo.swarm(&["status", "nope"]);
+    missing.assert_code(2);
+    assert!(
+        missing.stderr.contains("swarm status"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[test]
+fn report_json_on_stdout_matches_the_schema() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let run = repo.swarm(&["refactor", "x", "--json", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    for key in [
+        "schema_version",
+        "run_id",
+        "base",
+        "into",
+        "result",
+        "tasks",
+        "totals",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    let t = &v["tasks"][0];
+    for key in [
+        "id",
+        "files",
+        "status",
+        "branch",
+        "commit",
+        "attempts",
+        "duration_ms",
+        "tokens",
+        "changed_files",
+        "summary",
+        "error",
+        "output_tail",
+    ] {
+        assert!(t.get(key).is_some(), "missing tasks[].{key}");
+    }
+    assert_eq!(t["changed_files"][0], "a.txt");
+    assert_eq!(v["totals"]["merged"], 1);
+    let events = std::fs::read_to_string(
+        repo.swarm_dir()
+            .join("runs")
+            .join(run.run_id())
+            .join("events.jsonl"),
+    )
+    .unwrap();
+    let kinds: Vec<String> = events
+        .lines()
+        .map(|l| {
+            let e: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert!(e["ts"].is_number());
+            e["kind"].as_str().unwrap().to_string()
+        })
+        .collect();
+    for kind in [
+        "run_started",
+        "task_started",
+        "task_finished",
+        "merged",
+        "cleanup",
+        "run_finished",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "no {kind} event in {kinds:?}"
+        );
+    }
+}
+
+#[test]
+fn diff_shows_a_task_and_a_run() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let run = run_with_one_failure(&repo);
+    let id = run.run_id();
+    let whole = repo.swarm(&["diff", &id]);
+    whole.assert_code(0);
+    assert!(
+        whole.stdout.contains("--- a/a.txt\n+++ b/a.txt\n"),
+        "{}",
+        whole.stdout
+    );
+    assert!(whole.stdout.contains("-foo\n+bar\n"), "{}", whole.stdout);
+    assert!(
+        !whole.stdout.contains("b.txt"),
+        "the failed task was not merged"
+    );
+    assert!(
+        !whole.stdout.contains("\x1b["),
+        "no colour when not a terminal"
+    );
+    // The failed task's own diff, from its kept branch.
+    let report = repo.report(&run);
+    let b = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["files"][0] == "b.txt")
+        .unwrap();
+    let task = repo.swarm(&["diff", &id, b["id"].as_str().unwrap()]);
+    task.assert_code(0);
+    assert!(
+        task.stdout
+            .contains("+++ b/b.txt\n@@ -1 +1 @@\n-foo\n+bar\n"),
+        "{}",
+        task.stdout
+    );
+}
+
+#[test]
+fn clean_removes_kept_branches_and_state() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let run = run_with_one_failure(&repo);
+    assert_eq!(repo.swarm_branches().len(), 1);
+    let cleaned = repo.swarm(&["clean", &run.run_id()]);
+    cleaned.assert_code(0);
+    assert!(repo.swarm_branches().is_empty());
+    assert!(!repo.swarm_dir().join("runs").join(run.run_id()).exists());
+    assert_eq!(
+        repo.read("a.txt"),
+        "bar\n",
+        "clean never touches the result"
+    );
+    repo.swarm(&["clean"]).assert_code(2);
+    repo.swarm(&["clean", "--all"]).assert_code(0);
+}
+
+#[test]
+fn clean_all_recovers_leftovers_of_a_killed_run() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let mut child = repo
+        .swarm_cmd()
+        .args([
+            "refactor",
+            "x",
+            "-j",
+            "2",
+            "--exec",
+            r#"echo $$ >> "$HOME/pids"; exec sleep 30"#,
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for both worktrees to exist, then kill swarm without any chance to clean up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while repo.worktrees().len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "worktrees never appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(repo.worktrees().len(), 3);
+    repo.swarm(&["clean", "--all"]).assert_code(0);
+    repo.assert_clean_after_run();
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+    // The orphaned workers are in their own process groups; end them.
+    for pid in std::fs::read_to_string(repo.home.join("pids"))
+        .unwrap()
+        .lines()
+    {
+        let pid: i32 = pid.trim().parse().unwrap();
+        // SAFETY: signalling a process this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}

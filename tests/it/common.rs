@@ -1,0 +1,257 @@
+//! The test environment: a temporary repository, a temporary HOME, no global git config, a
+//! fixed author, and no SWARM_*/OPENAI_* variables leaking in from the caller.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+pub struct TestRepo {
+    _dir: TempDir,
+    pub home: PathBuf,
+    pub path: PathBuf,
+}
+
+pub fn hermetic(cmd: &mut Command, home: &Path) {
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("SWARM_")
+            || key.starts_with("OPENAI_")
+            || key.starts_with("GIT_")
+            || key == "CI"
+            || key == "GITHUB_ACTIONS"
+            || key == "RUST_LOG"
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Test Author")
+        .env("GIT_AUTHOR_EMAIL", "author@example.com")
+        .env("GIT_COMMITTER_NAME", "Test Author")
+        .env("GIT_COMMITTER_EMAIL", "author@example.com")
+        .env("SWARM_KILL_GRACE_MS", "300");
+}
+
+impl TestRepo {
+    /// An empty repository on branch `main` (no commit yet).
+    pub fn empty() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().join("home");
+        let path = dir.path().join("repo");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&path).unwrap();
+        let repo = Self {
+            _dir: dir,
+            home,
+            path,
+        };
+        repo.git(&["init", "-q", "-b", "main"]);
+        repo
+    }
+
+    /// A repository whose first commit holds `files`.
+    pub fn with_files(files: &[(&str, &str)]) -> Self {
+        let repo = Self::empty();
+        for (path, content) in files {
+            repo.write(path, content);
+        }
+        repo.commit_all("initial");
+        repo
+    }
+
+    pub fn write(&self, rel: &str, content: &str) {
+        let p = self.path.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path.join(rel)).unwrap()
+    }
+
+    pub fn commit_all(&self, message: &str) -> String {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "-m", message]);
+        self.git(&["rev-parse", "HEAD"])
+    }
+
+    pub fn git_cmd(&self) -> Command {
+        let mut cmd = Command::new("git");
+        hermetic(&mut cmd, &self.home);
+        cmd.current_dir(&self.path);
+        cmd
+    }
+
+    /// Runs git, asserts success, returns trimmed stdout.
+    pub fn git(&self, args: &[&str]) -> String {
+        let out = self.git_cmd().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    pub fn lines(&self, args: &[&str]) -> Vec<String> {
+        self.git(args)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn swarm_cmd(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_swarm"));
+        hermetic(&mut cmd, &self.home);
+        cmd.current_dir(&self.path);
+        cmd
+    }
+
+    pub fn swarm(&self, args: &[&str]) -> Run {
+        Run::from(self.swarm_cmd().args(args).output().unwrap())
+    }
+
+    /// Branches under swarm/.
+    pub fn swarm_branches(&self) -> Vec<String> {
+        self.lines(&["branch", "--list", "swarm/*", "--format=%(refname:short)"])
+    }
+
+    pub fn worktrees(&self) -> Vec<String> {
+        self.lines(&["worktree", "list", "--porcelain"])
+            .into_iter()
+            .filter(|l| l.starts_with("worktree "))
+            .collect()
+    }
+
+    pub fn swarm_dir(&self) -> PathBuf {
+        self.path.join(".git").join("swarm")
+    }
+
+    pub fn report(&self, run: &Run) -> Value {
+        let id = run.run_id();
+        let text =
+            std::fs::read_to_string(self.swarm_dir().join("runs").join(&id).join("report.json"))
+                .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Nothing of swarm is left: no worktree but the checkout, no swarm/ branch.
+    pub fn assert_clean_after_run(&self) {
+        assert_eq!(
+            self.worktrees().len(),
+            1,
+            "worktrees left: {:?}",
+            self.worktrees()
+        );
+        assert!(
+            self.swarm_branches().is_empty(),
+            "{:?}",
+            self.swarm_branches()
+        );
+        let wt_dir = self.swarm_dir().join("worktrees");
+        if wt_dir.exists() {
+            assert_eq!(std::fs::read_dir(&wt_dir).unwrap().count(), 0);
+        }
+    }
+
+    /// Tree id the git CLI gets by running `edit` (a shell command, with SWARM_FILE set) on
+    /// each of `files` in a fresh clone at `base`.
+    pub fn oracle_tree(&self, base: &str, files: &[&str], edit: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let clone = dir.path().join("oracle");
+        let out = self
+            .git_cmd()
+            .args(["clone", "-q", "--no-checkout"])
+            .arg(&self.path)
+            .arg(&clone)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let git = |args: &[&str]| {
+            let mut cmd = Command::new("git");
+            hermetic(&mut cmd, &self.home);
+            let out = cmd.current_dir(&clone).args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        git(&["checkout", "-q", "--detach", base]);
+        for file in files {
+            let status = Command::new("sh")
+                .arg("-c")
+                .arg(edit)
+                .current_dir(&clone)
+                .env("SWARM_FILE", file)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        git(&["add", "-A"]);
+        git(&["write-tree"])
+    }
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Self {
+        Self {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code, code,
+            "exit code {} (wanted {code})\nstdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// The run id announced on stderr ("swarm: run <ID>: ...").
+    pub fn run_id(&self) -> String {
+        self.stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("swarm: run "))
+            .and_then(|rest| rest.split([':', ' ']).next())
+            .unwrap_or_else(|| panic!("no run id in:\n{}", self.stderr))
+            .to_string()
+    }
+}
+
+pub const SED_FOO_BAR: &str = r#"sed -i 's/\bfoo\b/bar/g' "$SWARM_FILE""#;
+
+/// Status of each task in a report, by its first file.
+pub fn statuses(report: &Value) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["files"][0].as_str().unwrap_or("?").to_string(),
+                t["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}

@@ -1,0 +1,11 @@
+//! Integration tests: the real `swarm` binary on temporary git repositories, with the git CLI
+//! as the independent oracle.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bad_input;
+mod commands;
+mod common;
+mod merging;
+mod planning;
+mod refactor;
+mod workers;

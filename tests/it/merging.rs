@@ -1,0 +1,211 @@
+//! The merge train: conflicts and their policies, scope, the three-way path, and a target
+//! that cannot be moved safely.
+
+use crate::common::{TestRepo, statuses};
+
+/// Every task appends a line naming its file to one shared CHANGES file.
+const APPEND_TO_SHARED: &str =
+    r#"sed -i s/foo/bar/ "$SWARM_FILE" && echo "changed $SWARM_FILE" >> CHANGES"#;
+
+fn shared_file_repo() -> TestRepo {
+    TestRepo::with_files(&[
+        ("CHANGES", "# changes\n"),
+        ("a.txt", "foo\n"),
+        ("b.txt", "foo\n"),
+        ("c.txt", "foo\n"),
+        ("d.txt", "foo\n"),
+    ])
+}
+
+#[test]
+fn retry_resolves_tasks_that_all_append_to_one_file() {
+    let repo = shared_file_repo();
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "*.txt",
+        "-j",
+        "4",
+        "--scope",
+        "any",
+        "--exec",
+        APPEND_TO_SHARED,
+    ]);
+    run.assert_code(0);
+    let changes = repo.read("CHANGES");
+    for f in ["a.txt", "b.txt", "c.txt", "d.txt"] {
+        assert_eq!(
+            changes.matches(&format!("changed {f}\n")).count(),
+            1,
+            "{changes}"
+        );
+        assert_eq!(repo.read(f), "bar\n");
+    }
+    let report = repo.report(&run);
+    assert!(statuses(&report).iter().all(|(_, s)| s == "merged"));
+    let retried = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["attempts"] == 2)
+        .count();
+    assert!(
+        retried >= 1,
+        "at -j 4 the appends conflict, so some task was retried"
+    );
+    repo.assert_clean_after_run();
+}
+
+#[test]
+fn on_conflict_skip_keeps_the_branch_unmerged() {
+    let repo = shared_file_repo();
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "*.txt",
+        "-j",
+        "1",
+        "--scope",
+        "any",
+        "--on-conflict",
+        "skip",
+        "--exec",
+        APPEND_TO_SHARED,
+    ]);
+    // At -j 1 each task starts from the base, so every task after the first conflicts.
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let s = statuses(&report);
+    assert_eq!(s.iter().filter(|(_, s)| s == "merged").count(), 1, "{s:?}");
+    assert_eq!(
+        s.iter().filter(|(_, s)| s == "conflict").count(),
+        3,
+        "{s:?}"
+    );
+    assert_eq!(
+        repo.swarm_branches().len(),
+        3,
+        "conflicted branches are kept"
+    );
+    assert_eq!(repo.worktrees().len(), 1);
+    assert_eq!(repo.read("CHANGES").lines().count(), 2);
+    assert!(run.stderr.contains("conflict"), "{}", run.stderr);
+}
+
+#[test]
+fn on_conflict_fail_stops_merging() {
+    let repo = shared_file_repo();
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "*.txt",
+        "-j",
+        "1",
+        "--scope",
+        "any",
+        "--on-conflict",
+        "fail",
+        "--exec",
+        APPEND_TO_SHARED,
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let s = statuses(&report);
+    assert_eq!(s.iter().filter(|(_, s)| s == "merged").count(), 1, "{s:?}");
+    assert_eq!(
+        s.iter().filter(|(_, s)| s == "conflict").count(),
+        1,
+        "{s:?}"
+    );
+    assert_eq!(s.iter().filter(|(_, s)| s == "skipped").count(), 2, "{s:?}");
+    // What merged before the conflict is on the target.
+    assert_eq!(repo.read("CHANGES").lines().count(), 2);
+}
+
+#[test]
+fn out_of_scope_changes_never_merge() {
+    let repo = TestRepo::with_files(&[
+        ("a.txt", "foo\n"),
+        ("b.txt", "foo\n"),
+        ("README", "readme\n"),
+    ]);
+    let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; if [ "$SWARM_FILE" = b.txt ]; then echo hacked >> README; touch new-file; fi"#;
+    let run = repo.swarm(&["refactor", "x", "*.txt", "--exec", exec]);
+    run.assert_code(1);
+    assert_eq!(repo.read("a.txt"), "bar\n");
+    assert_eq!(
+        repo.read("b.txt"),
+        "foo\n",
+        "nothing of the failed task merges"
+    );
+    assert_eq!(repo.read("README"), "readme\n");
+    assert!(!repo.path.join("new-file").exists());
+    let report = repo.report(&run);
+    let b = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["files"][0] == "b.txt")
+        .unwrap();
+    assert_eq!(b["status"], "failed");
+    let error = b["error"].as_str().unwrap();
+    assert!(
+        error.contains("README") && error.contains("new-file"),
+        "{error}"
+    );
+    assert!(error.contains("--scope any"), "{error}");
+    // The failed task's branch is kept with its work, for inspection.
+    let branch = b["branch"].as_str().unwrap();
+    assert_eq!(
+        repo.git(&["show", &format!("{branch}:README")]),
+        "readme\nhacked"
+    );
+}
+
+#[test]
+fn overlapping_edits_merge_three_way() {
+    // Two tasks edit different lines of one shared file (scope any): the second merge needs a
+    // real three-way merge, and must equal git's.
+    let repo = TestRepo::with_files(&[
+        ("a.txt", "foo\n"),
+        ("b.txt", "foo\n"),
+        ("shared", "line a\n\n\n\n\n\n\n\nline b\n"),
+    ]);
+    let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; l=${SWARM_FILE%.txt}; sed -i "s/^line $l\$/LINE $l/" shared"#;
+    let run = repo.swarm(&[
+        "refactor", "x", "*.txt", "-j", "2", "--scope", "any", "--exec", exec,
+    ]);
+    run.assert_code(0);
+    assert_eq!(repo.read("shared"), "LINE a\n\n\n\n\n\n\n\nLINE b\n");
+    let events = std::fs::read_to_string(
+        repo.swarm_dir()
+            .join("runs")
+            .join(run.run_id())
+            .join("events.jsonl"),
+    )
+    .unwrap();
+    assert!(events.contains("\"fast_path\":false"), "{events}");
+    assert!(events.contains("\"fast_path\":true"), "{events}");
+}
+
+#[test]
+fn target_that_cannot_be_updated_safely_keeps_the_result_on_a_branch() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    // The task creates a file that exists untracked in the user's checkout.
+    repo.write("generated.txt", "the user's own\n");
+    let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; echo swarm > generated.txt"#;
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--scope", "any", "--exec", exec]);
+    run.assert_code(1);
+    assert_eq!(repo.git(&["rev-parse", "HEAD"]), head, "main did not move");
+    assert_eq!(repo.read("generated.txt"), "the user's own\n");
+    assert_eq!(repo.read("a.txt"), "foo\n");
+    let report = repo.report(&run);
+    let branch = format!("swarm/{}/result", run.run_id());
+    assert_eq!(report["result_branch"], branch.as_str());
+    assert_eq!(report["into_updated"], false);
+    assert_eq!(repo.git(&["show", &format!("{branch}:a.txt")]), "bar");
+    assert!(run.stderr.contains(&branch), "{}", run.stderr);
+    assert!(run.stderr.contains("git merge"), "{}", run.stderr);
+    assert_eq!(repo.worktrees().len(), 1);
+}

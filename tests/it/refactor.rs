@@ -1,0 +1,239 @@
+//! The main job end to end: the merged tree equals the git CLI's result of applying the edit
+//! to every file, one --no-ff merge per changed task, nothing left behind.
+
+use crate::common::{SED_FOO_BAR, TestRepo, statuses};
+
+fn python_repo(n: usize) -> TestRepo {
+    let mut files = Vec::new();
+    for i in 0..n {
+        let body = if i % 3 == 0 {
+            format!("def helper_{i}():\n    return {i}\n")
+        } else {
+            format!("from lib import foo\n\ndef f_{i}():\n    return foo({i}) + foo_bar\n")
+        };
+        files.push((format!("src/pkg{}/mod_{i}.py", i % 4), body));
+    }
+    files.push(("README.md".into(), "uses foo everywhere\n".into()));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    TestRepo::with_files(&refs)
+}
+
+#[test]
+fn merged_tree_equals_the_edit_applied_to_every_file() {
+    let repo = python_repo(24);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let run = repo.swarm(&[
+        "refactor",
+        "rename foo to bar",
+        "src/**/*.py",
+        "--grep",
+        r"\bfoo\b",
+        "-j",
+        "4",
+        "--exec",
+        SED_FOO_BAR,
+    ]);
+    run.assert_code(0);
+
+    let matching: Vec<String> = repo.lines(&["grep", "-lwE", "foo", base.as_str(), "--", "src"]);
+    let matching: Vec<&str> = matching
+        .iter()
+        .map(|l| l.split_once(':').unwrap().1)
+        .collect();
+    assert_eq!(matching.len(), 16);
+    let oracle = repo.oracle_tree(&base, &matching, SED_FOO_BAR);
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    // The checkout was updated too, and is clean.
+    assert!(
+        repo.read("src/pkg1/mod_1.py")
+            .contains("return bar(1) + foo_bar")
+    );
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+    assert_eq!(repo.read("README.md"), "uses foo everywhere\n");
+
+    // One two-parent merge per changed task, each bringing in only its task's file.
+    let merges = repo.lines(&["rev-list", "--merges", &format!("{base}..main")]);
+    assert_eq!(merges.len(), 16);
+    assert_eq!(
+        repo.lines(&["rev-list", "--no-merges", &format!("{base}..main")])
+            .len(),
+        16
+    );
+    let first_parents = repo.lines(&["rev-list", "--first-parent", &format!("{base}..main")]);
+    assert_eq!(
+        first_parents, merges,
+        "main's first-parent chain is the merges"
+    );
+    for m in &merges {
+        let parents = repo.git(&["show", "-s", "--format=%P", m]);
+        assert_eq!(parents.split(' ').count(), 2);
+        let changed = repo.lines(&["diff", "--name-only", &format!("{m}^1"), m]);
+        assert_eq!(changed.len(), 1, "{m} changed {changed:?}");
+        let subject = repo.git(&["show", "-s", "--format=%s", m]);
+        assert!(
+            subject.contains(&changed[0]),
+            "{subject} names {}",
+            changed[0]
+        );
+    }
+    repo.assert_clean_after_run();
+
+    let report = repo.report(&run);
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["base"], base.as_str());
+    assert_eq!(report["into"], "main");
+    assert_eq!(report["result"], repo.git(&["rev-parse", "main"]).as_str());
+    assert_eq!(report["totals"]["tasks"], 16);
+    assert_eq!(report["totals"]["merged"], 16);
+    assert!(statuses(&report).iter().all(|(_, s)| s == "merged"));
+}
+
+#[test]
+fn tasks_without_changes_get_no_merge() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "nothing\n")]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let run = repo.swarm(&["refactor", "x", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    assert_eq!(
+        repo.lines(&["rev-list", "--merges", &format!("{base}..main")])
+            .len(),
+        1
+    );
+    let report = repo.report(&run);
+    assert_eq!(
+        statuses(&report),
+        vec![
+            ("a.txt".into(), "merged".into()),
+            ("b.txt".into(), "no_change".into())
+        ]
+    );
+    repo.assert_clean_after_run();
+}
+
+#[test]
+fn nothing_to_change_leaves_the_branch_alone() {
+    let repo = TestRepo::with_files(&[("a.txt", "x\n")]);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    repo.swarm(&["refactor", "x", "--exec", "true"])
+        .assert_code(0);
+    assert_eq!(repo.git(&["rev-parse", "HEAD"]), head);
+    repo.assert_clean_after_run();
+}
+
+#[test]
+fn into_a_new_branch_leaves_the_current_one_and_local_changes_alone() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    // A dirty tree is fine when the result goes elsewhere.
+    repo.write("a.txt", "local edit\n");
+    let run = repo.swarm(&["refactor", "x", "--into", "feature", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    assert_eq!(repo.git(&["rev-parse", "main"]), head);
+    assert_eq!(repo.read("a.txt"), "local edit\n");
+    assert_eq!(repo.git(&["show", "feature:a.txt"]), "bar");
+    assert_eq!(repo.git(&["show", "feature:b.txt"]), "bar");
+    assert_eq!(
+        repo.lines(&["rev-list", "--merges", "main..feature"]).len(),
+        2
+    );
+    repo.assert_clean_after_run();
+}
+
+#[test]
+fn checked_out_target_keeps_unrelated_local_changes() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("notes.txt", "mine\n")]);
+    repo.write("notes.txt", "mine, edited\n");
+    repo.write("untracked.txt", "scratch\n");
+    repo.swarm(&["refactor", "x", "a.txt", "--exec", SED_FOO_BAR])
+        .assert_code(0);
+    assert_eq!(repo.read("a.txt"), "bar\n");
+    assert_eq!(repo.read("notes.txt"), "mine, edited\n");
+    assert_eq!(repo.read("untracked.txt"), "scratch\n");
+    assert_eq!(
+        repo.git(&["status", "--porcelain"]),
+        "M notes.txt\n?? untracked.txt".trim_start()
+    );
+}
+
+#[test]
+fn base_older_than_the_target() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    repo.write("c.txt", "later\n");
+    let later = repo.commit_all("later");
+    repo.swarm(&["refactor", "x", "--base", &base, "--exec", SED_FOO_BAR])
+        .assert_code(0);
+    // The first merge's first parent is the target's tip, not the base.
+    let merges = repo.lines(&[
+        "rev-list",
+        "--merges",
+        "--reverse",
+        &format!("{later}..main"),
+    ]);
+    assert_eq!(repo.git(&["rev-parse", &format!("{}^1", merges[0])]), later);
+    assert_eq!(repo.read("a.txt"), "bar\n");
+    assert_eq!(repo.read("c.txt"), "later\n");
+}
+
+#[test]
+fn keep_leaves_worktrees_and_branches_until_clean() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let run = repo.swarm(&["refactor", "x", "-j", "2", "--keep", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    assert_eq!(repo.worktrees().len(), 3);
+    assert_eq!(repo.swarm_branches().len(), 2);
+    repo.swarm(&["clean", &run.run_id()]).assert_code(0);
+    repo.assert_clean_after_run();
+    assert_eq!(repo.read("a.txt"), "bar\n");
+}
+
+#[test]
+fn worktrees_are_pooled_and_reset_between_tasks() {
+    let mut files: Vec<(String, String)> = (0..12)
+        .map(|i| (format!("f{i:02}.txt"), "foo\n".to_string()))
+        .collect();
+    files.push((".gitignore".into(), "build/\n".into()));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let repo = TestRepo::with_files(&refs);
+    // Each task records how many stray files of earlier tasks and how many ignored build
+    // files it finds, then leaves one of each (the stray file is committed: --scope any).
+    let exec = r#"{ ls stray-* 2>/dev/null | wc -l; ls build 2>/dev/null | wc -l; } > "$SWARM_FILE"; mkdir -p build; touch "build/$SWARM_TASK_ID" "stray-$SWARM_TASK_ID""#;
+    let run = repo.swarm(&[
+        "refactor", "x", "f*.txt", "-j", "3", "--scope", "any", "--exec", exec,
+    ]);
+    run.assert_code(0);
+    let events = std::fs::read_to_string(
+        repo.swarm_dir()
+            .join("runs")
+            .join(run.run_id())
+            .join("events.jsonl"),
+    )
+    .unwrap();
+    let created = events.matches("\"kind\":\"worktree_created\"").count();
+    assert!(
+        (1..=3).contains(&created),
+        "{created} worktrees for 12 tasks at -j 3"
+    );
+    // Ignored build output survived resets: some task saw build files of an earlier task.
+    let mut saw_build = false;
+    for i in 0..12 {
+        let seen = repo.read(&format!("f{i:02}.txt"));
+        let mut nums = seen.lines().map(|l| l.trim().parse::<usize>().unwrap());
+        assert_eq!(
+            nums.next(),
+            Some(0),
+            "untracked files of a previous task leaked"
+        );
+        saw_build |= nums.next().unwrap() > 0;
+    }
+    assert!(saw_build, "ignored build output did not survive a reset");
+    assert_eq!(repo.lines(&["ls-files", "stray-*"]).len(), 12);
+    assert!(repo.lines(&["ls-files", "build"]).is_empty());
+    repo.assert_clean_after_run();
+}

@@ -1,0 +1,304 @@
+//! Misbehaving workers: each is contained, reported, and never corrupts the result.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{Run, SED_FOO_BAR, TestRepo};
+
+fn two_files() -> TestRepo {
+    TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")])
+}
+
+/// Runs swarm with `exec` for b.txt and a plain sed for a.txt.
+fn run_with_b(repo: &TestRepo, b_exec: &str, extra: &[&str]) -> Run {
+    let exec = format!(
+        r#"if [ "$SWARM_FILE" = b.txt ]; then {b_exec}
+else {SED_FOO_BAR}; fi"#
+    );
+    let mut args = vec!["refactor", "x", "*.txt", "-j", "2", "--exec", exec.as_str()];
+    args.extend_from_slice(extra);
+    repo.swarm(&args)
+}
+
+fn task<'a>(report: &'a Value, file: &str) -> &'a Value {
+    report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["files"][0] == file)
+        .unwrap()
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+#[test]
+fn a_worker_ignoring_sigterm_is_killed_at_the_timeout() {
+    let repo = two_files();
+    let pidfile = repo.home.join("hang.pid");
+    let hang = format!(
+        r#"trap '' TERM; echo $$ > {}; sed -i s/foo/partial/ b.txt; while :; do sleep 0.1; done"#,
+        pidfile.display()
+    );
+    let started = Instant::now();
+    let run = run_with_b(&repo, &hang, &["--timeout", "2"]);
+    run.assert_code(1);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let report = repo.report(&run);
+    let b = task(&report, "b.txt");
+    assert_eq!(b["status"], "timeout");
+    assert!(b["error"].as_str().unwrap().contains("timed out after 2s"));
+    assert_eq!(task(&report, "a.txt")["status"], "merged");
+    assert_eq!(repo.read("b.txt"), "foo\n");
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!pid_alive(pid), "the hung worker {pid} survived");
+    assert_eq!(repo.worktrees().len(), 1);
+}
+
+#[test]
+fn a_worker_that_exits_1_after_editing_is_not_merged() {
+    let repo = two_files();
+    let run = run_with_b(
+        &repo,
+        "sed -i s/foo/half/ b.txt; echo 'boom: it broke' >&2; exit 1",
+        &[],
+    );
+    run.assert_code(1);
+    assert_eq!(repo.read("a.txt"), "bar\n");
+    assert_eq!(repo.read("b.txt"), "foo\n");
+    let report = repo.report(&run);
+    let b = task(&report, "b.txt");
+    assert_eq!(b["status"], "failed");
+    assert!(b["error"].as_str().unwrap().contains("status 1"));
+    assert!(
+        b["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("boom: it broke")
+    );
+    // Its work is kept on its branch for inspection.
+    let branch = b["branch"].as_str().unwrap();
+    assert_eq!(repo.swarm_branches(), vec![branch.to_string()]);
+    assert_eq!(repo.git(&["show", &format!("{branch}:b.txt")]), "half");
+    assert!(run.stderr.contains(branch), "{}", run.stderr);
+}
+
+#[test]
+fn a_worker_killed_by_a_signal_fails() {
+    let repo = two_files();
+    let run = run_with_b(&repo, "kill -9 $$", &[]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let b = task(&report, "b.txt");
+    assert_eq!(b["status"], "failed");
+    assert!(b["error"].as_str().unwrap().contains("signal 9"), "{b}");
+    assert_eq!(task(&report, "a.txt")["status"], "merged");
+}
+
+#[test]
+fn a_background_child_writing_after_exit_never_lands() {
+    let repo = two_files();
+    let marker = repo.home.join("late-write-happened");
+    let sneaky = format!(
+        r#"(sleep 1; echo late >> b.txt; touch {}) & sed -i s/foo/bar/ b.txt"#,
+        marker.display()
+    );
+    let run = run_with_b(&repo, &sneaky, &[]);
+    run.assert_code(0);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!marker.exists(), "the background child outlived its worker");
+    assert_eq!(repo.read("b.txt"), "bar\n");
+    assert_eq!(repo.git(&["show", "main:b.txt"]), "bar");
+}
+
+#[test]
+fn a_worker_printing_50_mb_does_not_grow_swarm() {
+    let repo = two_files();
+    let exec = format!(
+        r#"if [ "$SWARM_FILE" = b.txt ]; then head -c 50000000 /dev/zero | tr '\0' x; fi; {SED_FOO_BAR}"#
+    );
+    let mut child = repo
+        .swarm_cmd()
+        .args(["refactor", "x", "*.txt", "-j", "2", "--exec", &exec])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
+    // VmHWM is the peak memory of swarm's own address space (reset at exec, unlike the
+    // rusage of wait4, which inherits the test process's peak). It only grows, so the last
+    // reading before exit is the peak.
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kb = 0u64;
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(&status_file)
+            && let Some(line) = text.lines().find(|l| l.starts_with("VmHWM:"))
+        {
+            peak_kb = peak_kb.max(line.split_whitespace().nth(1).unwrap().parse().unwrap());
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stderr = reader.join().unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(peak_kb > 1000, "no memory reading");
+    let peak_mb = peak_kb / 1024;
+    assert!(
+        peak_mb < 40,
+        "swarm peaked at {peak_mb} MB while a worker printed 50 MB"
+    );
+    assert_eq!(repo.read("b.txt"), "bar\n");
+    let run_id = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("swarm: run "))
+        .and_then(|r| r.split(':').next())
+        .unwrap()
+        .to_string();
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            repo.swarm_dir()
+                .join("runs")
+                .join(&run_id)
+                .join("report.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let b = task(&report, "b.txt");
+    let log = repo
+        .swarm_dir()
+        .join("runs")
+        .join(&run_id)
+        .join("tasks")
+        .join(b["id"].as_str().unwrap())
+        .join("worker.log");
+    let size = std::fs::metadata(&log).unwrap().len();
+    assert!(size <= 8 * 1024 * 1024 + 200, "log is {size} bytes");
+    let tail = std::fs::read(&log).unwrap();
+    assert!(String::from_utf8_lossy(&tail[tail.len() - 120..]).contains("truncated"));
+}
+
+#[test]
+fn a_worker_reading_stdin_gets_eof() {
+    let repo = two_files();
+    let started = Instant::now();
+    let run = run_with_b(
+        &repo,
+        "cat > /dev/null; read line; sed -i s/foo/bar/ b.txt",
+        &[],
+    );
+    run.assert_code(0);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(repo.read("b.txt"), "bar\n");
+}
+
+#[test]
+fn a_deletion_is_merged() {
+    let repo = two_files();
+    let run = run_with_b(&repo, "rm b.txt", &[]);
+    run.assert_code(0);
+    assert!(!repo.path.join("b.txt").exists());
+    assert_eq!(repo.lines(&["ls-files"]), vec!["a.txt".to_string()]);
+    assert_eq!(repo.read("a.txt"), "bar\n");
+}
+
+#[test]
+fn a_mode_change_is_merged() {
+    let repo = two_files();
+    let run = run_with_b(&repo, "chmod +x b.txt", &[]);
+    run.assert_code(0);
+    assert!(
+        repo.git(&["ls-tree", "main", "b.txt"])
+            .starts_with("100755 ")
+    );
+    assert!(
+        repo.git(&["ls-tree", "main", "a.txt"])
+            .starts_with("100644 ")
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(repo.path.join("b.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_ne!(mode & 0o111, 0, "the checkout got the mode too");
+}
+
+#[test]
+fn a_worker_may_commit_by_itself() {
+    let repo = two_files();
+    let run = run_with_b(
+        &repo,
+        "sed -i s/foo/bar/ b.txt && git commit -qam 'worker commit' && echo more >> b.txt",
+        &[],
+    );
+    run.assert_code(0);
+    assert_eq!(repo.read("b.txt"), "bar\nmore\n");
+    let subjects = repo.lines(&["log", "--format=%s", "main"]);
+    assert!(
+        subjects.iter().any(|s| s == "worker commit"),
+        "{subjects:?}"
+    );
+    assert!(run.stderr.contains("commit(s) itself"), "{}", run.stderr);
+}
+
+#[test]
+fn a_worker_that_moves_head_fails() {
+    let repo = two_files();
+    let run = run_with_b(
+        &repo,
+        "git checkout -q -b elsewhere && sed -i s/foo/bar/ b.txt",
+        &[],
+    );
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let b = task(&report, "b.txt");
+    assert_eq!(b["status"], "failed");
+    assert!(b["error"].as_str().unwrap().contains("moved HEAD"), "{b}");
+    assert_eq!(repo.read("b.txt"), "foo\n");
+    assert_eq!(repo.read("a.txt"), "bar\n");
+}
+
+#[test]
+fn the_result_file_can_report_failure() {
+    let repo = two_files();
+    let run = run_with_b(
+        &repo,
+        r#"sed -i s/foo/bar/ b.txt; echo '{"status":"failed","summary":"could not decide"}' > "$SWARM_RESULT_FILE""#,
+        &[],
+    );
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let b = task(&report, "b.txt");
+    assert_eq!(b["status"], "failed");
+    assert_eq!(b["summary"], "could not decide");
+}
+
+#[test]
+fn workers_get_the_documented_environment() {
+    let repo = TestRepo::with_files(&[("dir/my file.txt", "x\n"), ("other.txt", "y\n")]);
+    let exec = r#"{ echo "file=$SWARM_FILE"; echo "files=$SWARM_FILES"; echo "instr=$SWARM_INSTRUCTION"; echo "task=$SWARM_TASK_ID"; echo "run=$SWARM_RUN_ID"; [ "$SWARM_WORKTREE" = "$(pwd -P)" ] && echo wt-ok; grep -q 'dir/my file.txt' "$SWARM_TASK_FILE" && echo taskfile-ok; [ -n "$SWARM_RESULT_FILE" ] && echo result-ok; git config gc.auto; git config maintenance.auto; } > "$SWARM_FILE""#;
+    let run = repo.swarm(&["refactor", "do the thing", "dir", "--exec", exec]);
+    run.assert_code(0);
+    let out = repo.read("dir/my file.txt");
+    let report = repo.report(&run);
+    let id = report["tasks"][0]["id"].as_str().unwrap();
+    let expected = format!(
+        "file=dir/my file.txt\nfiles=dir/my file.txt\ninstr=do the thing\ntask={id}\nrun={}\nwt-ok\ntaskfile-ok\nresult-ok\n0\nfalse\n",
+        run.run_id()
+    );
+    assert_eq!(out, expected);
+}
