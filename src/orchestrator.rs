@@ -169,6 +169,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
         report,
         tip: req.into_start,
         stopped: None,
+        last_save: Instant::now(),
     };
     let driven = sched.drive(&req.info, req.into_start).await;
     if let Err(e) = &driven {
@@ -213,6 +214,7 @@ struct Scheduler {
     tip: Oid,
     /// Why no more tasks run or merge (`--on-conflict fail`).
     stopped: Option<String>,
+    last_save: Instant,
 }
 
 impl Scheduler {
@@ -399,7 +401,13 @@ impl Scheduler {
         retry
     }
 
+    /// Saves report.json, at most once a second while tasks run (rewriting it on every state
+    /// change is quadratic in the number of tasks); [`run`] always saves the final report.
     fn save(&mut self) {
+        if self.last_save.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last_save = Instant::now();
         self.report.compute_totals(0);
         if let Err(e) = state::write_json_atomic(&self.shared.run_dir.report(), &self.report) {
             tracing::warn!("cannot save report.json: {e:#}");

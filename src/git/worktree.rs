@@ -41,6 +41,10 @@ pub struct WorktreePool {
     copy: Vec<String>,
     user_workdir: PathBuf,
     state: Mutex<PoolState>,
+    /// libgit2's worktree creation is not safe to run concurrently in one repository (it races
+    /// on creating `.git/worktrees` and on its "branch already checked out" check), and it
+    /// happens at most `--jobs` times: one at a time.
+    creating: Mutex<()>,
 }
 
 impl WorktreePool {
@@ -51,6 +55,7 @@ impl WorktreePool {
             copy,
             user_workdir: user_workdir.to_path_buf(),
             state: Mutex::new(PoolState::default()),
+            creating: Mutex::new(()),
         }
     }
 
@@ -70,14 +75,7 @@ impl WorktreePool {
         let idle = self.lock_state().idle.pop();
         let mut slot = match idle {
             Some(mut slot) => {
-                let wt_repo = Repository::open(&slot.path)
-                    .with_context(|| format!("cannot open worktree {}", slot.path.display()))?;
-                wt_repo.set_head(&branch_ref_name)?;
-                let mut checkout = CheckoutBuilder::new();
-                checkout.force().remove_untracked(true);
-                wt_repo
-                    .checkout_head(Some(&mut checkout))
-                    .with_context(|| format!("cannot reset worktree {}", slot.path.display()))?;
+                reset(&slot.path, &branch_ref_name, &commit)?;
                 slot.fresh = false;
                 slot
             }
@@ -104,8 +102,11 @@ impl WorktreePool {
         std::fs::create_dir_all(state::worktrees_dir(&self.common_dir))?;
         let mut opts = WorktreeAddOptions::new();
         opts.reference(Some(branch_ref));
-        repo.worktree(&name, &path, Some(&opts))
-            .with_context(|| format!("cannot create worktree {}", path.display()))?;
+        {
+            let _one_at_a_time = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+            repo.worktree(&name, &path, Some(&opts))
+                .with_context(|| format!("cannot create worktree {}", path.display()))?;
+        }
         for rel in &self.copy {
             let from = self.user_workdir.join(rel);
             let to = path.join(rel);
@@ -166,6 +167,43 @@ impl WorktreePool {
     fn lock_state(&self) -> std::sync::MutexGuard<'_, PoolState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Points an idle worktree's HEAD at `branch` and makes its files those of `start`.
+///
+/// When the worktree is clean (its files and index are exactly its HEAD commit, as they are
+/// after swarm committed a task), only the paths that differ between that commit and `start`
+/// are checked out: proportional to the previous task's change. Otherwise (a worker left
+/// something behind that was not committed) a forced checkout of everything, removing
+/// untracked files; ignored files survive either way.
+fn reset(path: &Path, branch_ref: &str, start: &git2::Commit<'_>) -> anyhow::Result<()> {
+    let wt = Repository::open(path)
+        .with_context(|| format!("cannot open worktree {}", path.display()))?;
+    let clean_at = match super::commit::dirty_paths(&wt)?.is_empty() {
+        true => wt.head().ok().and_then(|h| h.peel_to_tree().ok()),
+        false => None,
+    };
+    let mut checkout = CheckoutBuilder::new();
+    checkout.force();
+    match &clean_at {
+        Some(tree) => {
+            let paths = super::changed_paths(&wt, tree, &start.tree()?)?;
+            wt.set_head(branch_ref)?;
+            if paths.is_empty() {
+                return Ok(());
+            }
+            for p in &paths {
+                checkout.path(p.as_bytes());
+            }
+        }
+        None => {
+            wt.set_head(branch_ref)?;
+            checkout.remove_untracked(true);
+        }
+    }
+    wt.checkout_head(Some(&mut checkout))
+        .with_context(|| format!("cannot reset worktree {}", path.display()))?;
+    Ok(())
 }
 
 /// Removes a worktree: its directory and its record in the git directory.
