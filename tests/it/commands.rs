@@ -204,3 +204,59 @@ fn clean_all_recovers_leftovers_of_a_killed_run() {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
+
+#[test]
+fn sigint_stops_workers_cleans_up_and_keeps_merged_progress() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")]);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    // a.txt is quick; the others hang until interrupted.
+    let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; [ "$SWARM_FILE" = a.txt ] || exec sleep 60"#;
+    let child = repo
+        .swarm_cmd()
+        .args(["refactor", "x", "-j", "3", "--exec", exec])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let merged = || {
+        std::fs::read_dir(repo.swarm_dir().join("runs"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| std::fs::read_to_string(e.ok()?.path().join("events.jsonl")).ok())
+            .is_some_and(|ev| ev.contains("\"kind\":\"merged\""))
+    };
+    while !merged() {
+        assert!(std::time::Instant::now() < deadline, "a.txt never merged");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let run = crate::common::Run::from(out);
+    run.assert_code(130);
+    assert!(run.stderr.contains("interrupted"), "{}", run.stderr);
+    assert_eq!(repo.worktrees().len(), 1, "worktrees removed");
+    assert_eq!(
+        repo.git(&["rev-parse", "HEAD"]),
+        head,
+        "the target does not move"
+    );
+    let report = repo.report(&run);
+    assert_eq!(report["state"], "interrupted");
+    let result_branch = format!("swarm/{}/result", run.run_id());
+    assert_eq!(
+        repo.git(&["show", &format!("{result_branch}:a.txt")]),
+        "bar"
+    );
+    let statuses: Vec<&str> = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == "interrupted").count(),
+        2,
+        "{statuses:?}"
+    );
+}
