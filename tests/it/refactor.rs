@@ -237,3 +237,51 @@ fn worktrees_are_pooled_and_reset_between_tasks() {
     assert!(repo.lines(&["ls-files", "build"]).is_empty());
     repo.assert_clean_after_run();
 }
+
+#[test]
+fn worktree_setup_runs_once_per_worktree_and_copy_brings_ignored_files() {
+    let mut files: Vec<(String, String)> = (0..8)
+        .map(|i| (format!("f{i}.txt"), "foo\n".to_string()))
+        .collect();
+    files.push((".gitignore".into(), ".env\nbuild/\n".into()));
+    files.push((
+        "swarm.toml".into(),
+        "[worktree]\ncopy = [\".env\"]\nsetup = \"echo setup >> \\\"$HOME/setups\\\"; mkdir -p build && echo ready > build/stamp\"\n".into(),
+    ));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let repo = TestRepo::with_files(&refs);
+    repo.write(".env", "TOKEN=local\n");
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "f*.txt",
+        "-j",
+        "2",
+        "--exec",
+        r#"cat .env build/stamp > "$SWARM_FILE""#,
+    ]);
+    run.assert_code(0);
+    for i in 0..8 {
+        assert_eq!(repo.read(&format!("f{i}.txt")), "TOKEN=local\nready\n");
+    }
+    let events = std::fs::read_to_string(
+        repo.swarm_dir()
+            .join("runs")
+            .join(run.run_id())
+            .join("events.jsonl"),
+    )
+    .unwrap();
+    let worktrees = events.matches("\"kind\":\"worktree_created\"").count();
+    let setups = std::fs::read_to_string(repo.home.join("setups")).unwrap();
+    assert_eq!(
+        setups.lines().count(),
+        worktrees,
+        "setup once per worktree, not per task"
+    );
+    assert!(worktrees <= 2);
+    assert!(repo.lines(&["ls-files", "build", ".env"]).is_empty());
+    repo.assert_clean_after_run();
+}

@@ -302,3 +302,21 @@ fn workers_get_the_documented_environment() {
     );
     assert_eq!(out, expected);
 }
+
+#[test]
+fn a_worker_that_creates_a_branch_is_reported() {
+    let repo = two_files();
+    let run = run_with_b(
+        &repo,
+        "git branch side-branch && sed -i s/foo/bar/ b.txt",
+        &[],
+    );
+    run.assert_code(0);
+    assert!(
+        run.stderr.contains("created branch(es) side-branch"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(repo.read("b.txt"), "bar\n");
+    assert_eq!(repo.lines(&["branch", "--list", "side-branch"]).len(), 1);
+}

@@ -1,0 +1,188 @@
+//! The pipeline of one run: workers in parallel, the merge train overlapping them, then the
+//! target moved once and everything cleaned up.
+//!
+//! One scheduler loop owns all run state (no locks around the report). Worker tasks run in a
+//! `JoinSet` capped at `--jobs`; each acquires a pooled worktree, runs the worker, commits,
+//! and returns. A finished task with changes goes straight to the merge thread, which owns the
+//! `MergeTrain` (git2 handles are not `Sync`), so merging overlaps the workers still running.
+//! Conflicts under `--on-conflict retry` are retried after the first wave, one at a time
+//! (see docs/ARCHITECTURE.md). Whatever happens in the loop, [`finish`] runs: worktrees are
+//! removed and merged branches deleted on every exit path.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use git2::Oid;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{Event, EventSink};
+use crate::git::repo::{IntoTarget, RepoInfo};
+use crate::git::worktree::WorktreePool;
+use crate::plan::Plan;
+use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
+use crate::state::{self, RunDir};
+
+mod finish;
+mod scheduler;
+mod task;
+
+use finish::finish;
+use scheduler::Scheduler;
+use task::user_branches;
+
+pub struct RunRequest {
+    pub info: RepoInfo,
+    pub plan: Plan,
+    pub into: IntoTarget,
+    /// Where `into` starts: its tip, or the base when swarm creates it.
+    pub into_start: Oid,
+    pub keep: bool,
+    pub cancel: CancellationToken,
+    pub sink: Arc<EventSink>,
+}
+
+pub struct RunOutcome {
+    pub report: Report,
+    pub interrupted: bool,
+}
+
+/// What every worker task shares.
+struct Shared {
+    plan: Plan,
+    base: Oid,
+    run_dir: RunDir,
+    pool: WorktreePool,
+    sink: Arc<EventSink>,
+    cancel: CancellationToken,
+    command: String,
+    common_dir: std::path::PathBuf,
+    /// Local branches outside `swarm/` known so far; a new one appearing after a task means
+    /// its worker created it.
+    known_branches: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+pub fn result_branch(run_id: &str) -> String {
+    format!("swarm/{run_id}/result")
+}
+
+pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
+    let started = Instant::now();
+    let plan = req.plan;
+    let run_dir = RunDir::new(&req.info.common_dir, &plan.run_id);
+    std::fs::create_dir_all(&run_dir.path)
+        .with_context(|| format!("cannot create {}", run_dir.path.display()))?;
+    state::write_json_atomic(&run_dir.plan(), &plan)?;
+    req.sink.log_to(&run_dir.events())?;
+    let base = Oid::from_str(&plan.base)?;
+    let command = plan
+        .settings
+        .exec
+        .clone()
+        .context("the plan has no --exec command")?;
+
+    let mut report = Report {
+        schema_version: REPORT_SCHEMA_VERSION,
+        run_id: plan.run_id.clone(),
+        instruction: plan.instruction.clone(),
+        base: plan.base.clone(),
+        into: req.into.branch.clone(),
+        into_start: req.into_start.to_string(),
+        result: None,
+        into_updated: false,
+        result_branch: None,
+        state: RunState::Running,
+        started_at: state::now_rfc3339(),
+        tasks: plan
+            .tasks
+            .iter()
+            .map(|t| TaskReport {
+                id: t.id.clone(),
+                files: t.files.clone(),
+                status: TaskStatus::Pending,
+                branch: t.branch(&plan.run_id),
+                commit: None,
+                start: None,
+                merge_commit: None,
+                attempts: 0,
+                duration_ms: 0,
+                tokens: Tokens::default(),
+                changed_files: Vec::new(),
+                summary: None,
+                error: None,
+                output_tail: None,
+                branch_kept: false,
+            })
+            .collect(),
+        totals: Default::default(),
+    };
+    report.compute_totals(0);
+    state::write_json_atomic(&run_dir.report(), &report)?;
+    req.sink.emit(Event::RunStarted {
+        run_id: plan.run_id.clone(),
+        base: plan.base.clone(),
+        into: req.into.branch.clone(),
+        tasks: plan.tasks.len(),
+        jobs: plan.settings.jobs,
+    });
+
+    let pool = WorktreePool::new(
+        &req.info.common_dir,
+        &plan.run_id,
+        plan.settings.worktree.copy.clone(),
+        &req.info.workdir,
+    );
+    let known_branches = user_branches(&req.info.common_dir)?;
+    let shared = Arc::new(Shared {
+        plan,
+        base,
+        run_dir,
+        pool,
+        sink: req.sink.clone(),
+        cancel: req.cancel.clone(),
+        command,
+        common_dir: req.info.common_dir.clone(),
+        known_branches: std::sync::Mutex::new(known_branches),
+    });
+    let mut sched = Scheduler {
+        shared: shared.clone(),
+        report,
+        tip: req.into_start,
+        stopped: None,
+        last_save: Instant::now(),
+    };
+    let driven = sched.drive(&req.info, req.into_start).await;
+    if let Err(e) = &driven {
+        tracing::error!("run failed: {e:#}");
+    }
+    let interrupted = req.cancel.is_cancelled();
+    let mut report = sched.report;
+    finish(
+        &shared,
+        &req.info,
+        &req.into,
+        req.into_start,
+        sched.tip,
+        req.keep,
+        interrupted || driven.is_err(),
+        &mut report,
+    )
+    .await;
+    report.state = if interrupted {
+        RunState::Interrupted
+    } else {
+        RunState::Finished
+    };
+    report.compute_totals(started.elapsed().as_millis() as u64);
+    state::write_json_atomic(&shared.run_dir.report(), &report)?;
+    shared.sink.emit(Event::RunFinished {
+        result: report.result.clone(),
+        merged: report.totals.merged,
+        failed: report.tasks.len() - report.totals.merged - report.totals.no_change,
+    });
+    driven?;
+    Ok(RunOutcome {
+        report,
+        interrupted,
+    })
+}

@@ -1,0 +1,283 @@
+//! The scheduler loop: starts workers up to `--jobs`, feeds finished tasks to the merge
+//! thread, applies the conflict policy, and schedules retries after the first wave.
+
+use std::collections::VecDeque;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::task::{Attempt, run_task};
+use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
+use crate::git::repo::RepoInfo;
+use crate::report::Report;
+use crate::settings::OnConflict;
+use crate::state;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use git2::Oid;
+
+use super::{Shared, result_branch};
+use crate::events::Event;
+use crate::repo_path::RepoPath;
+use crate::report::TaskStatus;
+
+pub(super) struct MergeJob {
+    pub(super) idx: usize,
+    pub(super) start: Oid,
+    pub(super) tip: Oid,
+}
+
+struct MergeDone {
+    pub(super) idx: usize,
+    pub(super) outcome: Result<MergeOutcome, String>,
+}
+
+pub(super) struct Scheduler {
+    pub(super) shared: Arc<Shared>,
+    pub(super) report: Report,
+    /// The integration tip.
+    pub(super) tip: Oid,
+    /// Why no more tasks run or merge (`--on-conflict fail`).
+    pub(super) stopped: Option<String>,
+    pub(super) last_save: Instant,
+}
+
+impl Scheduler {
+    pub(super) async fn drive(&mut self, info: &RepoInfo, into_start: Oid) -> anyhow::Result<()> {
+        let shared = self.shared.clone();
+        let settings = &shared.plan.settings;
+        let train = MergeTrain::new(
+            &info.common_dir,
+            &result_branch(&shared.plan.run_id),
+            into_start,
+        )?;
+        let (job_tx, job_rx) = std::sync::mpsc::channel::<MergeJob>();
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<MergeDone>();
+        let merge_thread = {
+            let shared = shared.clone();
+            std::thread::spawn(move || merge_loop(train, &shared, job_rx, done_tx))
+        };
+
+        let mut pending: VecDeque<usize> = (0..shared.plan.tasks.len()).collect();
+        let mut retries: VecDeque<(usize, Vec<RepoPath>)> = VecDeque::new();
+        let mut running: JoinSet<Attempt> = JoinSet::new();
+        let mut merging = 0usize;
+        loop {
+            let may_start = !shared.cancel.is_cancelled() && self.stopped.is_none();
+            if may_start {
+                while running.len() < settings.jobs
+                    && let Some(idx) = pending.pop_front()
+                {
+                    self.set_running(idx, 1, shared.base);
+                    running.spawn(run_task(shared.clone(), idx, 1, shared.base, None));
+                }
+                if pending.is_empty()
+                    && running.is_empty()
+                    && merging == 0
+                    && let Some((idx, paths)) = retries.pop_front()
+                {
+                    let context = conflict_context(&paths);
+                    self.set_running(idx, 2, self.tip);
+                    running.spawn(run_task(shared.clone(), idx, 2, self.tip, Some(context)));
+                }
+            }
+            if running.is_empty() && merging == 0 {
+                break;
+            }
+            tokio::select! {
+                Some(joined) = running.join_next(), if !running.is_empty() => {
+                    let attempt = match joined {
+                        Ok(a) => a,
+                        Err(e) => anyhow::bail!("a worker task failed: {e}"),
+                    };
+                    if let Some(job) = self.on_attempt(attempt) {
+                        job_tx.send(job).context("the merge thread stopped")?;
+                        merging += 1;
+                    }
+                }
+                Some(done) = done_rx.recv(), if merging > 0 => {
+                    merging -= 1;
+                    if let Some(retry) = self.on_merged(done) {
+                        retries.push_back(retry);
+                    }
+                }
+            }
+        }
+        drop(job_tx);
+        let _ = merge_thread.join();
+        // Tasks that never started.
+        let not_run = if shared.cancel.is_cancelled() {
+            None
+        } else {
+            self.stopped.clone()
+        };
+        for idx in pending
+            .into_iter()
+            .chain(retries.into_iter().map(|(i, _)| i))
+        {
+            let t = &mut self.report.tasks[idx];
+            if t.status == TaskStatus::Pending {
+                if let Some(reason) = &not_run {
+                    t.status = TaskStatus::Skipped;
+                    t.error = Some(format!("not run: {reason}"));
+                }
+            } else if t.status == TaskStatus::Conflict && shared.cancel.is_cancelled() {
+                t.error = Some("conflicted; the retry did not run (interrupted)".into());
+            }
+        }
+        self.save();
+        Ok(())
+    }
+
+    fn set_running(&mut self, idx: usize, attempt: u32, start: Oid) {
+        let t = &mut self.report.tasks[idx];
+        t.status = TaskStatus::Running;
+        t.attempts = attempt;
+        t.start = Some(start.to_string());
+        self.save();
+    }
+
+    /// Records a finished attempt; returns the merge job if it is to be merged.
+    fn on_attempt(&mut self, a: Attempt) -> Option<MergeJob> {
+        let t = &mut self.report.tasks[a.idx];
+        t.duration_ms += a.duration.as_millis() as u64;
+        t.changed_files = a.changed.clone();
+        t.commit = a.tip.filter(|tip| *tip != a.start).map(|o| o.to_string());
+        t.summary = a.summary.clone();
+        t.output_tail = a.output_tail.clone();
+        t.error = a.error.clone();
+        t.status = a.status;
+        let mut job = None;
+        if a.status == TaskStatus::Done
+            && let Some(tip) = a.tip
+        {
+            if let Some(reason) = &self.stopped {
+                t.status = TaskStatus::Skipped;
+                t.error = Some(format!("not merged: {reason}"));
+            } else {
+                job = Some(MergeJob {
+                    idx: a.idx,
+                    start: a.start,
+                    tip,
+                });
+            }
+        }
+        self.shared.sink.emit(Event::TaskFinished {
+            task: t.id.clone(),
+            status: t.status,
+            changed_files: t.changed_files.clone(),
+            duration_ms: a.duration.as_millis() as u64,
+            error: t.error.clone(),
+        });
+        self.save();
+        job
+    }
+
+    /// Records a merge; returns a retry to schedule for a conflict under `retry`.
+    fn on_merged(&mut self, done: MergeDone) -> Option<(usize, Vec<RepoPath>)> {
+        let policy = self.shared.plan.settings.on_conflict;
+        let t = &mut self.report.tasks[done.idx];
+        let mut retry = None;
+        match done.outcome {
+            Ok(MergeOutcome::Merged { commit, fast_path }) => {
+                t.status = TaskStatus::Merged;
+                t.merge_commit = Some(commit.to_string());
+                self.tip = commit;
+                self.shared.sink.emit(Event::Merged {
+                    task: t.id.clone(),
+                    commit: commit.to_string(),
+                    fast_path,
+                });
+            }
+            Ok(MergeOutcome::Conflict { paths }) => {
+                t.status = TaskStatus::Conflict;
+                let list = paths
+                    .iter()
+                    .map(|p| p.display())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                t.error = Some(format!("merge conflict in {list}"));
+                let action = match policy {
+                    OnConflict::Retry if t.attempts < 2 => {
+                        retry = Some((done.idx, paths.clone()));
+                        "retry"
+                    }
+                    OnConflict::Retry | OnConflict::Skip | OnConflict::Repair => "skip",
+                    OnConflict::Fail => {
+                        self.stopped = Some(format!(
+                            "merging stopped after task {} conflicted (--on-conflict fail)",
+                            t.id
+                        ));
+                        "stop"
+                    }
+                };
+                self.shared.sink.emit(Event::Conflict {
+                    task: t.id.clone(),
+                    paths,
+                    action: action.to_string(),
+                });
+            }
+            Err(e) => {
+                t.status = TaskStatus::Failed;
+                t.error = Some(format!("merge failed: {e}"));
+            }
+        }
+        self.save();
+        retry
+    }
+
+    /// Saves report.json, at most once a second while tasks run (rewriting it on every state
+    /// change is quadratic in the number of tasks); [`run`] always saves the final report.
+    fn save(&mut self) {
+        if self.last_save.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last_save = Instant::now();
+        self.report.compute_totals(0);
+        if let Err(e) = state::write_json_atomic(&self.shared.run_dir.report(), &self.report) {
+            tracing::warn!("cannot save report.json: {e:#}");
+        }
+    }
+}
+
+fn conflict_context(paths: &[RepoPath]) -> String {
+    let list: Vec<String> = paths.iter().map(|p| format!("- {}", p.display())).collect();
+    format!(
+        "A previous attempt at this task conflicted with changes other tasks already merged, in:\n{}\n\
+         This attempt starts from the current merged result, which contains those changes: \
+         keep them and apply the instruction on top.",
+        list.join("\n")
+    )
+}
+
+fn merge_loop(
+    mut train: MergeTrain,
+    shared: &Shared,
+    jobs: std::sync::mpsc::Receiver<MergeJob>,
+    done: mpsc::UnboundedSender<MergeDone>,
+) {
+    for job in jobs {
+        let task = &shared.plan.tasks[job.idx];
+        let outcome = train
+            .merge(&MergeRequest {
+                task_id: &task.id,
+                files: &task.files,
+                instruction: &shared.plan.instruction,
+                run_id: &shared.plan.run_id,
+                start: job.start,
+                tip: job.tip,
+            })
+            .map_err(|e| format!("{e:#}"));
+        if done
+            .send(MergeDone {
+                idx: job.idx,
+                outcome,
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! One attempt at one task: a pooled worktree, the worker, the commit, the scope check.
+
+use crate::git::commit::{self, CommitError};
+use crate::git::finish;
+use crate::settings::Scope;
+use crate::worker::exec::{self, ExecTask, Verdict};
+use crate::worker::process::{self, Exit, ProcessRequest};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use git2::Oid;
+
+use super::Shared;
+use crate::events::Event;
+use crate::repo_path::RepoPath;
+use crate::report::TaskStatus;
+
+/// One attempt at one task, as a worker task returns it.
+pub(super) struct Attempt {
+    pub(super) idx: usize,
+    pub(super) attempt: u32,
+    pub(super) start: Oid,
+    pub(super) status: TaskStatus,
+    pub(super) tip: Option<Oid>,
+    pub(super) changed: Vec<RepoPath>,
+    pub(super) error: Option<String>,
+    pub(super) summary: Option<String>,
+    pub(super) output_tail: Option<String>,
+    pub(super) duration: Duration,
+}
+
+/// Runs one attempt of one task in a pooled worktree. Never fails: problems are the task's
+/// status and error.
+pub(super) async fn run_task(
+    shared: Arc<Shared>,
+    idx: usize,
+    attempt: u32,
+    start: Oid,
+    context: Option<String>,
+) -> Attempt {
+    let started = Instant::now();
+    let mut a = Attempt {
+        idx,
+        attempt,
+        start,
+        status: TaskStatus::Failed,
+        tip: None,
+        changed: Vec::new(),
+        error: None,
+        summary: None,
+        output_tail: None,
+        duration: Duration::ZERO,
+    };
+    if let Err(e) = attempt_task(&shared, &mut a, context.as_deref()).await {
+        a.status = TaskStatus::Failed;
+        a.error = Some(format!("{e:#}"));
+    }
+    a.duration = started.elapsed();
+    a
+}
+
+async fn attempt_task(
+    shared: &Arc<Shared>,
+    a: &mut Attempt,
+    context: Option<&str>,
+) -> anyhow::Result<()> {
+    let task = &shared.plan.tasks[a.idx];
+    let run_id = &shared.plan.run_id;
+    let branch = task.branch(run_id);
+    let step = |s: &str| {
+        shared.sink.emit(Event::TaskStep {
+            task: task.id.clone(),
+            step: s.to_string(),
+        })
+    };
+
+    let mut slot = {
+        let shared = shared.clone();
+        let (branch, start) = (branch.clone(), a.start);
+        tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, start)).await??
+    };
+    if slot.fresh {
+        shared.sink.emit(Event::WorktreeCreated {
+            worktree: slot.path.display().to_string(),
+        });
+    }
+    shared.sink.emit(Event::TaskStarted {
+        task: task.id.clone(),
+        files: task.files.clone(),
+        attempt: a.attempt,
+        worktree: slot.path.display().to_string(),
+    });
+    let task_dir = shared.run_dir.task_dir(&task.id);
+    std::fs::create_dir_all(&task_dir)?;
+    let timeout = shared.plan.settings.timeout();
+
+    let mut outcome = None;
+    if let Some(setup) = shared.plan.settings.worktree.setup.as_deref()
+        && !slot.set_up
+    {
+        step("setup");
+        let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
+        let ran = process::run(ProcessRequest {
+            command: setup,
+            cwd: &slot.path,
+            env: Vec::new(),
+            log: &log,
+            timeout,
+            cancel: &shared.cancel,
+        })
+        .await?;
+        match ran.exit {
+            Exit::Code(0) => slot.set_up = true,
+            Exit::Cancelled => outcome = Some((Verdict::Interrupted, None, None)),
+            other => {
+                let why = format!(
+                    "worktree setup `{setup}` failed ({other:?}); see {}",
+                    log.display()
+                );
+                outcome = Some((Verdict::Failed(why), None, Some(ran.output_tail)));
+            }
+        }
+    }
+    let (verdict, summary, output_tail) = match outcome {
+        Some(o) => o,
+        None => {
+            step("running");
+            let ran = exec::run(ExecTask {
+                command: &shared.command,
+                instruction: &shared.plan.instruction,
+                run_id,
+                task_id: &task.id,
+                files: &task.files,
+                worktree: &slot.path,
+                task_dir: &task_dir,
+                timeout,
+                cancel: &shared.cancel,
+                context,
+            })
+            .await?;
+            (ran.verdict, ran.summary, Some(ran.output_tail))
+        }
+    };
+    a.summary = summary;
+    a.output_tail = output_tail.filter(|t| !t.is_empty());
+
+    step("committing");
+    let committed = {
+        let path = slot.path.clone();
+        let (branch, start) = (branch.clone(), a.start);
+        let message = format!(
+            "swarm: {}\n\n{}\n\nSwarm-Run: {run_id}\nSwarm-Task: {}\n",
+            task.id,
+            shared.plan.instruction.trim(),
+            task.id
+        );
+        tokio::task::spawn_blocking(move || commit::commit_task(&path, &branch, start, &message))
+            .await?
+    };
+    {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
+    }
+    let committed = match committed {
+        Ok(c) => c,
+        Err(e @ (CommitError::MovedHead(_) | CommitError::RewroteBranch(_))) => {
+            a.status = TaskStatus::Failed;
+            a.error = Some(e.to_string());
+            return Ok(());
+        }
+        Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
+    };
+    a.tip = Some(committed.tip);
+    a.changed = committed.changed;
+    let created = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || new_user_branches(&shared)).await??
+    };
+    if !created.is_empty() {
+        shared.sink.emit(Event::Warning {
+            task: Some(task.id.clone()),
+            message: format!(
+                "the worker created branch(es) {}; swarm leaves them as they are",
+                created.join(", ")
+            ),
+        });
+    }
+    for path in &committed.skipped {
+        shared.sink.emit(Event::Warning {
+            task: Some(task.id.clone()),
+            message: format!("{path} could not be staged (a nested repository?); left out"),
+        });
+    }
+    if committed.worker_commits > 0 {
+        shared.sink.emit(Event::Warning {
+            task: Some(task.id.clone()),
+            message: format!(
+                "the worker made {} commit(s) itself; they are kept on the task branch",
+                committed.worker_commits
+            ),
+        });
+    }
+    (a.status, a.error) = match verdict {
+        Verdict::Interrupted => (TaskStatus::Interrupted, Some("interrupted".into())),
+        Verdict::Timeout(why) => (TaskStatus::Timeout, Some(why)),
+        Verdict::Failed(why) => (TaskStatus::Failed, Some(why)),
+        Verdict::Done | Verdict::NoChange if a.changed.is_empty() => (TaskStatus::NoChange, None),
+        Verdict::Done | Verdict::NoChange => {
+            let outside: Vec<String> = a
+                .changed
+                .iter()
+                .filter(|p| !task.files.contains(p))
+                .map(|p| p.display())
+                .collect();
+            if shared.plan.settings.scope == Scope::Task && !outside.is_empty() {
+                (
+                    TaskStatus::Failed,
+                    Some(format!(
+                        "changed files outside its task: {} (pass --scope any to allow)",
+                        outside.join(", ")
+                    )),
+                )
+            } else {
+                (TaskStatus::Done, None)
+            }
+        }
+    };
+    Ok(())
+}
+
+/// Local branches that are not swarm's.
+pub(super) fn user_branches(
+    common_dir: &std::path::Path,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    Ok(finish::branches_under(common_dir, "")?
+        .into_iter()
+        .filter(|b| !b.starts_with("swarm/"))
+        .collect())
+}
+
+/// Branches that appeared since the last look (remembered, so each is reported once).
+fn new_user_branches(shared: &Shared) -> anyhow::Result<Vec<String>> {
+    let now = user_branches(&shared.common_dir)?;
+    let mut known = shared
+        .known_branches
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let created: Vec<String> = now.difference(&known).cloned().collect();
+    known.extend(created.iter().cloned());
+    Ok(created)
+}
