@@ -188,6 +188,12 @@ fn clean_all_recovers_leftovers_of_a_killed_run() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    let porcelain = repo.git(&["worktree", "list", "--porcelain"]);
+    assert_eq!(
+        porcelain.matches("\nlocked").count(),
+        2,
+        "in-use worktrees are locked: {porcelain}"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(repo.worktrees().len(), 3);

@@ -209,3 +209,44 @@ fn target_that_cannot_be_updated_safely_keeps_the_result_on_a_branch() {
     assert!(run.stderr.contains("git merge"), "{}", run.stderr);
     assert_eq!(repo.worktrees().len(), 1);
 }
+
+#[test]
+fn merging_overlaps_the_workers_still_running() {
+    let repo = TestRepo::with_files(&[
+        ("a.txt", "foo\n"),
+        ("b.txt", "foo\n"),
+        ("slow.txt", "foo\n"),
+    ]);
+    let exec = r#"[ "$SWARM_FILE" = slow.txt ] && sleep 2; sed -i s/foo/bar/ "$SWARM_FILE""#;
+    let run = repo.swarm(&["refactor", "x", "-j", "3", "--exec", exec]);
+    run.assert_code(0);
+    let events = std::fs::read_to_string(
+        repo.swarm_dir()
+            .join("runs")
+            .join(run.run_id())
+            .join("events.jsonl"),
+    )
+    .unwrap();
+    let kinds: Vec<(String, String)> = events
+        .lines()
+        .map(|l| {
+            let e: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                e["kind"].as_str().unwrap().to_string(),
+                e["task"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let slow_done = kinds
+        .iter()
+        .position(|(k, t)| k == "task_finished" && t.starts_with("slow-txt"))
+        .unwrap();
+    let merges_before = kinds[..slow_done]
+        .iter()
+        .filter(|(k, _)| k == "merged")
+        .count();
+    assert_eq!(
+        merges_before, 2,
+        "the quick tasks merged while the slow one ran: {kinds:?}"
+    );
+}
