@@ -139,7 +139,8 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
         run_dir,
         pool,
         sink: req.sink.clone(),
-        cancel: req.cancel.clone(),
+        // A child token: an internal error stops the workers without looking like Ctrl-C.
+        cancel: req.cancel.child_token(),
         command,
         common_dir: req.info.common_dir.clone(),
         known_branches: std::sync::Mutex::new(known_branches),

@@ -1,7 +1,7 @@
 //! The scheduler loop: starts workers up to `--jobs`, feeds finished tasks to the merge
 //! thread, applies the conflict policy, and schedules retries after the first wave.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -15,7 +15,6 @@ use crate::state;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use git2::Oid;
 
 use super::{Shared, result_branch};
@@ -63,7 +62,9 @@ impl Scheduler {
         let mut pending: VecDeque<usize> = (0..shared.plan.tasks.len()).collect();
         let mut retries: VecDeque<(usize, Vec<RepoPath>)> = VecDeque::new();
         let mut running: JoinSet<Attempt> = JoinSet::new();
+        let mut running_ids: HashMap<tokio::task::Id, usize> = HashMap::new();
         let mut merging = 0usize;
+        let mut internal: Option<anyhow::Error> = None;
         loop {
             let may_start = !shared.cancel.is_cancelled() && self.stopped.is_none();
             if may_start {
@@ -71,7 +72,8 @@ impl Scheduler {
                     && let Some(idx) = pending.pop_front()
                 {
                     self.set_running(idx, 1, shared.base);
-                    running.spawn(run_task(shared.clone(), idx, 1, shared.base, None));
+                    let handle = running.spawn(run_task(shared.clone(), idx, 1, shared.base, None));
+                    running_ids.insert(handle.id(), idx);
                 }
                 if pending.is_empty()
                     && running.is_empty()
@@ -80,30 +82,54 @@ impl Scheduler {
                 {
                     let context = conflict_context(&paths);
                     self.set_running(idx, 2, self.tip);
-                    running.spawn(run_task(shared.clone(), idx, 2, self.tip, Some(context)));
+                    let handle =
+                        running.spawn(run_task(shared.clone(), idx, 2, self.tip, Some(context)));
+                    running_ids.insert(handle.id(), idx);
                 }
             }
             if running.is_empty() && merging == 0 {
                 break;
             }
             tokio::select! {
-                Some(joined) = running.join_next(), if !running.is_empty() => {
+                joined = running.join_next_with_id(), if !running.is_empty() => {
                     let attempt = match joined {
-                        Ok(a) => a,
-                        Err(e) => anyhow::bail!("a worker task failed: {e}"),
+                        Some(Ok((_, attempt))) => attempt,
+                        Some(Err(e)) => {
+                            // A panic in swarm's own code for this task: that task fails,
+                            // the run goes on.
+                            let idx = running_ids.get(&e.id()).copied().unwrap_or_default();
+                            let t = &mut self.report.tasks[idx];
+                            t.status = TaskStatus::Failed;
+                            t.error = Some(format!("internal error in swarm: {e}"));
+                            continue;
+                        }
+                        None => continue,
                     };
                     if let Some(job) = self.on_attempt(attempt) {
-                        job_tx.send(job).context("the merge thread stopped")?;
+                        if job_tx.send(job).is_err() {
+                            internal = Some(anyhow::anyhow!("the merge thread stopped"));
+                            break;
+                        }
                         merging += 1;
                     }
                 }
-                Some(done) = done_rx.recv(), if merging > 0 => {
+                done = done_rx.recv(), if merging > 0 => {
+                    let Some(done) = done else {
+                        internal = Some(anyhow::anyhow!("the merge thread stopped"));
+                        break;
+                    };
                     merging -= 1;
                     if let Some(retry) = self.on_merged(done) {
                         retries.push_back(retry);
                     }
                 }
             }
+        }
+        if let Some(e) = internal {
+            // Stop the workers still running (their process groups) before giving up.
+            shared.cancel.cancel();
+            while running.join_next().await.is_some() {}
+            return Err(e);
         }
         drop(job_tx);
         let _ = merge_thread.join();
