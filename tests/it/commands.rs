@@ -76,17 +76,10 @@ fn report_json_on_stdout_matches_the_schema() {
     }
     assert_eq!(t["changed_files"][0], "a.txt");
     assert_eq!(v["totals"]["merged"], 1);
-    let events = std::fs::read_to_string(
-        repo.swarm_dir()
-            .join("runs")
-            .join(run.run_id())
-            .join("events.jsonl"),
-    )
-    .unwrap();
-    let kinds: Vec<String> = events
-        .lines()
-        .map(|l| {
-            let e: serde_json::Value = serde_json::from_str(l).unwrap();
+    let kinds: Vec<String> = repo
+        .events(&run)
+        .iter()
+        .map(|e| {
             assert!(e["ts"].is_number());
             e["kind"].as_str().unwrap().to_string()
         })

@@ -133,12 +133,22 @@ impl TestRepo {
         self.path.join(".git").join("swarm")
     }
 
+    /// A file of a run's directory, e.g. `report.json` or `tasks/<id>/TASK.md`.
+    pub fn run_file(&self, run_id: &str, rel: &str) -> String {
+        let path = self.swarm_dir().join("runs").join(run_id).join(rel);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
     pub fn report(&self, run: &Run) -> Value {
-        let id = run.run_id();
-        let text =
-            std::fs::read_to_string(self.swarm_dir().join("runs").join(&id).join("report.json"))
-                .unwrap();
-        serde_json::from_str(&text).unwrap()
+        serde_json::from_str(&self.run_file(&run.run_id(), "report.json")).unwrap()
+    }
+
+    /// The run's events.jsonl, parsed.
+    pub fn events(&self, run: &Run) -> Vec<Value> {
+        self.run_file(&run.run_id(), "events.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 
     /// Nothing of swarm is left: no worktree but the checkout, no swarm/ branch.

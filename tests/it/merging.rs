@@ -177,13 +177,7 @@ fn overlapping_edits_merge_three_way() {
     ]);
     run.assert_code(0);
     assert_eq!(repo.read("shared"), "LINE a\n\n\n\n\n\n\n\nLINE b\n");
-    let events = std::fs::read_to_string(
-        repo.swarm_dir()
-            .join("runs")
-            .join(run.run_id())
-            .join("events.jsonl"),
-    )
-    .unwrap();
+    let events = repo.run_file(&run.run_id(), "events.jsonl");
     assert!(events.contains("\"fast_path\":false"), "{events}");
     assert!(events.contains("\"fast_path\":true"), "{events}");
 }
@@ -220,17 +214,10 @@ fn merging_overlaps_the_workers_still_running() {
     let exec = r#"[ "$SWARM_FILE" = slow.txt ] && sleep 2; sed -i s/foo/bar/ "$SWARM_FILE""#;
     let run = repo.swarm(&["refactor", "x", "-j", "3", "--exec", exec]);
     run.assert_code(0);
-    let events = std::fs::read_to_string(
-        repo.swarm_dir()
-            .join("runs")
-            .join(run.run_id())
-            .join("events.jsonl"),
-    )
-    .unwrap();
-    let kinds: Vec<(String, String)> = events
-        .lines()
-        .map(|l| {
-            let e: serde_json::Value = serde_json::from_str(l).unwrap();
+    let kinds: Vec<(String, String)> = repo
+        .events(&run)
+        .iter()
+        .map(|e| {
             (
                 e["kind"].as_str().unwrap().to_string(),
                 e["task"].as_str().unwrap_or("").to_string(),

@@ -5,11 +5,8 @@ use std::os::unix::ffi::OsStrExt as _;
 use crate::common::{SED_FOO_BAR, TestRepo, statuses};
 
 fn plan_files(repo: &TestRepo, run_id: &str) -> Vec<Vec<String>> {
-    let plan: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(repo.swarm_dir().join("runs").join(run_id).join("plan.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let plan: serde_json::Value =
+        serde_json::from_str(&repo.run_file(run_id, "plan.json")).unwrap();
     plan["tasks"]
         .as_array()
         .unwrap()

@@ -208,13 +208,7 @@ fn worktrees_are_pooled_and_reset_between_tasks() {
         "refactor", "x", "f*.txt", "-j", "3", "--scope", "any", "--exec", exec,
     ]);
     run.assert_code(0);
-    let events = std::fs::read_to_string(
-        repo.swarm_dir()
-            .join("runs")
-            .join(run.run_id())
-            .join("events.jsonl"),
-    )
-    .unwrap();
+    let events = repo.run_file(&run.run_id(), "events.jsonl");
     let created = events.matches("\"kind\":\"worktree_created\"").count();
     assert!(
         (1..=3).contains(&created),
@@ -267,13 +261,7 @@ fn worktree_setup_runs_once_per_worktree_and_copy_brings_ignored_files() {
     for i in 0..8 {
         assert_eq!(repo.read(&format!("f{i}.txt")), "TOKEN=local\nready\n");
     }
-    let events = std::fs::read_to_string(
-        repo.swarm_dir()
-            .join("runs")
-            .join(run.run_id())
-            .join("events.jsonl"),
-    )
-    .unwrap();
+    let events = repo.run_file(&run.run_id(), "events.jsonl");
     let worktrees = events.matches("\"kind\":\"worktree_created\"").count();
     let setups = std::fs::read_to_string(repo.home.join("setups")).unwrap();
     assert_eq!(

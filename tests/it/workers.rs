@@ -162,22 +162,13 @@ fn a_worker_printing_50_mb_does_not_grow_swarm() {
         "swarm peaked at {peak_mb} MB while a worker printed 50 MB"
     );
     assert_eq!(repo.read("b.txt"), "bar\n");
-    let run_id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("swarm: run "))
-        .and_then(|r| r.split(':').next())
-        .unwrap()
-        .to_string();
-    let report: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            repo.swarm_dir()
-                .join("runs")
-                .join(&run_id)
-                .join("report.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let run = Run {
+        code: 0,
+        stdout: String::new(),
+        stderr,
+    };
+    let run_id = run.run_id();
+    let report = repo.report(&run);
     let b = task(&report, "b.txt");
     let log = repo
         .swarm_dir()
