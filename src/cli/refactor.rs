@@ -49,7 +49,7 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "REGEX")]
     pub grep: Option<String>,
 
-    /// Files per task.
+    /// Files per task [default: 1].
     #[arg(long, value_name = "N", env = env_vars::SWARM_BATCH)]
     pub batch: Option<usize>,
 

@@ -114,6 +114,7 @@ fn stage_changes(
     if paths.is_empty() {
         return Ok((head_tree.id(), Vec::new()));
     }
+    let changed_count = paths.len();
     let workdir = repo.workdir().unwrap_or(Path::new("."));
     let mut index = repo.index()?;
     let mut update = TreeUpdateBuilder::new();
@@ -147,6 +148,7 @@ fn stage_changes(
         update.upsert(rel.as_bytes(), entry.id, mode);
     }
     index.write()?;
+    tracing::debug!("staged {} changed path(s)", changed_count - skipped.len());
     Ok((update.create_updated(repo, head_tree)?, skipped))
 }
 

@@ -103,6 +103,13 @@ impl MergeTrain {
             &format!("swarm: merge task {}", req.task_id),
         )?;
         self.tip = commit;
+        tracing::debug!(
+            task = req.task_id,
+            fast_path,
+            paths = changed.len(),
+            "merged as {}",
+            super::commit::short(commit)
+        );
         Ok(MergeOutcome::Merged { commit, fast_path })
     }
 }

@@ -183,6 +183,12 @@ fn reset(path: &Path, branch_ref: &str, start: &git2::Commit<'_>) -> anyhow::Res
         true => wt.head().ok().and_then(|h| h.peel_to_tree().ok()),
         false => None,
     };
+    tracing::debug!(
+        worktree = %path.display(),
+        clean = clean_at.is_some(),
+        "reset for {}",
+        branch_ref
+    );
     let mut checkout = CheckoutBuilder::new();
     checkout.force();
     match &clean_at {
