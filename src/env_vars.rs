@@ -7,6 +7,15 @@ pub const SWARM_ON_CONFLICT: &str = "SWARM_ON_CONFLICT";
 pub const SWARM_SCOPE: &str = "SWARM_SCOPE";
 pub const SWARM_BATCH: &str = "SWARM_BATCH";
 pub const SWARM_EXEC: &str = "SWARM_EXEC";
+pub const SWARM_MODEL: &str = "SWARM_MODEL";
+pub const SWARM_BASE_URL: &str = "SWARM_BASE_URL";
+pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
+/// API keys: read from the environment only (never from flags or files, never written).
+pub const SWARM_API_KEY: &str = "SWARM_API_KEY";
+pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+pub const SWARM_MAX_TURNS: &str = "SWARM_MAX_TURNS";
+pub const SWARM_MAX_TOKENS: &str = "SWARM_MAX_TOKENS";
+pub const SWARM_VERIFY: &str = "SWARM_VERIFY";
 /// Path of the user's config file, instead of `$XDG_CONFIG_HOME/swarm/config.toml`.
 pub const SWARM_CONFIG: &str = "SWARM_CONFIG";
 /// Grace period between SIGTERM and SIGKILL for a timed-out worker, in milliseconds.

@@ -46,6 +46,30 @@ pub enum Event {
         duration_ms: u64,
         error: Option<String>,
     },
+    /// A request to the model (LLM worker).
+    ModelRequest {
+        task: String,
+        turn: u32,
+    },
+    /// A failed model request that will be tried again.
+    ModelRetry {
+        task: String,
+        attempt: u32,
+        wait_ms: u64,
+        reason: String,
+    },
+    /// The model called a tool (started).
+    ToolCall {
+        task: String,
+        tool: String,
+        path: Option<String>,
+    },
+    /// A tool call finished; `ok` is false when its result was an `error:`.
+    ToolResult {
+        task: String,
+        tool: String,
+        ok: bool,
+    },
     Merged {
         task: String,
         commit: String,
@@ -89,6 +113,10 @@ impl Event {
             Event::TaskStarted { task, .. }
             | Event::TaskStep { task, .. }
             | Event::TaskFinished { task, .. }
+            | Event::ModelRequest { task, .. }
+            | Event::ModelRetry { task, .. }
+            | Event::ToolCall { task, .. }
+            | Event::ToolResult { task, .. }
             | Event::Merged { task, .. }
             | Event::Conflict { task, .. } => Some(task),
             Event::Warning { task, .. } => task.as_deref(),

@@ -68,6 +68,9 @@ pub struct TaskReport {
     pub attempts: u32,
     pub duration_ms: u64,
     pub tokens: Tokens,
+    /// Model round-trips (LLM worker).
+    #[serde(default)]
+    pub turns: u32,
     pub changed_files: Vec<RepoPath>,
     pub summary: Option<String>,
     pub error: Option<String>,

@@ -69,6 +69,11 @@ pub struct Overrides {
     pub scope: Option<Scope>,
     pub batch: Option<usize>,
     pub exec: Option<String>,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    pub max_turns: Option<u32>,
+    pub max_tokens: Option<u64>,
+    pub verify: Option<String>,
 }
 
 /// The `[run]` and `[worktree]` tables of `swarm.toml` and of the user's config file.
@@ -79,6 +84,21 @@ pub struct FileSettings {
     pub run: RunTable,
     #[serde(default)]
     pub worktree: WorktreeTable,
+    #[serde(default)]
+    pub model: ModelTable,
+}
+
+/// `[model]`: the OpenAI-compatible endpoint of the built-in worker. No key here: keys come
+/// from the environment only, so they never end up in a committed file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    pub name: Option<String>,
+    pub base_url: Option<String>,
+    pub stream: Option<bool>,
+    pub request_timeout: Option<u64>,
+    pub connect_timeout: Option<u64>,
+    pub max_retries: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -90,6 +110,9 @@ pub struct RunTable {
     pub scope: Option<Scope>,
     pub batch: Option<usize>,
     pub exec: Option<String>,
+    pub max_turns: Option<u32>,
+    pub max_tokens: Option<u64>,
+    pub verify: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -108,6 +131,69 @@ pub struct WorktreeSettings {
     pub setup: Option<String>,
 }
 
+/// The model endpoint of the built-in worker (no secret: this is saved in plan.json).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelSettings {
+    pub name: Option<String>,
+    pub base_url: String,
+    /// Server-sent events (the default) or one JSON answer per request.
+    pub stream: bool,
+    pub request_timeout_secs: u64,
+    pub connect_timeout_secs: u64,
+    /// Retries of one request (429, 5xx, timeouts, dropped connections).
+    pub max_retries: u32,
+}
+
+impl ModelSettings {
+    pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+    /// Is the endpoint on this machine (where servers such as Ollama need no key)?
+    pub fn is_local(&self) -> bool {
+        let rest = self
+            .base_url
+            .split_once("://")
+            .map(|(_, r)| r)
+            .unwrap_or(&self.base_url);
+        let host = rest.split(['/', ':']).next().unwrap_or("");
+        let host = if rest.starts_with('[') {
+            rest.split(']').next().unwrap_or("").trim_start_matches('[')
+        } else {
+            host
+        };
+        host == "localhost" || host.starts_with("127.") || host == "::1"
+    }
+}
+
+/// An API key. It prints as `***`, is never serialized, and is only ever put in the
+/// `Authorization` header of a request.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: String) -> Self {
+        Self(key)
+    }
+
+    /// The key itself, for the `Authorization` header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `SWARM_API_KEY`, else `OPENAI_API_KEY`.
+    pub fn from_env() -> Option<Self> {
+        [env_vars::SWARM_API_KEY, env_vars::OPENAI_API_KEY]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+            .map(|k| Self(k.trim().to_string()))
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
 /// Fully resolved settings of one run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settings {
@@ -118,6 +204,13 @@ pub struct Settings {
     pub batch: usize,
     pub exec: Option<String>,
     pub worktree: WorktreeSettings,
+    pub model: ModelSettings,
+    /// Model round-trips per task (LLM worker).
+    pub max_turns: u32,
+    /// Token budget of the whole run: no new task starts past it.
+    pub max_tokens: Option<u64>,
+    /// Check run in a task's worktree after its worker; a failing task is not merged.
+    pub verify: Option<String>,
 }
 
 impl Settings {
@@ -181,6 +274,31 @@ impl Settings {
                 .unwrap_or_default(),
             setup: layers.iter().find_map(|l| l.worktree.setup.clone()),
         };
+        let m = |f: fn(&ModelTable) -> Option<u64>| layers.iter().find_map(|l| f(&l.model));
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let model = ModelSettings {
+            name: overrides
+                .model
+                .or_else(|| layers.iter().find_map(|l| l.model.name.clone())),
+            base_url: overrides
+                .base_url
+                .or_else(|| env(env_vars::OPENAI_BASE_URL))
+                .or_else(|| layers.iter().find_map(|l| l.model.base_url.clone()))
+                .unwrap_or_else(|| ModelSettings::DEFAULT_BASE_URL.to_string())
+                .trim_end_matches('/')
+                .to_string(),
+            stream: layers.iter().find_map(|l| l.model.stream).unwrap_or(true),
+            request_timeout_secs: m(|t| t.request_timeout).unwrap_or(300),
+            connect_timeout_secs: m(|t| t.connect_timeout).unwrap_or(10),
+            max_retries: layers.iter().find_map(|l| l.model.max_retries).unwrap_or(6),
+        };
+        let max_turns = overrides
+            .max_turns
+            .or_else(|| layers.iter().find_map(|l| l.run.max_turns))
+            .unwrap_or(50);
+        if max_turns == 0 {
+            return Err(BadInput::new("--max-turns must be at least 1").into());
+        }
         Ok(Settings {
             jobs,
             timeout_secs,
@@ -189,6 +307,14 @@ impl Settings {
             batch,
             exec,
             worktree,
+            model,
+            max_turns,
+            max_tokens: overrides
+                .max_tokens
+                .or_else(|| layers.iter().find_map(|l| l.run.max_tokens)),
+            verify: overrides
+                .verify
+                .or_else(|| layers.iter().find_map(|l| l.run.verify.clone())),
         })
     }
 }
@@ -211,7 +337,7 @@ fn load_file(path: &Path) -> anyhow::Result<FileSettings> {
     };
     toml::from_str(&text).map_err(|e| {
         BadInput::new(format!("invalid settings in {}: {}", path.display(), e.message()))
-            .hint("fix the file; the tables are [run] (jobs, timeout, on_conflict, scope, batch, exec) and [worktree] (copy, setup)")
+            .hint("fix the file; the tables are [run] (jobs, timeout, on_conflict, scope, batch, exec, max_turns, max_tokens, verify), [worktree] (copy, setup) and [model] (name, base_url, stream, request_timeout, connect_timeout, max_retries)")
             .into()
     })
 }
@@ -240,6 +366,33 @@ mod tests {
         assert_eq!(s.scope, Scope::Any);
         assert_eq!(s.timeout_secs, Settings::DEFAULT_TIMEOUT_SECS);
         assert_eq!(s.worktree.setup.as_deref(), Some("true"));
+    }
+
+    #[test]
+    fn api_keys_never_print() {
+        let key = ApiKey::new("sk-secret-123".into());
+        assert_eq!(format!("{key:?}"), "ApiKey(***)");
+    }
+
+    #[test]
+    fn local_endpoints() {
+        let mut m = ModelSettings {
+            name: None,
+            base_url: "http://127.0.0.1:11434/v1".into(),
+            stream: true,
+            request_timeout_secs: 1,
+            connect_timeout_secs: 1,
+            max_retries: 0,
+        };
+        assert!(m.is_local());
+        m.base_url = "http://localhost:8000/v1".into();
+        assert!(m.is_local());
+        m.base_url = "http://[::1]:8000/v1".into();
+        assert!(m.is_local());
+        m.base_url = "https://api.openai.com/v1".into();
+        assert!(!m.is_local());
+        m.base_url = "https://localhost.evil.example/v1".into();
+        assert!(!m.is_local());
     }
 
     #[test]

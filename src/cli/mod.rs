@@ -39,7 +39,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    Refactor(refactor::RefactorArgs),
+    Refactor(Box<refactor::RefactorArgs>),
     Status(status::StatusArgs),
     Diff(diff::DiffArgs),
     Clean(clean::CleanArgs),
@@ -60,7 +60,7 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Refactor(args) => refactor::run(args).await,
+            Command::Refactor(args) => refactor::run(*args).await,
             Command::Status(args) => status::run(args),
             Command::Diff(args) => diff::run(args),
             Command::Clean(args) => clean::run(args),

@@ -15,7 +15,7 @@ use crate::git::repo;
 use crate::orchestrator::{self, RunRequest};
 use crate::plan::{self, PLAN_SCHEMA_VERSION, Pathspec, Plan, SelectOptions};
 use crate::repo_path::RepoPath;
-use crate::settings::{OnConflict, Overrides, Scope, Settings};
+use crate::settings::{ApiKey, OnConflict, Overrides, Scope, Settings};
 use crate::state;
 
 /// Plan, run the workers in parallel, merge every task branch with --no-ff, clean up.
@@ -80,6 +80,28 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "SCOPE", env = env_vars::SWARM_SCOPE)]
     pub scope: Option<Scope>,
 
+    /// Model of the built-in worker (used when there is no --exec), e.g. gpt-4.1-mini.
+    #[arg(long, value_name = "NAME", env = env_vars::SWARM_MODEL)]
+    pub model: Option<String>,
+
+    /// OpenAI-compatible endpoint [default: OPENAI_BASE_URL, else https://api.openai.com/v1].
+    /// The key comes from SWARM_API_KEY or OPENAI_API_KEY.
+    #[arg(long, value_name = "URL", env = env_vars::SWARM_BASE_URL)]
+    pub base_url: Option<String>,
+
+    /// Model round-trips per task (built-in worker) [default: 50].
+    #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_TURNS)]
+    pub max_turns: Option<u32>,
+
+    /// Token budget of the whole run: no new task starts once it is spent.
+    #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
+    pub max_tokens: Option<u64>,
+
+    /// Check run in a task's worktree after its worker (`sh -c`); a failing task is not
+    /// merged. The built-in worker sees the failure and gets to fix it.
+    #[arg(long, value_name = "CMD", env = env_vars::SWARM_VERIFY)]
+    pub verify: Option<String>,
+
     /// Wall-clock limit of one task, in seconds [default: 600].
     #[arg(long, value_name = "SECS", env = env_vars::SWARM_TIMEOUT)]
     pub timeout: Option<u64>,
@@ -111,6 +133,11 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
             scope: args.scope,
             batch: args.batch,
             exec: args.exec.clone(),
+            model: args.model.clone(),
+            base_url: args.base_url.clone(),
+            max_turns: args.max_turns,
+            max_tokens: args.max_tokens,
+            verify: args.verify.clone(),
         },
         &info.workdir,
     )?;
@@ -121,11 +148,7 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
         .hint("use --on-conflict retry (the default), skip or fail")
         .into());
     }
-    if settings.exec.is_none() {
-        return Err(BadInput::new("no worker command: this version runs external workers only")
-            .hint("pass --exec CMD, e.g. --exec 'sed -i \"s/old/new/g\" \"$SWARM_FILE\"' (or set SWARM_EXEC, or [run] exec in swarm.toml)")
-            .into());
-    }
+    let api_key = check_worker(&settings)?;
     let grep = args
         .grep
         .as_deref()
@@ -228,6 +251,7 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
         keep: args.keep,
         cancel,
         sink,
+        api_key,
     })
     .await?;
     reporter.finish();
@@ -244,6 +268,33 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
     } else {
         exit::PARTIAL
     })
+}
+
+/// Checks that a worker is configured; returns the API key of the built-in worker, if any.
+fn check_worker(settings: &Settings) -> anyhow::Result<Option<ApiKey>> {
+    if settings.exec.is_some() {
+        return Ok(None);
+    }
+    let Some(model) = &settings.model.name else {
+        return Err(BadInput::new("no worker: neither --exec nor --model is given")
+            .hint("pass --exec CMD (e.g. --exec 'sed -i \"s/old/new/g\" \"$SWARM_FILE\"'), or --model NAME with SWARM_API_KEY (or OPENAI_API_KEY) set for the built-in agent")
+            .into());
+    };
+    let url = &settings.model.base_url;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(BadInput::new(format!("--base-url '{url}' is not an http(s) URL"))
+            .hint("pass the endpoint's base, e.g. https://api.openai.com/v1 or http://localhost:11434/v1")
+            .into());
+    }
+    let key = ApiKey::from_env();
+    if key.is_none() && !settings.model.is_local() {
+        return Err(
+            BadInput::new(format!("no API key for model '{model}' at {url}"))
+                .hint("set SWARM_API_KEY (or OPENAI_API_KEY); servers on localhost need none")
+                .into(),
+        );
+    }
+    Ok(key)
 }
 
 fn describe_skipped(s: &plan::Selection) -> String {

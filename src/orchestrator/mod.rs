@@ -21,7 +21,9 @@ use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::git::worktree::WorktreePool;
 use crate::plan::Plan;
 use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
+use crate::settings::ApiKey;
 use crate::state::{self, RunDir};
+use crate::worker::llm::LlmShared;
 
 mod finish;
 mod scheduler;
@@ -40,6 +42,16 @@ pub struct RunRequest {
     pub keep: bool,
     pub cancel: CancellationToken,
     pub sink: Arc<EventSink>,
+    /// The model API key (LLM worker); never stored anywhere.
+    pub api_key: Option<ApiKey>,
+}
+
+/// Which worker edits the files.
+pub(crate) enum WorkerKind {
+    /// `--exec CMD`.
+    Exec(String),
+    /// The built-in agent, with what its workers share.
+    Llm(Arc<LlmShared>),
 }
 
 pub struct RunOutcome {
@@ -55,7 +67,7 @@ struct Shared {
     pool: WorktreePool,
     sink: Arc<EventSink>,
     cancel: CancellationToken,
-    command: String,
+    worker: WorkerKind,
     common_dir: std::path::PathBuf,
     /// Local branches outside `swarm/` known so far; a new one appearing after a task means
     /// its worker created it.
@@ -75,11 +87,15 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
     state::write_json_atomic(&run_dir.plan(), &plan)?;
     req.sink.log_to(&run_dir.events())?;
     let base = Oid::from_str(&plan.base)?;
-    let command = plan
-        .settings
-        .exec
-        .clone()
-        .context("the plan has no --exec command")?;
+    let worker = match (&plan.settings.exec, &plan.settings.model.name) {
+        (Some(command), _) => WorkerKind::Exec(command.clone()),
+        (None, Some(model)) => WorkerKind::Llm(Arc::new(LlmShared::new(
+            &plan.settings,
+            model.clone(),
+            req.api_key.clone(),
+        )?)),
+        (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
+    };
 
     let mut report = Report {
         schema_version: REPORT_SCHEMA_VERSION,
@@ -107,6 +123,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
                 attempts: 0,
                 duration_ms: 0,
                 tokens: Tokens::default(),
+                turns: 0,
                 changed_files: Vec::new(),
                 summary: None,
                 error: None,
@@ -141,7 +158,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
         sink: req.sink.clone(),
         // A child token: an internal error stops the workers without looking like Ctrl-C.
         cancel: req.cancel.child_token(),
-        command,
+        worker,
         common_dir: req.info.common_dir.clone(),
         known_branches: std::sync::Mutex::new(known_branches),
     });
@@ -150,6 +167,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
         report,
         tip: req.into_start,
         stopped: None,
+        budget_spent: None,
         last_save: Instant::now(),
     };
     let driven = sched.drive(&req.info, req.into_start).await;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use git2::Oid;
 
-use super::{Shared, result_branch};
+use super::{Shared, WorkerKind, result_branch};
 use crate::events::Event;
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
@@ -40,6 +40,8 @@ pub(super) struct Scheduler {
     pub(super) tip: Oid,
     /// Why no more tasks run or merge (`--on-conflict fail`).
     pub(super) stopped: Option<String>,
+    /// Why no new task starts (`--max-tokens` reached); running ones finish and merge.
+    pub(super) budget_spent: Option<String>,
     pub(super) last_save: Instant,
 }
 
@@ -66,7 +68,14 @@ impl Scheduler {
         let mut merging = 0usize;
         let mut internal: Option<anyhow::Error> = None;
         loop {
-            let may_start = !shared.cancel.is_cancelled() && self.stopped.is_none();
+            if self.budget_spent.is_none()
+                && let Some(reason) = self.token_budget_spent()
+            {
+                self.budget_spent = Some(reason);
+            }
+            let may_start = !shared.cancel.is_cancelled()
+                && self.stopped.is_none()
+                && self.budget_spent.is_none();
             if may_start {
                 while running.len() < settings.jobs
                     && let Some(idx) = pending.pop_front()
@@ -137,7 +146,7 @@ impl Scheduler {
         let not_run = if shared.cancel.is_cancelled() {
             None
         } else {
-            self.stopped.clone()
+            self.stopped.clone().or_else(|| self.budget_spent.clone())
         };
         for idx in pending
             .into_iter()
@@ -157,6 +166,18 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Why no new task may start for lack of tokens (`--max-tokens`), if so.
+    fn token_budget_spent(&self) -> Option<String> {
+        let budget = self.shared.plan.settings.max_tokens?;
+        let WorkerKind::Llm(llm) = &self.shared.worker else {
+            return None;
+        };
+        let used = llm.tokens_used();
+        (used >= budget).then(|| {
+            format!("the run's token budget is spent ({used} of --max-tokens {budget} used)")
+        })
+    }
+
     fn set_running(&mut self, idx: usize, attempt: u32, start: Oid) {
         let t = &mut self.report.tasks[idx];
         t.status = TaskStatus::Running;
@@ -172,6 +193,9 @@ impl Scheduler {
         t.changed_files = a.changed.clone();
         t.commit = a.tip.filter(|tip| *tip != a.start).map(|o| o.to_string());
         t.summary = a.summary.clone();
+        t.tokens.prompt += a.tokens.prompt;
+        t.tokens.completion += a.tokens.completion;
+        t.turns += a.turns;
         t.output_tail = a.output_tail.clone();
         t.error = a.error.clone();
         t.status = a.status;

@@ -2,8 +2,11 @@
 
 use crate::git::commit::{self, CommitError};
 use crate::git::finish;
+use crate::report::Tokens;
 use crate::settings::Scope;
-use crate::worker::exec::{self, ExecTask, Verdict};
+use crate::worker::Verdict;
+use crate::worker::exec::{self, ExecTask};
+use crate::worker::llm::agent::{self, AgentTask};
 use crate::worker::process::{self, Exit, ProcessRequest};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use git2::Oid;
 
-use super::Shared;
+use super::{Shared, WorkerKind};
 use crate::events::Event;
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
@@ -28,6 +31,29 @@ pub(super) struct Attempt {
     pub(super) summary: Option<String>,
     pub(super) output_tail: Option<String>,
     pub(super) duration: Duration,
+    pub(super) tokens: Tokens,
+    pub(super) turns: u32,
+}
+
+/// What a worker reports, whichever kind it is.
+struct WorkerResult {
+    verdict: Verdict,
+    summary: Option<String>,
+    output_tail: Option<String>,
+    tokens: Tokens,
+    turns: u32,
+}
+
+impl WorkerResult {
+    fn just(verdict: Verdict, output_tail: Option<String>) -> Self {
+        Self {
+            verdict,
+            summary: None,
+            output_tail,
+            tokens: Tokens::default(),
+            turns: 0,
+        }
+    }
 }
 
 /// Runs one attempt of one task in a pooled worktree. Never fails: problems are the task's
@@ -51,6 +77,8 @@ pub(super) async fn run_task(
         summary: None,
         output_tail: None,
         duration: Duration::ZERO,
+        tokens: Tokens::default(),
+        turns: 0,
     };
     if let Err(e) = attempt_task(&shared, &mut a, context.as_deref()).await {
         a.status = TaskStatus::Failed;
@@ -112,38 +140,31 @@ async fn attempt_task(
         .await?;
         match ran.exit {
             Exit::Code(0) => slot.set_up = true,
-            Exit::Cancelled => outcome = Some((Verdict::Interrupted, None, None)),
+            Exit::Cancelled => outcome = Some(WorkerResult::just(Verdict::Interrupted, None)),
             other => {
                 let why = format!(
                     "worktree setup `{setup}` failed ({other:?}); see {}",
                     log.display()
                 );
-                outcome = Some((Verdict::Failed(why), None, Some(ran.output_tail)));
+                outcome = Some(WorkerResult::just(
+                    Verdict::Failed(why),
+                    Some(ran.output_tail),
+                ));
             }
         }
     }
-    let (verdict, summary, output_tail) = match outcome {
+    let result = match outcome {
         Some(o) => o,
         None => {
             step("running");
-            let ran = exec::run(ExecTask {
-                command: &shared.command,
-                instruction: &shared.plan.instruction,
-                run_id,
-                task_id: &task.id,
-                files: &task.files,
-                worktree: &slot.path,
-                task_dir: &task_dir,
-                timeout,
-                cancel: &shared.cancel,
-                context,
-            })
-            .await?;
-            (ran.verdict, ran.summary, Some(ran.output_tail))
+            run_worker(shared, a.idx, &slot.path, &task_dir, context).await?
         }
     };
-    a.summary = summary;
-    a.output_tail = output_tail.filter(|t| !t.is_empty());
+    let verdict = result.verdict;
+    a.summary = result.summary;
+    a.output_tail = result.output_tail.filter(|t| !t.is_empty());
+    a.tokens = result.tokens;
+    a.turns = result.turns;
 
     step("committing");
     let committed = {
@@ -227,6 +248,102 @@ async fn attempt_task(
         }
     };
     Ok(())
+}
+
+/// Runs the task's worker in its worktree: the `--exec` command (then `--verify`, if any), or
+/// the built-in agent (which runs `--verify` itself and can react to it).
+async fn run_worker(
+    shared: &Arc<Shared>,
+    idx: usize,
+    worktree: &std::path::Path,
+    task_dir: &std::path::Path,
+    context: Option<&str>,
+) -> anyhow::Result<WorkerResult> {
+    let task = &shared.plan.tasks[idx];
+    let settings = &shared.plan.settings;
+    match &shared.worker {
+        WorkerKind::Exec(command) => {
+            let ran = exec::run(ExecTask {
+                command,
+                instruction: &shared.plan.instruction,
+                run_id: &shared.plan.run_id,
+                task_id: &task.id,
+                files: &task.files,
+                worktree,
+                task_dir,
+                timeout: settings.timeout(),
+                cancel: &shared.cancel,
+                context,
+            })
+            .await?;
+            let mut result = WorkerResult {
+                verdict: ran.verdict,
+                summary: ran.summary,
+                output_tail: Some(ran.output_tail),
+                tokens: Tokens::default(),
+                turns: 0,
+            };
+            if result.verdict == Verdict::Done
+                && let Some(verify) = settings.verify.as_deref()
+            {
+                shared.sink.emit(Event::TaskStep {
+                    task: task.id.clone(),
+                    step: "verify".into(),
+                });
+                let log = task_dir.join("verify.log");
+                let ran = process::run(ProcessRequest {
+                    command: verify,
+                    cwd: worktree,
+                    env: Vec::new(),
+                    log: &log,
+                    timeout: settings.timeout(),
+                    cancel: &shared.cancel,
+                })
+                .await?;
+                result.verdict = match ran.exit {
+                    Exit::Code(0) => Verdict::Done,
+                    Exit::Cancelled => Verdict::Interrupted,
+                    Exit::TimedOut => Verdict::Timeout("--verify timed out (--timeout)".into()),
+                    Exit::Code(c) => {
+                        Verdict::Failed(format!("--verify `{verify}` failed (exit status {c})"))
+                    }
+                    Exit::Signal(s) => {
+                        Verdict::Failed(format!("--verify `{verify}` was killed by signal {s}"))
+                    }
+                };
+                if result.verdict != Verdict::Done {
+                    result.output_tail = Some(ran.output_tail);
+                }
+            }
+            Ok(result)
+        }
+        WorkerKind::Llm(llm) => {
+            let out = agent::run(AgentTask {
+                shared: llm,
+                events: &shared.sink,
+                instruction: &shared.plan.instruction,
+                task_id: &task.id,
+                files: &task.files,
+                worktree,
+                task_dir,
+                scope_task: settings.scope == Scope::Task,
+                max_turns: settings.max_turns,
+                max_tokens: settings.max_tokens,
+                verify: settings.verify.as_deref(),
+                timeout: settings.timeout(),
+                cancel: &shared.cancel,
+                context,
+            })
+            .await?;
+            Ok(WorkerResult {
+                verdict: out.verdict,
+                summary: out.summary,
+                output_tail: Some(out.output_tail),
+                tokens: out.tokens,
+                turns: out.turns,
+            })
+        }
+    }
 }
 
 /// Local branches that are not swarm's.

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::process::{self, Exit, ProcessRequest};
 use crate::env_vars;
 use crate::repo_path::RepoPath;
+use crate::worker::Verdict;
 
 pub struct ExecTask<'a> {
     pub command: &'a str,
@@ -30,18 +31,6 @@ pub struct ExecTask<'a> {
     pub cancel: &'a CancellationToken,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
-}
-
-/// How the worker ended, before swarm looks at the worktree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Exit 0 (changes or not are decided by the commit).
-    Done,
-    /// Exit 0 and the result file said `no_change`.
-    NoChange,
-    Failed(String),
-    Timeout(String),
-    Interrupted,
 }
 
 #[derive(Debug)]

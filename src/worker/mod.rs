@@ -1,7 +1,22 @@
 //! Workers: what edits a task's files in its worktree.
 //!
-//! This version has the external command worker ([`exec`]); the process machinery it stands on
-//! ([`process`]) also runs worktree setup commands.
+//! - [`exec`]: an external command (`--exec`).
+//! - [`llm`]: the built-in coding agent over an OpenAI-compatible API.
+//! - [`process`]: running a command as a confined, time-limited process group (workers,
+//!   `--verify`, worktree setup).
 
 pub mod exec;
+pub mod llm;
 pub mod process;
+
+/// How a worker ended, before swarm looks at the worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Finished well (whether it changed anything is decided by the commit).
+    Done,
+    /// Finished and said nothing needed changing.
+    NoChange,
+    Failed(String),
+    Timeout(String),
+    Interrupted,
+}

@@ -89,6 +89,8 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
     // Our copies of the pipe's write end must go, or the reader never sees end-of-file.
     drop(cmd);
     let pgid = child.id().map(|p| p as i32);
+    // If this future is dropped (a caller's timeout), the whole group goes with it.
+    let mut group = GroupGuard(pgid);
     let (tail_tx, tail_rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let _ = tail_tx.send(capture(reader, log));
@@ -111,6 +113,8 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
             Exit::Cancelled
         }
     };
+    // Dealt with above; a later signal could hit a reused process group id.
+    group.0 = None;
     // Normally the pipe closes as soon as the group is gone; a process that escaped the group
     // (setsid) may hold it open, and is not waited for.
     let (output_tail, output_bytes) = tokio::time::timeout(Duration::from_secs(2), tail_rx)
@@ -124,6 +128,15 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
         output_bytes,
         duration: started.elapsed(),
     })
+}
+
+/// Kills the process group when dropped: no worker process outlives the code that runs it.
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        signal_group(self.0, libc::SIGKILL);
+    }
 }
 
 /// SIGTERM to the group, SIGKILL after `grace` if the shell has not exited.

@@ -174,7 +174,12 @@ fn into_a_branch_checked_out_in_another_worktree() {
 
 #[test]
 fn no_worker_command() {
-    refuses(&repo(), &["refactor", "x"], "no worker command", "--exec");
+    refuses(
+        &repo(),
+        &["refactor", "x"],
+        "no worker: neither --exec nor --model",
+        "--exec",
+    );
 }
 
 #[test]

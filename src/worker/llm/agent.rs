@@ -1,0 +1,409 @@
+//! The agent loop of one task.
+//!
+//! Turn after turn: send the conversation, run the tool calls the model asks for, give back
+//! their results, until the model calls `finish`. With `--verify`, a `finish` with status
+//! done runs the check in the worktree; if it fails, its output goes back to the model and
+//! the loop goes on. The loop also ends at `--max-turns`, at the task's timeout, when the run
+//! is interrupted, or when the run's token budget is spent. Every message is appended to the
+//! task's `transcript.jsonl` (the API key is never part of a message).
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufWriter, Write as _};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::LlmShared;
+use super::client::RetryNotice;
+use super::tools::{self, FinishStatus, Outcome, Workspace};
+use crate::events::{Event, EventSink};
+use crate::repo_path::RepoPath;
+use crate::report::Tokens;
+use crate::worker::Verdict;
+use crate::worker::process::{self, Exit, ProcessRequest};
+
+/// Characters of conversation above which old tool results are shortened.
+const CONTEXT_CHARS: usize = 120_000;
+/// The most recent tool results are never shortened.
+const KEEP_RECENT: usize = 6;
+/// Tool results kept for the report, and their size.
+const TAIL_RESULTS: usize = 12;
+const TAIL_CHARS: usize = 8000;
+
+pub struct AgentTask<'a> {
+    pub shared: &'a LlmShared,
+    pub events: &'a EventSink,
+    pub instruction: &'a str,
+    pub task_id: &'a str,
+    pub files: &'a [RepoPath],
+    pub worktree: &'a Path,
+    pub task_dir: &'a Path,
+    pub scope_task: bool,
+    pub max_turns: u32,
+    pub max_tokens: Option<u64>,
+    pub verify: Option<&'a str>,
+    pub timeout: Duration,
+    pub cancel: &'a CancellationToken,
+    /// Extra context for this attempt (e.g. the conflict a retry must avoid).
+    pub context: Option<&'a str>,
+}
+
+#[derive(Debug)]
+pub struct AgentOutcome {
+    pub verdict: Verdict,
+    pub summary: Option<String>,
+    pub tokens: Tokens,
+    pub turns: u32,
+    /// The last tool results (at most 12, at most 8,000 characters).
+    pub output_tail: String,
+}
+
+#[derive(Default)]
+struct LoopState {
+    tokens: Tokens,
+    turns: u32,
+    tail: VecDeque<String>,
+    summary: Option<String>,
+}
+
+pub async fn run(task: AgentTask<'_>) -> anyhow::Result<AgentOutcome> {
+    std::fs::create_dir_all(task.task_dir)?;
+    let mut transcript = Transcript::create(&task.task_dir.join("transcript.jsonl"))?;
+    let mut state = LoopState::default();
+    let verdict = {
+        let looping = run_loop(&task, &mut state, &mut transcript);
+        tokio::select! {
+            verdict = looping => verdict?,
+            () = tokio::time::sleep(task.timeout) => Verdict::Timeout(format!(
+                "timed out after {}s (--timeout)", task.timeout.as_secs()
+            )),
+            () = task.cancel.cancelled() => Verdict::Interrupted,
+        }
+    };
+    let mut output_tail = String::new();
+    for result in &state.tail {
+        output_tail.push_str(result);
+        output_tail.push('\n');
+    }
+    if output_tail.len() > TAIL_CHARS {
+        let cut = output_tail.len() - TAIL_CHARS;
+        let cut = (cut..output_tail.len())
+            .find(|i| output_tail.is_char_boundary(*i))
+            .unwrap_or(cut);
+        output_tail.drain(..cut);
+    }
+    Ok(AgentOutcome {
+        verdict,
+        summary: state.summary,
+        tokens: state.tokens,
+        turns: state.turns,
+        output_tail,
+    })
+}
+
+async fn run_loop(
+    task: &AgentTask<'_>,
+    state: &mut LoopState,
+    transcript: &mut Transcript,
+) -> anyhow::Result<Verdict> {
+    let workspace = Workspace::new(task.worktree, task.scope_task.then_some(task.files))?;
+    let agents_md = std::fs::read_to_string(task.worktree.join("AGENTS.md")).ok();
+    let definitions = tools::definitions();
+    let mut messages = vec![
+        json!({"role": "system", "content": super::prompt::system(task.scope_task)}),
+        json!({"role": "user", "content": super::prompt::task_message(
+            task.instruction, task.files, task.context, agents_md.as_deref())}),
+    ];
+    for m in &messages {
+        transcript.append(m);
+    }
+    let mut verify_failure: Option<String> = None;
+    while state.turns < task.max_turns {
+        state.turns += 1;
+        let turn = state.turns;
+        shorten_old_results(&mut messages);
+        task.events.emit(Event::TaskStep {
+            task: task.task_id.to_string(),
+            step: format!("turn {turn}: thinking"),
+        });
+        task.events.emit(Event::ModelRequest {
+            task: task.task_id.to_string(),
+            turn,
+        });
+        let on_retry = |n: &RetryNotice| {
+            task.events.emit(Event::ModelRetry {
+                task: task.task_id.to_string(),
+                attempt: n.attempt,
+                wait_ms: n.wait.as_millis() as u64,
+                reason: n.reason.clone(),
+            });
+        };
+        let reply = match task
+            .shared
+            .client
+            .chat(&messages, &definitions, turn, &on_retry)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => return Ok(Verdict::Failed(format!("the model API failed: {e}"))),
+        };
+        if let Some(usage) = reply.usage {
+            state.tokens.prompt += usage.prompt;
+            state.tokens.completion += usage.completion;
+            task.shared
+                .tokens_used
+                .fetch_add(usage.prompt + usage.completion, Ordering::Relaxed);
+        }
+        let mut assistant = json!({"role": "assistant", "content": reply.content});
+        if !reply.tool_calls.is_empty() {
+            assistant["tool_calls"] = reply
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect();
+        }
+        transcript.append(&assistant);
+        messages.push(assistant);
+
+        if reply.tool_calls.is_empty() {
+            let nudge = json!({"role": "user", "content":
+                "Continue with the tools. When the task is complete, call finish."});
+            transcript.append(&nudge);
+            messages.push(nudge);
+            continue;
+        }
+        let mut finished = None;
+        for call in &reply.tool_calls {
+            let target = serde_json::from_str::<Value>(&call.arguments)
+                .ok()
+                .and_then(|a| a.get("path").and_then(Value::as_str).map(str::to_string));
+            task.events.emit(Event::TaskStep {
+                task: task.task_id.to_string(),
+                step: format!(
+                    "turn {turn}: {}{}",
+                    call.name,
+                    target
+                        .as_deref()
+                        .map(|p| format!(" {p}"))
+                        .unwrap_or_default()
+                ),
+            });
+            task.events.emit(Event::ToolCall {
+                task: task.task_id.to_string(),
+                tool: call.name.clone(),
+                path: target.clone(),
+            });
+            let outcome = workspace.call(&call.name, &call.arguments);
+            let content = match &outcome {
+                Outcome::Result(text) => text.clone(),
+                Outcome::Finish { status, summary } => {
+                    finished = Some((*status, summary.clone()));
+                    "finish recorded".to_string()
+                }
+            };
+            task.events.emit(Event::ToolResult {
+                task: task.task_id.to_string(),
+                tool: call.name.clone(),
+                ok: !content.starts_with("error:"),
+            });
+            remember(&mut state.tail, &call.name, &content);
+            let message = json!({"role": "tool", "tool_call_id": call.id, "content": content});
+            transcript.append(&message);
+            messages.push(message);
+        }
+        if let Some(budget) = task.max_tokens
+            && task.shared.tokens_used() >= budget
+            && finished.is_none()
+        {
+            return Ok(Verdict::Failed(format!(
+                "stopped: the run's token budget (--max-tokens {budget}) is spent"
+            )));
+        }
+        let Some((status, summary)) = finished else {
+            continue;
+        };
+        state.summary = Some(summary.clone());
+        match status {
+            FinishStatus::NoChange => return Ok(Verdict::NoChange),
+            FinishStatus::Failed => {
+                return Ok(Verdict::Failed(format!("the worker gave up: {summary}")));
+            }
+            FinishStatus::Done => {}
+        }
+        let Some(verify) = task.verify else {
+            return Ok(Verdict::Done);
+        };
+        task.events.emit(Event::TaskStep {
+            task: task.task_id.to_string(),
+            step: "verify".into(),
+        });
+        match run_verify(verify, task).await? {
+            None => return Ok(Verdict::Done),
+            Some(output) => {
+                let text = format!(
+                    "The check `{verify}` failed after your change:\n\n{output}\n\nFix the problem \
+                     (within this task's files), then call finish again."
+                );
+                verify_failure = Some(output);
+                let message = json!({"role": "user", "content": text});
+                transcript.append(&message);
+                messages.push(message);
+            }
+        }
+    }
+    Ok(Verdict::Failed(match verify_failure {
+        Some(output) => format!(
+            "--verify still fails after {} turns (--max-turns): {}",
+            task.max_turns,
+            last_lines(&output, 5)
+        ),
+        None => format!(
+            "the model did not call finish within {} turns (--max-turns)",
+            task.max_turns
+        ),
+    }))
+}
+
+/// Runs `--verify` in the worktree; `None` when it passes, else its output tail.
+pub async fn run_verify(command: &str, task: &AgentTask<'_>) -> anyhow::Result<Option<String>> {
+    let ran = process::run(ProcessRequest {
+        command,
+        cwd: task.worktree,
+        env: Vec::new(),
+        log: &task.task_dir.join("verify.log"),
+        timeout: task.timeout,
+        cancel: task.cancel,
+    })
+    .await?;
+    Ok(match ran.exit {
+        Exit::Code(0) => None,
+        other => Some(format!(
+            "{}\n[{}]",
+            ran.output_tail.trim_end(),
+            describe(other)
+        )),
+    })
+}
+
+fn describe(exit: Exit) -> String {
+    match exit {
+        Exit::Code(c) => format!("exit status {c}"),
+        Exit::Signal(s) => format!("killed by signal {s}"),
+        Exit::TimedOut => "timed out".into(),
+        Exit::Cancelled => "interrupted".into(),
+    }
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
+fn remember(tail: &mut VecDeque<String>, tool: &str, content: &str) {
+    let shown: String = content.chars().take(1500).collect();
+    tail.push_back(format!("[{tool}] {shown}"));
+    while tail.len() > TAIL_RESULTS {
+        tail.pop_front();
+    }
+}
+
+/// Shortens the oldest tool results while the conversation is longer than [`CONTEXT_CHARS`],
+/// keeping the [`KEEP_RECENT`] most recent ones whole.
+fn shorten_old_results(messages: &mut [Value]) {
+    let size = |m: &Value| m.to_string().len();
+    let mut total: usize = messages.iter().map(size).sum();
+    if total <= CONTEXT_CHARS {
+        return;
+    }
+    let tool_positions: Vec<usize> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m["role"] == "tool")
+        .map(|(i, _)| i)
+        .collect();
+    let old = tool_positions.len().saturating_sub(KEEP_RECENT);
+    for &i in &tool_positions[..old] {
+        if total <= CONTEXT_CHARS {
+            break;
+        }
+        let Some(content) = messages[i]["content"].as_str() else {
+            continue;
+        };
+        if content.len() <= 300 {
+            continue;
+        }
+        let before = size(&messages[i]);
+        let head: String = content.chars().take(200).collect();
+        messages[i]["content"] = json!(format!(
+            "{head}\n[shortened by swarm to save context; call the tool again if you need this]"
+        ));
+        total = total - before + size(&messages[i]);
+    }
+}
+
+struct Transcript {
+    out: Option<BufWriter<File>>,
+}
+
+impl Transcript {
+    fn create(path: &Path) -> std::io::Result<Self> {
+        let file = File::options().create(true).append(true).open(path)?;
+        Ok(Self {
+            out: Some(BufWriter::new(file)),
+        })
+    }
+
+    fn append(&mut self, message: &Value) {
+        let Some(out) = self.out.as_mut() else { return };
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        let line = json!({"ts": ts, "message": message});
+        let ok = serde_json::to_writer(&mut *out, &line).is_ok()
+            && out.write_all(b"\n").is_ok()
+            && out.flush().is_ok();
+        if !ok {
+            tracing::warn!("cannot write the transcript; it stops here");
+            self.out = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_tool_results_are_shortened_first() {
+        let big = "x".repeat(30_000);
+        let mut messages = vec![json!({"role": "system", "content": "s"})];
+        for i in 0..10 {
+            messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": big}));
+        }
+        shorten_old_results(&mut messages);
+        // The 4 oldest are shortened; the 6 most recent stay whole, even over the limit.
+        for m in &messages[1..=4] {
+            assert!(
+                m["content"]
+                    .as_str()
+                    .unwrap()
+                    .contains("shortened by swarm")
+            );
+        }
+        for m in &messages[5..=10] {
+            assert_eq!(m["content"].as_str().unwrap().len(), 30_000);
+        }
+        // Under the limit, nothing is touched.
+        let mut small = vec![json!({"role": "tool", "tool_call_id": "c", "content": big})];
+        shorten_old_results(&mut small);
+        assert_eq!(small[0]["content"].as_str().unwrap().len(), 30_000);
+    }
+}

@@ -1,0 +1,41 @@
+//! The built-in worker: an OpenAI-compatible coding agent per task (SPEC §5).
+//!
+//! - [`client`]: the chat-completions client, with retries ([`sse`] reads the answers).
+//! - [`limit`]: the run-wide limit of model calls in flight, which shrinks on 429.
+//! - [`tools`]: the tools, confined to the task's worktree.
+//! - [`agent`]: the loop: turns, budgets, `finish`, `--verify`, the transcript.
+
+pub mod agent;
+pub mod client;
+pub mod limit;
+pub mod prompt;
+pub mod sse;
+pub mod tools;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::settings::{ApiKey, Settings};
+
+/// What every LLM worker of a run shares: one HTTP client (and its connection pool), the
+/// limit of calls in flight, and the run's token count.
+pub struct LlmShared {
+    pub client: client::ChatClient,
+    pub limit: Arc<limit::AdaptiveLimit>,
+    pub tokens_used: AtomicU64,
+}
+
+impl LlmShared {
+    pub fn new(settings: &Settings, model: String, key: Option<ApiKey>) -> anyhow::Result<Self> {
+        let limit = limit::AdaptiveLimit::new(settings.jobs);
+        Ok(Self {
+            client: client::ChatClient::new(&settings.model, model, key, limit.clone())?,
+            limit,
+            tokens_used: AtomicU64::new(0),
+        })
+    }
+
+    pub fn tokens_used(&self) -> u64 {
+        self.tokens_used.load(Ordering::Relaxed)
+    }
+}
