@@ -5,6 +5,8 @@
 mod bad_input;
 mod commands;
 mod common;
+mod fake_model;
+mod llm;
 mod merging;
 mod planning;
 mod refactor;

@@ -1,0 +1,533 @@
+//! The built-in LLM worker against the fake model API.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::{Run, TestRepo, statuses};
+use crate::fake_model::{FakeModel, Reply, Request, raw_tool_call, rename_agent, tool_calls};
+
+const KEY: &str = "sk-test-SECRET-7d1f00";
+
+fn foo_repo(n: usize) -> TestRepo {
+    let files: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            (
+                format!("src/m{i}.py"),
+                format!("def foo_{i}():\n    return foo({i})\n"),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    TestRepo::with_files(&refs)
+}
+
+fn llm_run(repo: &TestRepo, fake: &FakeModel, args: &[&str]) -> Run {
+    let mut cmd = repo.swarm_cmd();
+    cmd.env("SWARM_API_KEY", KEY)
+        .args(["refactor", "rename foo to bar"])
+        .args(args)
+        .args(["--model", "fake-model", "--base-url", &fake.url]);
+    Run::from(cmd.output().unwrap())
+}
+
+/// Checks the shape of every conversation the fake received.
+fn assert_well_formed(requests: &[Request]) {
+    for req in requests {
+        assert_eq!(req.path, "/v1/chat/completions");
+        assert_eq!(
+            req.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+        assert_eq!(req.body["model"], "fake-model");
+        let names: Vec<&str> = req.body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                assert_eq!(t["type"], "function");
+                assert!(t["function"]["parameters"]["type"] == "object");
+                t["function"]["name"].as_str().unwrap()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "read_file",
+                "edit_file",
+                "write_file",
+                "list_files",
+                "search",
+                "finish"
+            ]
+        );
+        let messages = req.messages();
+        assert_eq!(messages[0]["role"], "system");
+        assert_eq!(messages[1]["role"], "user");
+        let first = messages[1]["content"].as_str().unwrap();
+        assert!(
+            first.starts_with("Instruction:\nrename foo to bar\n"),
+            "{first}"
+        );
+        // Every tool message answers a call of the assistant message before it, in order.
+        let mut open: Vec<String> = Vec::new();
+        for m in &messages[2..] {
+            match m["role"].as_str().unwrap() {
+                "assistant" => {
+                    assert!(open.is_empty(), "unanswered tool calls {open:?}");
+                    open = m["tool_calls"]
+                        .as_array()
+                        .map(|c| {
+                            c.iter()
+                                .map(|c| c["id"].as_str().unwrap().to_string())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                }
+                "tool" => {
+                    assert!(!open.is_empty(), "a tool message without a call");
+                    assert_eq!(m["tool_call_id"].as_str().unwrap(), open.remove(0));
+                }
+                "user" => assert!(open.is_empty()),
+                other => panic!("unexpected role {other}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rename_across_files_merges_to_the_oracle_tree_streaming() {
+    let repo = foo_repo(6);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, _| Reply::Stream(agent(req)));
+    let run = llm_run(&repo, &fake, &["src", "-j", "3"]);
+    run.assert_code(0);
+    let files: Vec<String> = (0..6).map(|i| format!("src/m{i}.py")).collect();
+    let files: Vec<&str> = files.iter().map(String::as_str).collect();
+    let oracle = repo.oracle_tree(&base, &files, r#"sed -i 's/foo/bar/g' "$SWARM_FILE""#);
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    assert_eq!(
+        repo.lines(&["rev-list", "--merges", &format!("{base}..main")])
+            .len(),
+        6
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 18, "3 turns per task");
+    assert!(fake.max_in_flight() <= 3, "{} calls in flight at -j 3", fake.max_in_flight());
+    assert_well_formed(&requests);
+    for req in &requests {
+        assert_eq!(req.body["stream"], true);
+        assert_eq!(req.body["stream_options"]["include_usage"], true);
+    }
+    let report = repo.report(&run);
+    for t in report["tasks"].as_array().unwrap() {
+        assert_eq!(t["status"], "merged");
+        assert_eq!(t["turns"], 3);
+        assert_eq!(t["tokens"]["prompt"], 300);
+        assert_eq!(t["tokens"]["completion"], 60);
+        assert_eq!(t["summary"], "renamed foo to bar");
+        assert!(
+            t["output_tail"]
+                .as_str()
+                .unwrap()
+                .contains("[edit_file] edited")
+        );
+    }
+    assert_eq!(report["totals"]["tokens"]["prompt"], 1800);
+    repo.assert_clean_after_run();
+}
+
+#[test]
+fn non_streaming_mode_from_swarm_toml() {
+    let repo = foo_repo(2);
+    repo.write("swarm.toml", "[model]\nstream = false\n");
+    repo.commit_all("settings");
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
+    llm_run(&repo, &fake, &["src"]).assert_code(0);
+    assert_eq!(repo.read("src/m1.py"), "def bar_1():\n    return bar(1)\n");
+    let requests = fake.requests();
+    assert_well_formed(&requests);
+    assert!(requests.iter().all(|r| r.body.get("stream").is_none()));
+}
+
+#[test]
+fn rate_limits_server_errors_and_dropped_connections_are_survived() {
+    let repo = foo_repo(2);
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, n| match n {
+        0 => Reply::Status(
+            429,
+            vec![("retry-after", "1".into())],
+            r#"{"error":"slow down"}"#.into(),
+        ),
+        1 => Reply::Status(500, vec![], "boom".into()),
+        2 => Reply::Status(503, vec![("retry-after", "0".into())], "busy".into()),
+        3 => Reply::Drop,
+        _ => Reply::Stream(agent(req)),
+    });
+    let started = Instant::now();
+    let run = llm_run(&repo, &fake, &["src", "-j", "1"]);
+    run.assert_code(0);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After was honoured"
+    );
+    assert_eq!(repo.read("src/m0.py"), "def bar_0():\n    return bar(0)\n");
+    assert_eq!(repo.read("src/m1.py"), "def bar_1():\n    return bar(1)\n");
+    let retries: Vec<Value> = repo
+        .events(&run)
+        .into_iter()
+        .filter(|e| e["kind"] == "model_retry")
+        .collect();
+    assert_eq!(retries.len(), 4, "{retries:?}");
+    assert!(retries[0]["reason"].as_str().unwrap().contains("429"));
+    assert!(retries[0]["wait_ms"].as_u64().unwrap() >= 1000);
+}
+
+#[test]
+fn a_429_slows_every_worker_down() {
+    let repo = foo_repo(6);
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, n| {
+        if n == 0 {
+            // Answered once every worker has a request in flight.
+            let status =
+                Reply::Status(429, vec![("retry-after", "0.1".into())], "slow down".into());
+            Reply::After(Duration::from_millis(300), Box::new(status))
+        } else {
+            Reply::After(
+                Duration::from_millis(1000),
+                Box::new(Reply::Json(agent(req))),
+            )
+        }
+    });
+    llm_run(&repo, &fake, &["src", "-j", "6"]).assert_code(0);
+    let requests = fake.requests();
+    assert_eq!(
+        requests[..6].iter().map(|r| r.in_flight).max(),
+        Some(6),
+        "6 workers at first"
+    );
+    // The 429 (at 0.3 s) halved the run's limit to 3 while 5 other calls were in flight: the
+    // retry waited for a slot (the others end at ~1 s) although its own Retry-After was 0.1 s,
+    // and the next requests found at most 4 in flight (3, recovering by one per round of
+    // successes), not the 6 of before.
+    let waited = requests[6].arrived - requests[0].arrived;
+    assert!(
+        waited >= Duration::from_millis(800),
+        "the retry came back after {waited:?}"
+    );
+    let later_max = requests[6..12].iter().map(|r| r.in_flight).max().unwrap();
+    assert!(later_max <= 4, "{later_max} in flight after the 429");
+    assert_eq!(repo.read("src/m5.py"), "def bar_5():\n    return bar(5)\n");
+}
+
+#[test]
+fn a_client_error_is_not_retried_and_fails_the_task() {
+    let repo = foo_repo(1);
+    let fake = FakeModel::start(|_, _| Reply::Status(401, vec![], r#"{"error":"bad key"}"#.into()));
+    let run = llm_run(&repo, &fake, &["src"]);
+    run.assert_code(1);
+    assert_eq!(fake.requests().len(), 1);
+    let report = repo.report(&run);
+    let error = report["tasks"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("HTTP 401") && error.contains("bad key"),
+        "{error}"
+    );
+}
+
+#[test]
+fn bad_tool_calls_and_path_escapes_get_errors_and_write_nothing() {
+    let repo = foo_repo(1);
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), repo.path.join("escape")).unwrap();
+    repo.commit_all("a symlink out");
+    let fake = FakeModel::start(|req, _| {
+        let file = req.task_files()[0].clone();
+        Reply::Json(match req.turn() {
+            0 => raw_tool_call("read_file", "{oops"),
+            1 => tool_calls(&[
+                ("delete_everything", json!({})),
+                ("write_file", json!({"path": "../x.py", "content": "pwned"})),
+                (
+                    "write_file",
+                    json!({"path": "/tmp/swarm-pwned.py", "content": "pwned"}),
+                ),
+                ("read_file", json!({"path": "/etc/passwd"})),
+                (
+                    "write_file",
+                    json!({"path": "escape/pwned.py", "content": "pwned"}),
+                ),
+                (
+                    "write_file",
+                    json!({"path": ".git/config", "content": "pwned"}),
+                ),
+                (
+                    "edit_file",
+                    json!({"path": "README.md", "old_string": "a", "new_string": "b"}),
+                ),
+                (
+                    "write_file",
+                    json!({"path": "other.py", "content": "out of scope"}),
+                ),
+                (
+                    "edit_file",
+                    json!({"path": file, "old_string": "foo", "new_string": "bar", "replace_all": true}),
+                ),
+            ]),
+            _ => tool_calls(&[("finish", json!({"status": "done", "summary": "ok"}))]),
+        })
+    });
+    let run = llm_run(&repo, &fake, &["src"]);
+    run.assert_code(0);
+    let requests = fake.requests();
+    assert_well_formed(&requests);
+    // Turn 2 saw the error of the malformed call; turn 3 the results of the batch.
+    let second = requests[1].messages();
+    assert!(
+        second.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("error: the arguments of read_file are not valid JSON")
+    );
+    let results: Vec<String> = requests[2]
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .skip(1)
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(results.len(), 9);
+    for r in &results[..8] {
+        assert!(r.starts_with("error: "), "{r}");
+    }
+    assert!(results[8].starts_with("edited src/m0.py"), "{}", results[8]);
+    assert!(!repo.path.parent().unwrap().join("x.py").exists());
+    assert!(!std::path::Path::new("/tmp/swarm-pwned.py").exists());
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    assert!(!repo.git(&["config", "--list", "--local"]).contains("pwned"));
+    assert!(!repo.path.join("other.py").exists());
+    assert_eq!(repo.read("src/m0.py"), "def bar_0():\n    return bar(0)\n");
+    assert_eq!(repo.lines(&["ls-files"]), vec!["escape", "src/m0.py"]);
+}
+
+#[test]
+fn a_model_that_never_finishes_stops_at_max_turns() {
+    let repo = foo_repo(1);
+    let fake = FakeModel::start(|req, _| {
+        Reply::Json(tool_calls(&[(
+            "read_file",
+            json!({"path": req.task_files()[0]}),
+        )]))
+    });
+    let run = llm_run(&repo, &fake, &["src", "--max-turns", "3"]);
+    run.assert_code(1);
+    assert_eq!(fake.requests().len(), 3);
+    let report = repo.report(&run);
+    let t = &report["tasks"][0];
+    assert_eq!(t["status"], "failed");
+    assert!(
+        t["error"]
+            .as_str()
+            .unwrap()
+            .contains("did not call finish within 3 turns"),
+        "{t}"
+    );
+    assert_eq!(t["turns"], 3);
+}
+
+#[test]
+fn verify_failures_go_back_to_the_model() {
+    let repo = foo_repo(1);
+    let fake = FakeModel::start(|req, _| {
+        let file = req.task_files()[0].clone();
+        let last = req.last()["content"].as_str().unwrap_or("").to_string();
+        Reply::Json(if last.contains("failed after your change") {
+            // The check's output reached the model: fix and finish again.
+            assert!(last.contains("still wrong"), "{last}");
+            tool_calls(&[
+                ("write_file", json!({"path": file, "content": "fixed\n"})),
+                ("finish", json!({"status": "done", "summary": "fixed"})),
+            ])
+        } else {
+            tool_calls(&[
+                ("write_file", json!({"path": file, "content": "wrong\n"})),
+                ("finish", json!({"status": "done", "summary": "first try"})),
+            ])
+        })
+    });
+    let verify = r#"if grep -rq wrong src; then echo still wrong; exit 1; fi"#;
+    let run = llm_run(&repo, &fake, &["src", "--verify", verify]);
+    run.assert_code(0);
+    assert_eq!(repo.read("src/m0.py"), "fixed\n");
+    assert_eq!(fake.requests().len(), 2);
+    assert_eq!(repo.report(&run)["tasks"][0]["summary"], "fixed");
+}
+
+#[test]
+fn a_task_whose_verify_keeps_failing_is_not_merged() {
+    let repo = foo_repo(1);
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, _| {
+        if req.last()["content"]
+            .as_str()
+            .unwrap_or("")
+            .contains("failed after your change")
+        {
+            Reply::Json(tool_calls(&[(
+                "finish",
+                json!({"status": "done", "summary": "again"}),
+            )]))
+        } else {
+            Reply::Json(agent(req))
+        }
+    });
+    let run = llm_run(
+        &repo,
+        &fake,
+        &["src", "--max-turns", "5", "--verify", "echo nope; exit 3"],
+    );
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let t = &report["tasks"][0];
+    assert_eq!(t["status"], "failed");
+    assert!(
+        t["error"]
+            .as_str()
+            .unwrap()
+            .contains("--verify still fails"),
+        "{t}"
+    );
+    assert_eq!(repo.read("src/m0.py"), "def foo_0():\n    return foo(0)\n");
+    assert_eq!(repo.swarm_branches().len(), 1, "the branch is kept");
+}
+
+#[test]
+fn the_token_budget_stops_new_tasks() {
+    let repo = foo_repo(4);
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
+    // Each turn costs 120 tokens: the first task's loop stops after its second turn (240 of
+    // 200), and no other task starts.
+    let run = llm_run(&repo, &fake, &["src", "-j", "1", "--max-tokens", "200"]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let s = statuses(&report);
+    assert_eq!(s[0], ("src/m0.py".to_string(), "failed".to_string()));
+    assert_eq!(s.iter().filter(|(_, s)| s == "skipped").count(), 3, "{s:?}");
+    let tasks = report["tasks"].as_array().unwrap();
+    let first = tasks.iter().find(|t| t["status"] == "failed").unwrap();
+    assert!(
+        first["error"].as_str().unwrap().contains("token budget"),
+        "{first}"
+    );
+    let skipped = tasks.iter().find(|t| t["status"] == "skipped").unwrap();
+    assert!(
+        skipped["error"]
+            .as_str()
+            .unwrap()
+            .contains("--max-tokens 200"),
+        "{skipped}"
+    );
+    assert_eq!(fake.requests().len(), 2);
+    assert_eq!(report["totals"]["tokens"]["prompt"], 200);
+}
+
+#[test]
+fn agents_md_is_given_as_project_context() {
+    let repo = foo_repo(1);
+    repo.write("AGENTS.md", "Always use four spaces.\n");
+    repo.commit_all("agents");
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
+    llm_run(&repo, &fake, &["src"]).assert_code(0);
+    let first = fake.requests()[0].messages()[1]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(first.contains("Always use four spaces."), "{first}");
+    assert!(first.contains("- src/m0.py"), "{first}");
+}
+
+#[test]
+fn the_api_key_appears_in_no_file_swarm_wrote() {
+    let repo = foo_repo(3);
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, n| {
+        if n == 0 {
+            Reply::Status(500, vec![], "transient".into())
+        } else {
+            Reply::Stream(agent(req))
+        }
+    });
+    let run = llm_run(&repo, &fake, &["src", "--keep", "--json"]);
+    run.assert_code(0);
+    assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
+    let mut checked = 0;
+    let mut stack = vec![repo.path.join(".git")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                checked += 1;
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(KEY),
+                    "the key is in {}",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(checked > 10);
+    let transcript = repo.run_file(
+        &run.run_id(),
+        &format!(
+            "tasks/{}/transcript.jsonl",
+            repo.report(&run)["tasks"][0]["id"].as_str().unwrap()
+        ),
+    );
+    assert!(transcript.contains("\"role\":\"tool\""));
+}
+
+#[test]
+fn no_model_or_no_key_is_refused() {
+    let repo = foo_repo(1);
+    let run = Run::from(
+        repo.swarm_cmd()
+            .args(["refactor", "x", "--model", "gpt-4.1-mini"])
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("error: no API key for model 'gpt-4.1-mini' at https://api.openai.com/v1"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("hint: set SWARM_API_KEY"),
+        "{}",
+        run.stderr
+    );
+    assert!(!repo.swarm_dir().exists());
+    // A local server needs no key.
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
+    let run = Run::from(
+        repo.swarm_cmd()
+            .args(["refactor", "x", "--model", "local", "--base-url", &fake.url])
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(0);
+    assert_eq!(fake.requests()[0].header("authorization"), None);
+}
