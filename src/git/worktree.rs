@@ -32,6 +32,7 @@ pub struct Slot {
 struct PoolState {
     idle: Vec<Slot>,
     created: Vec<(String, PathBuf)>,
+    empty_commit: Option<Oid>,
 }
 
 pub struct WorktreePool {
@@ -41,9 +42,10 @@ pub struct WorktreePool {
     copy: Vec<String>,
     user_workdir: PathBuf,
     state: Mutex<PoolState>,
-    /// libgit2's worktree creation is not safe to run concurrently in one repository (it races
-    /// on creating `.git/worktrees` and on its "branch already checked out" check), and it
-    /// happens at most `--jobs` times: one at a time.
+    /// libgit2's worktree creation is not safe to run concurrently in one repository: its
+    /// "branch already checked out" check counts a worktree that another thread is half-way
+    /// through creating as a match (an operator-precedence slip in
+    /// `git_repository_foreach_worktree`, libgit2 1.9). See [`WorktreePool::create`].
     creating: Mutex<()>,
 }
 
@@ -100,13 +102,36 @@ impl WorktreePool {
             (name, path)
         };
         std::fs::create_dir_all(state::worktrees_dir(&self.common_dir))?;
-        let mut opts = WorktreeAddOptions::new();
-        opts.reference(Some(branch_ref));
         {
+            // libgit2's worktree creation is not safe to run concurrently, but the costly part
+            // of it, the checkout, is. Under the lock, the worktree is created on a placeholder
+            // branch at a commit with an empty tree (nothing to check out); the task's files
+            // are checked out afterwards, in parallel with other creations.
             let _one_at_a_time = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+            let placeholder_name = format!("swarm/{}/{name}", self.run_id);
+            let empty = self.empty_commit(repo)?;
+            let placeholder = repo
+                .branch(&placeholder_name, &repo.find_commit(empty)?, true)?
+                .into_reference();
+            let mut opts = WorktreeAddOptions::new();
+            opts.reference(Some(&placeholder));
             repo.worktree(&name, &path, Some(&opts))
                 .with_context(|| format!("cannot create worktree {}", path.display()))?;
+            let wt = Repository::open(&path)?;
+            wt.set_head(
+                branch_ref
+                    .name()
+                    .ok()
+                    .context("a task branch without a name")?,
+            )?;
+            repo.find_branch(&placeholder_name, git2::BranchType::Local)?
+                .delete()?;
         }
+        let wt = Repository::open(&path)?;
+        let mut checkout = CheckoutBuilder::new();
+        checkout.force();
+        wt.checkout_head(Some(&mut checkout))
+            .with_context(|| format!("cannot check out worktree {}", path.display()))?;
         for rel in &self.copy {
             let from = self.user_workdir.join(rel);
             let to = path.join(rel);
@@ -126,6 +151,19 @@ impl WorktreePool {
             set_up: false,
             fresh: true,
         })
+    }
+
+    /// A parentless commit with an empty tree (made once per pool).
+    fn empty_commit(&self, repo: &Repository) -> anyhow::Result<Oid> {
+        let mut st = self.lock_state();
+        if let Some(oid) = st.empty_commit {
+            return Ok(oid);
+        }
+        let tree = repo.find_tree(repo.treebuilder(None)?.write()?)?;
+        let sig = super::signature(repo)?;
+        let oid = repo.commit(None, &sig, &sig, "swarm: empty placeholder", &tree, &[])?;
+        st.empty_commit = Some(oid);
+        Ok(oid)
     }
 
     /// Returns a worktree to the pool: HEAD detached (so its branch can be moved or deleted)

@@ -117,7 +117,11 @@ fn a_rename_across_files_merges_to_the_oracle_tree_streaming() {
     );
     let requests = fake.requests();
     assert_eq!(requests.len(), 18, "3 turns per task");
-    assert!(fake.max_in_flight() <= 3, "{} calls in flight at -j 3", fake.max_in_flight());
+    assert!(
+        fake.max_in_flight() <= 3,
+        "{} calls in flight at -j 3",
+        fake.max_in_flight()
+    );
     assert_well_formed(&requests);
     for req in &requests {
         assert_eq!(req.body["stream"], true);

@@ -1,0 +1,144 @@
+//! The built-in worker's pipeline against a slow model.
+//!
+//! ```text
+//! cargo bench --bench llm_bench -- [--tasks 32] [--jobs 16] [--latency-ms 300]
+//! ```
+//!
+//! Runs `--tasks` one-file tasks with `-j --jobs` against the test fake of the model API
+//! (`tests/it/fake_model.rs`), which answers every request after `--latency-ms`. Each task
+//! takes 3 turns (read, edit, finish), so the ideal wall time is
+//! `ceil(tasks / jobs) waves × 3 turns × latency`. Prints the wall time, its ratio to the
+//! ideal (target: ≤ 1.25) and the most model calls the server saw in flight (must be ≤ jobs).
+
+// A benchmark harness: failing loudly on any unexpected state is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[allow(dead_code)]
+#[path = "../tests/it/fake_model.rs"]
+mod fake_model;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fake_model::{FakeModel, Reply, rename_agent};
+
+fn option(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("a number"))
+        .unwrap_or(default)
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let status = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn main() {
+    let tasks = option("--tasks", 32);
+    let jobs = option("--jobs", 16);
+    let latency = Duration::from_millis(option("--latency-ms", 300));
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    for i in 0..tasks {
+        std::fs::write(
+            repo.join(format!("src/m{i:03}.py")),
+            format!("def foo_{i}():\n    return foo({i})\n"),
+        )
+        .unwrap();
+    }
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "generated"]);
+
+    let agent = rename_agent("foo", "bar");
+    let fake =
+        FakeModel::start(move |req, _| Reply::After(latency, Box::new(Reply::Stream(agent(req)))));
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_swarm"))
+        .current_dir(&repo)
+        .args(["refactor", "rename foo to bar", "src", "-y"])
+        .args([
+            "-j",
+            &jobs.to_string(),
+            "--model",
+            "fake",
+            "--base-url",
+            &fake.url,
+        ])
+        .env("SWARM_API_KEY", "sk-bench")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
+        .output()
+        .unwrap();
+    let wall = started.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = fake.requests().len() as u64;
+    assert_eq!(requests, tasks * 3, "3 turns per task");
+
+    // Where the time went, from the run's events.
+    let runs = repo.join(".git/swarm/runs");
+    let run_dir = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let t0 = events[0]["ts"].as_f64().unwrap();
+    let at = |kind: &str, last: bool| {
+        let mut it = events
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| e["ts"].as_f64().unwrap() - t0);
+        if last { it.next_back() } else { it.next() }.unwrap_or(f64::NAN)
+    };
+    eprintln!(
+        "phases (s after run_started): worktrees created {:.3}..{:.3}, first model request {:.3}, last merge {:.3}, run finished {:.3}",
+        at("worktree_created", false),
+        at("worktree_created", true),
+        at("model_request", false),
+        at("merged", true),
+        at("run_finished", true),
+    );
+    let waves = tasks.div_ceil(jobs);
+    let ideal = latency * (waves * 3) as u32;
+    let ratio = wall.as_secs_f64() / ideal.as_secs_f64();
+    println!(
+        "tasks={tasks} jobs={jobs} latency={}ms  wall={:.2}s  ideal={:.2}s ({waves} waves x 3 turns)  wall/ideal={ratio:.2} {}  max_in_flight={} {}",
+        latency.as_millis(),
+        wall.as_secs_f64(),
+        ideal.as_secs_f64(),
+        if ratio <= 1.25 {
+            "(target met, <= 1.25)"
+        } else {
+            "(TARGET MISSED, > 1.25)"
+        },
+        fake.max_in_flight(),
+        if fake.max_in_flight() as u64 <= jobs {
+            "(<= jobs)"
+        } else {
+            "(MORE THAN jobs)"
+        },
+    );
+}
