@@ -535,3 +535,25 @@ fn no_model_or_no_key_is_refused() {
     run.assert_code(0);
     assert_eq!(fake.requests()[0].header("authorization"), None);
 }
+
+#[test]
+fn a_slow_model_is_cut_off_at_the_task_timeout() {
+    let repo = foo_repo(1);
+    let fake = FakeModel::start(|_, _| {
+        Reply::After(
+            Duration::from_secs(8),
+            Box::new(Reply::Json(tool_calls(&[]))),
+        )
+    });
+    let started = Instant::now();
+    let run = llm_run(&repo, &fake, &["src", "--timeout", "1"]);
+    run.assert_code(1);
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    let report = repo.report(&run);
+    assert_eq!(report["tasks"][0]["status"], "timeout");
+    assert_eq!(repo.worktrees().len(), 1);
+}
