@@ -16,6 +16,8 @@ pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 pub const SWARM_MAX_TURNS: &str = "SWARM_MAX_TURNS";
 pub const SWARM_MAX_TOKENS: &str = "SWARM_MAX_TOKENS";
 pub const SWARM_VERIFY: &str = "SWARM_VERIFY";
+pub const SWARM_IDLE_TIMEOUT: &str = "SWARM_IDLE_TIMEOUT";
+pub const SWARM_SANDBOX: &str = "SWARM_SANDBOX";
 /// Path of the user's config file, instead of `$XDG_CONFIG_HOME/swarm/config.toml`.
 pub const SWARM_CONFIG: &str = "SWARM_CONFIG";
 /// Grace period between SIGTERM and SIGKILL for a timed-out worker, in milliseconds.

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::env_vars;
 use crate::error::BadInput;
+use crate::worker::sandbox::SandboxPolicy;
 
 /// What a task whose merge conflicts gets (SPEC §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +58,15 @@ macro_rules! keyword_enum {
     };
 }
 
+/// `--sandbox`: confine worker processes or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    WorkspaceWrite,
+    Off,
+}
+
+keyword_enum!(SandboxMode, "sandbox mode", "workspace-write" => WorkspaceWrite, "off" => Off);
 keyword_enum!(OnConflict, "conflict policy", "retry" => Retry, "skip" => Skip, "fail" => Fail, "repair" => Repair);
 keyword_enum!(Scope, "scope", "task" => Task, "any" => Any);
 
@@ -74,6 +84,12 @@ pub struct Overrides {
     pub max_turns: Option<u32>,
     pub max_tokens: Option<u64>,
     pub verify: Option<String>,
+    pub idle_timeout_secs: Option<u64>,
+    pub sandbox: Option<SandboxMode>,
+    /// `--network` (only "true" can be given on the command line).
+    pub network: Option<bool>,
+    /// `--allow-run`.
+    pub allow_run: Option<bool>,
 }
 
 /// The `[run]` and `[worktree]` tables of `swarm.toml` and of the user's config file.
@@ -86,6 +102,20 @@ pub struct FileSettings {
     pub worktree: WorktreeTable,
     #[serde(default)]
     pub model: ModelTable,
+    #[serde(default)]
+    pub sandbox: SandboxTable,
+}
+
+/// `[sandbox]`: worker confinement and the built-in worker's `run` tool.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxTable {
+    pub mode: Option<SandboxMode>,
+    pub network: Option<bool>,
+    /// More paths workers may write to (`~` is the home directory), e.g. a build cache.
+    pub writable: Option<Vec<String>>,
+    /// Command patterns the `run` tool may run without `--allow-run` (`*` matches anything).
+    pub allow_run: Option<Vec<String>>,
 }
 
 /// `[model]`: the OpenAI-compatible endpoint of the built-in worker. No key here: keys come
@@ -113,6 +143,7 @@ pub struct RunTable {
     pub max_turns: Option<u32>,
     pub max_tokens: Option<u64>,
     pub verify: Option<String>,
+    pub idle_timeout: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -211,6 +242,57 @@ pub struct Settings {
     pub max_tokens: Option<u64>,
     /// Check run in a task's worktree after its worker; a failing task is not merged.
     pub verify: Option<String>,
+    /// A worker process with no output and no file change this long is killed.
+    pub idle_timeout_secs: u64,
+    pub sandbox: SandboxPolicy,
+    /// What the built-in worker's `run` tool may run.
+    pub run_tool: RunToolPolicy,
+}
+
+/// What the built-in worker's `run` tool may run: nothing by default, the commands matching
+/// `[sandbox] allow_run`, or anything with `--allow-run` (still confined).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunToolPolicy {
+    pub allow_all: bool,
+    pub patterns: Vec<String>,
+}
+
+impl RunToolPolicy {
+    pub fn enabled(&self) -> bool {
+        self.allow_all || !self.patterns.is_empty()
+    }
+
+    /// The pattern that allows `command`, or `None` (denied). `*` in a pattern matches any
+    /// text, and a pattern must match the whole command.
+    pub fn allows(&self, command: &str) -> Option<String> {
+        if self.allow_all {
+            return Some("--allow-run".into());
+        }
+        let command = command.trim();
+        self.patterns
+            .iter()
+            .find(|p| wildcard_match(p.trim(), command))
+            .cloned()
+    }
+}
+
+fn wildcard_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || !text[first.len()..].ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 impl Settings {
@@ -219,6 +301,10 @@ impl Settings {
 
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_secs)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
     }
 
     /// Resolves `overrides` over the repository's `swarm.toml` (in `repo_root`) and the
@@ -299,6 +385,43 @@ impl Settings {
         if max_turns == 0 {
             return Err(BadInput::new("--max-turns must be at least 1").into());
         }
+        let idle_timeout_secs = overrides
+            .idle_timeout_secs
+            .or_else(|| layers.iter().find_map(|l| l.run.idle_timeout))
+            .unwrap_or(300);
+        if idle_timeout_secs == 0 {
+            return Err(BadInput::new("--idle-timeout must be at least 1 second").into());
+        }
+        let mode = overrides
+            .sandbox
+            .or_else(|| layers.iter().find_map(|l| l.sandbox.mode))
+            .unwrap_or(SandboxMode::WorkspaceWrite);
+        let home = std::env::var_os(env_vars::HOME).map(PathBuf::from);
+        let writable = layers
+            .iter()
+            .find_map(|l| l.sandbox.writable.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| match (p.strip_prefix("~/"), &home) {
+                (Some(rest), Some(home)) => home.join(rest),
+                _ => PathBuf::from(p),
+            })
+            .collect();
+        let sandbox = SandboxPolicy {
+            enabled: mode == SandboxMode::WorkspaceWrite,
+            network: overrides
+                .network
+                .or_else(|| layers.iter().find_map(|l| l.sandbox.network))
+                .unwrap_or(false),
+            writable,
+        };
+        let run_tool = RunToolPolicy {
+            allow_all: overrides.allow_run.unwrap_or(false),
+            patterns: layers
+                .iter()
+                .find_map(|l| l.sandbox.allow_run.clone())
+                .unwrap_or_default(),
+        };
         Ok(Settings {
             jobs,
             timeout_secs,
@@ -315,6 +438,9 @@ impl Settings {
             verify: overrides
                 .verify
                 .or_else(|| layers.iter().find_map(|l| l.run.verify.clone())),
+            idle_timeout_secs,
+            sandbox,
+            run_tool,
         })
     }
 }
@@ -337,7 +463,7 @@ fn load_file(path: &Path) -> anyhow::Result<FileSettings> {
     };
     toml::from_str(&text).map_err(|e| {
         BadInput::new(format!("invalid settings in {}: {}", path.display(), e.message()))
-            .hint("fix the file; the tables are [run] (jobs, timeout, on_conflict, scope, batch, exec, max_turns, max_tokens, verify), [worktree] (copy, setup) and [model] (name, base_url, stream, request_timeout, connect_timeout, max_retries)")
+            .hint("fix the file; the tables are [run] (jobs, timeout, idle_timeout, on_conflict, scope, batch, exec, max_turns, max_tokens, verify), [worktree] (copy, setup), [model] (name, base_url, stream, request_timeout, connect_timeout, max_retries) and [sandbox] (mode, network, writable, allow_run)")
             .into()
     })
 }
@@ -366,6 +492,20 @@ mod tests {
         assert_eq!(s.scope, Scope::Any);
         assert_eq!(s.timeout_secs, Settings::DEFAULT_TIMEOUT_SECS);
         assert_eq!(s.worktree.setup.as_deref(), Some("true"));
+    }
+
+    #[test]
+    fn run_patterns() {
+        let p = RunToolPolicy {
+            allow_all: false,
+            patterns: vec!["cargo check*".into(), "pytest * -q".into(), "ls".into()],
+        };
+        assert!(p.allows("cargo check --all").is_some());
+        assert!(p.allows("pytest tests/a.py -q").is_some());
+        assert!(p.allows("ls").is_some());
+        assert!(p.allows("ls -la").is_none());
+        assert!(p.allows("rm -rf /").is_none());
+        assert!(p.allows("pytest tests -q; rm -rf /").is_none());
     }
 
     #[test]

@@ -15,8 +15,9 @@ use crate::git::repo;
 use crate::orchestrator::{self, RunRequest};
 use crate::plan::{self, PLAN_SCHEMA_VERSION, Pathspec, Plan, SelectOptions};
 use crate::repo_path::RepoPath;
-use crate::settings::{ApiKey, OnConflict, Overrides, Scope, Settings};
+use crate::settings::{ApiKey, OnConflict, Overrides, SandboxMode, Scope, Settings};
 use crate::state;
+use crate::worker::sandbox;
 
 /// Plan, run the workers in parallel, merge every task branch with --no-ff, clean up.
 ///
@@ -102,6 +103,25 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "CMD", env = env_vars::SWARM_VERIFY)]
     pub verify: Option<String>,
 
+    /// A worker process with no output and no file change for this many seconds is stale and
+    /// killed [default: 300].
+    #[arg(long, value_name = "SECS", env = env_vars::SWARM_IDLE_TIMEOUT)]
+    pub idle_timeout: Option<u64>,
+
+    /// Confinement of worker processes: workspace-write (write only in the task's worktree
+    /// and a private temp dir; no network) or off [default: workspace-write].
+    #[arg(long, value_name = "MODE", env = env_vars::SWARM_SANDBOX)]
+    pub sandbox: Option<SandboxMode>,
+
+    /// Let worker processes reach the network.
+    #[arg(long)]
+    pub network: bool,
+
+    /// Let the built-in worker's `run` tool run any command (still confined); without it,
+    /// only commands matching `[sandbox] allow_run` in swarm.toml.
+    #[arg(long)]
+    pub allow_run: bool,
+
     /// Wall-clock limit of one task, in seconds [default: 600].
     #[arg(long, value_name = "SECS", env = env_vars::SWARM_TIMEOUT)]
     pub timeout: Option<u64>,
@@ -138,6 +158,10 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
             max_turns: args.max_turns,
             max_tokens: args.max_tokens,
             verify: args.verify.clone(),
+            idle_timeout_secs: args.idle_timeout,
+            sandbox: args.sandbox,
+            network: args.network.then_some(true),
+            allow_run: args.allow_run.then_some(true),
         },
         &info.workdir,
     )?;
@@ -149,6 +173,11 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
         .into());
     }
     let api_key = check_worker(&settings)?;
+    if let Err(why) = sandbox::probe(&settings.sandbox).await {
+        return Err(BadInput::new(format!("cannot confine worker processes here: {why}"))
+            .hint("pass --sandbox off to run workers unconfined (or --network if only the network isolation fails)")
+            .into());
+    }
     let grep = args
         .grep
         .as_deref()

@@ -135,6 +135,9 @@ async fn attempt_task(
             env: Vec::new(),
             log: &log,
             timeout,
+            idle_timeout: Some(shared.plan.settings.idle_timeout()),
+            sandbox: Some(&shared.plan.settings.sandbox),
+            also_writable: &[],
             cancel: &shared.cancel,
         })
         .await?;
@@ -272,6 +275,8 @@ async fn run_worker(
                 worktree,
                 task_dir,
                 timeout: settings.timeout(),
+                idle_timeout: settings.idle_timeout(),
+                sandbox: &settings.sandbox,
                 cancel: &shared.cancel,
                 context,
             })
@@ -297,6 +302,9 @@ async fn run_worker(
                     env: Vec::new(),
                     log: &log,
                     timeout: settings.timeout(),
+                    idle_timeout: Some(settings.idle_timeout()),
+                    sandbox: Some(&settings.sandbox),
+                    also_writable: &[],
                     cancel: &shared.cancel,
                 })
                 .await?;
@@ -304,6 +312,7 @@ async fn run_worker(
                     Exit::Code(0) => Verdict::Done,
                     Exit::Cancelled => Verdict::Interrupted,
                     Exit::TimedOut => Verdict::Timeout("--verify timed out (--timeout)".into()),
+                    Exit::Idle => Verdict::Timeout("--verify was stale (--idle-timeout)".into()),
                     Exit::Code(c) => {
                         Verdict::Failed(format!("--verify `{verify}` failed (exit status {c})"))
                     }
@@ -331,6 +340,9 @@ async fn run_worker(
                 max_tokens: settings.max_tokens,
                 verify: settings.verify.as_deref(),
                 timeout: settings.timeout(),
+                idle_timeout: settings.idle_timeout(),
+                sandbox: &settings.sandbox,
+                run_tool: &settings.run_tool,
                 cancel: &shared.cancel,
                 context,
             })

@@ -17,6 +17,7 @@ use super::process::{self, Exit, ProcessRequest};
 use crate::env_vars;
 use crate::repo_path::RepoPath;
 use crate::worker::Verdict;
+use crate::worker::sandbox::SandboxPolicy;
 
 pub struct ExecTask<'a> {
     pub command: &'a str,
@@ -28,6 +29,8 @@ pub struct ExecTask<'a> {
     /// The task's directory in the run directory (log, TASK.md, result file).
     pub task_dir: &'a Path,
     pub timeout: Duration,
+    pub idle_timeout: Duration,
+    pub sandbox: &'a SandboxPolicy,
     pub cancel: &'a CancellationToken,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
@@ -90,6 +93,10 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         env,
         log: &log_path(task.task_dir),
         timeout: task.timeout,
+        idle_timeout: Some(task.idle_timeout),
+        sandbox: Some(task.sandbox),
+        // Its result file (and TASK.md) live in the task's directory of the run.
+        also_writable: &[task.task_dir],
         cancel: task.cancel,
     })
     .await?;
@@ -102,6 +109,10 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         Exit::TimedOut => Verdict::Timeout(format!(
             "timed out after {}s (--timeout)",
             task.timeout.as_secs()
+        )),
+        Exit::Idle => Verdict::Timeout(format!(
+            "stale: no output and no file change for {}s (--idle-timeout)",
+            task.idle_timeout.as_secs()
         )),
         Exit::Cancelled => Verdict::Interrupted,
         Exit::Signal(sig) => Verdict::Failed(format!("the worker was killed by signal {sig}")),

@@ -8,6 +8,7 @@
 pub mod exec;
 pub mod llm;
 pub mod process;
+pub mod sandbox;
 
 /// How a worker ended, before swarm looks at the worktree.
 #[derive(Debug, Clone, PartialEq, Eq)]

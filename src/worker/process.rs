@@ -14,12 +14,15 @@ use std::fs::File;
 use std::io::{BufWriter, Read as _, Write as _};
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
+use super::sandbox::{self, Confinement, SandboxPolicy};
 use crate::env_vars;
 
 /// Bytes of output written to a task's log before it is truncated.
@@ -34,6 +37,12 @@ pub struct ProcessRequest<'a> {
     pub env: Vec<(OsString, OsString)>,
     pub log: &'a Path,
     pub timeout: Duration,
+    /// No output and no file change under `cwd` for this long: the process is stale.
+    pub idle_timeout: Option<Duration>,
+    /// How to confine the process (`None`: not at all).
+    pub sandbox: Option<&'a SandboxPolicy>,
+    /// Writable besides `cwd` and the private temporary directory (confined processes).
+    pub also_writable: &'a [&'a Path],
     pub cancel: &'a CancellationToken,
 }
 
@@ -42,6 +51,8 @@ pub enum Exit {
     Code(i32),
     Signal(i32),
     TimedOut,
+    /// Killed at the idle limit (no output, no file change).
+    Idle,
     Cancelled,
 }
 
@@ -81,6 +92,20 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
     for (k, v) in &req.env {
         cmd.env(k, v);
     }
+    // Confined processes write temporary files in a private directory of their own.
+    let mut _tmp = None;
+    if let Some(policy) = req.sandbox.filter(|p| p.enabled) {
+        let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
+        for var in ["TMPDIR", "TMP", "TEMP"] {
+            cmd.env(var, tmp.path());
+        }
+        let mut roots = vec![req.cwd, tmp.path()];
+        roots.extend_from_slice(req.also_writable);
+        Confinement::prepare(policy, &roots)
+            .context("cannot prepare the sandbox")?
+            .install(&mut cmd);
+        _tmp = Some(tmp);
+    }
     let log =
         File::create(req.log).with_context(|| format!("cannot create {}", req.log.display()))?;
     let mut child = cmd
@@ -92,9 +117,14 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
     // If this future is dropped (a caller's timeout), the whole group goes with it.
     let mut group = GroupGuard(pgid);
     let (tail_tx, tail_rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = tail_tx.send(capture(reader, log));
-    });
+    // Milliseconds since `started` of the last sign of life (output or a file change).
+    let last_activity = Arc::new(AtomicU64::new(0));
+    {
+        let last_activity = last_activity.clone();
+        std::thread::spawn(move || {
+            let _ = tail_tx.send(capture(reader, log, &last_activity, started));
+        });
+    }
 
     let grace = kill_grace();
     let exit = tokio::select! {
@@ -107,6 +137,10 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
         () = tokio::time::sleep(req.timeout) => {
             stop_group(&mut child, pgid, grace).await;
             Exit::TimedOut
+        }
+        () = stale(req.idle_timeout, req.cwd, &last_activity, started) => {
+            stop_group(&mut child, pgid, grace).await;
+            Exit::Idle
         }
         () = req.cancel.cancelled() => {
             stop_group(&mut child, pgid, grace).await;
@@ -128,6 +162,63 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
         output_bytes,
         duration: started.elapsed(),
     })
+}
+
+/// Resolves when the process has shown no sign of life for `idle`: no output (tracked by
+/// the capture thread) and no file modified under `cwd` (checked only once output has been
+/// quiet for a while, by walking the tree for the newest modification time).
+async fn stale(idle: Option<Duration>, cwd: &Path, last: &AtomicU64, started: Instant) {
+    let Some(idle) = idle else {
+        return std::future::pending().await;
+    };
+    let check_every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    loop {
+        tokio::time::sleep(check_every).await;
+        let now = started.elapsed();
+        let quiet = now.saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
+        if quiet < idle / 2 {
+            continue;
+        }
+        let cwd = cwd.to_path_buf();
+        let newest = tokio::task::spawn_blocking(move || newest_mtime(&cwd))
+            .await
+            .ok()
+            .flatten();
+        if let Some(age) = newest.and_then(|t| SystemTime::now().duration_since(t).ok())
+            && age < quiet
+        {
+            let at = now.saturating_sub(age);
+            last.fetch_max(at.as_millis() as u64, Ordering::Relaxed);
+            continue;
+        }
+        if quiet >= idle {
+            return;
+        }
+    }
+}
+
+/// The newest modification time of a file under `dir` (`.git` excluded).
+fn newest_mtime(dir: &Path) -> Option<SystemTime> {
+    let mut newest: Option<SystemTime> = None;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if let Ok(m) = meta.modified() {
+                newest = Some(newest.map_or(m, |n| n.max(m)));
+            }
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    newest
 }
 
 /// Kills the process group when dropped: no worker process outlives the code that runs it.
@@ -196,7 +287,12 @@ fn no_background_git() -> Vec<(String, String)> {
 }
 
 /// Copies the pipe into the log (up to the cap) and returns the tail and the byte count.
-fn capture(mut reader: std::io::PipeReader, log: File) -> (String, u64) {
+fn capture(
+    mut reader: std::io::PipeReader,
+    log: File,
+    last_activity: &AtomicU64,
+    started: Instant,
+) -> (String, u64) {
     let mut log = BufWriter::new(log);
     let mut buf = vec![0u8; 64 * 1024];
     let mut tail: Vec<u8> = Vec::with_capacity(2 * TAIL_BYTES);
@@ -209,6 +305,7 @@ fn capture(mut reader: std::io::PipeReader, log: File) -> (String, u64) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
+        last_activity.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         let chunk = &buf[..n];
         if log_ok && total < LOG_CAP {
             let room = (LOG_CAP - total).min(n as u64) as usize;

@@ -166,6 +166,8 @@ fn clean_all_recovers_leftovers_of_a_killed_run() {
             "x",
             "-j",
             "2",
+            "--sandbox",
+            "off",
             "--exec",
             r#"echo $$ >> "$HOME/pids"; exec sleep 30"#,
         ])

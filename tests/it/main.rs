@@ -10,4 +10,5 @@ mod llm;
 mod merging;
 mod planning;
 mod refactor;
+mod sandbox;
 mod workers;

@@ -254,6 +254,8 @@ fn worktree_setup_runs_once_per_worktree_and_copy_brings_ignored_files() {
         "f*.txt",
         "-j",
         "2",
+        "--sandbox",
+        "off",
         "--exec",
         r#"cat .env build/stamp > "$SWARM_FILE""#,
     ]);

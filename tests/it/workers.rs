@@ -44,7 +44,8 @@ fn a_worker_ignoring_sigterm_is_killed_at_the_timeout() {
         pidfile.display()
     );
     let started = Instant::now();
-    let run = run_with_b(&repo, &hang, &["--timeout", "2"]);
+    // (--sandbox off: the worker writes its pid outside its worktree.)
+    let run = run_with_b(&repo, &hang, &["--timeout", "2", "--sandbox", "off"]);
     run.assert_code(1);
     assert!(
         started.elapsed() < Duration::from_secs(15),
@@ -114,7 +115,7 @@ fn a_background_child_writing_after_exit_never_lands() {
         r#"(sleep 1; echo late >> b.txt; touch {}) & sed -i s/foo/bar/ b.txt"#,
         marker.display()
     );
-    let run = run_with_b(&repo, &sneaky, &[]);
+    let run = run_with_b(&repo, &sneaky, &["--sandbox", "off"]);
     run.assert_code(0);
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!marker.exists(), "the background child outlived its worker");
@@ -234,7 +235,8 @@ fn a_worker_may_commit_by_itself() {
     let run = run_with_b(
         &repo,
         "sed -i s/foo/bar/ b.txt && git commit -qam 'worker commit' && echo more >> b.txt",
-        &[],
+        // A confined worker cannot write to the git directory, so it cannot commit.
+        &["--sandbox", "off"],
     );
     run.assert_code(0);
     assert_eq!(repo.read("b.txt"), "bar\nmore\n");
@@ -252,7 +254,7 @@ fn a_worker_that_moves_head_fails() {
     let run = run_with_b(
         &repo,
         "git checkout -q -b elsewhere && sed -i s/foo/bar/ b.txt",
-        &[],
+        &["--sandbox", "off"],
     );
     run.assert_code(1);
     let report = repo.report(&run);
@@ -300,7 +302,7 @@ fn a_worker_that_creates_a_branch_is_reported() {
     let run = run_with_b(
         &repo,
         "git branch side-branch && sed -i s/foo/bar/ b.txt",
-        &[],
+        &["--sandbox", "off"],
     );
     run.assert_code(0);
     assert!(

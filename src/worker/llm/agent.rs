@@ -23,8 +23,10 @@ use super::tools::{self, FinishStatus, Outcome, Workspace};
 use crate::events::{Event, EventSink};
 use crate::repo_path::RepoPath;
 use crate::report::Tokens;
+use crate::settings::RunToolPolicy;
 use crate::worker::Verdict;
 use crate::worker::process::{self, Exit, ProcessRequest};
+use crate::worker::sandbox::SandboxPolicy;
 
 /// Characters of conversation above which old tool results are shortened.
 const CONTEXT_CHARS: usize = 120_000;
@@ -47,6 +49,9 @@ pub struct AgentTask<'a> {
     pub max_tokens: Option<u64>,
     pub verify: Option<&'a str>,
     pub timeout: Duration,
+    pub idle_timeout: Duration,
+    pub sandbox: &'a SandboxPolicy,
+    pub run_tool: &'a RunToolPolicy,
     pub cancel: &'a CancellationToken,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
@@ -279,6 +284,9 @@ pub async fn run_verify(command: &str, task: &AgentTask<'_>) -> anyhow::Result<O
         env: Vec::new(),
         log: &task.task_dir.join("verify.log"),
         timeout: task.timeout,
+        idle_timeout: Some(task.idle_timeout),
+        sandbox: Some(task.sandbox),
+        also_writable: &[],
         cancel: task.cancel,
     })
     .await?;
@@ -297,6 +305,7 @@ fn describe(exit: Exit) -> String {
         Exit::Code(c) => format!("exit status {c}"),
         Exit::Signal(s) => format!("killed by signal {s}"),
         Exit::TimedOut => "timed out".into(),
+        Exit::Idle => "stale (no output, no file change)".into(),
         Exit::Cancelled => "interrupted".into(),
     }
 }

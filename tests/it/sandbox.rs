@@ -1,0 +1,167 @@
+//! The walls around worker processes, tried from inside a worker. Each test runs the same
+//! attempts confined (refused, the legitimate edit still merges) and with `--sandbox off`
+//! (they succeed), so a sandbox that does nothing would fail the first test.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::common::{Run, TestRepo};
+
+/// A worker that edits its own file, then tries to write where it must not and to connect
+/// to `port` on 127.0.0.1, printing WROTE/DENIED for each attempt.
+fn attempts(repo: &TestRepo, port: u16) -> String {
+    let checkout = repo.path.display();
+    format!(
+        r#"sed -i s/foo/bar/ "$SWARM_FILE"
+sleep 0.5  # both tasks' worktrees exist now
+try() {{ if (echo x > "$2") 2>/dev/null; then echo "WROTE $1"; else echo "DENIED $1"; fi; }}
+for d in "$SWARM_WORKTREE"/../*/; do
+  [ "$d" -ef "$SWARM_WORKTREE" ] || try sibling "$d/sibling-$SWARM_TASK_ID"
+done
+try checkout "{checkout}/checkout-$SWARM_TASK_ID"
+try gitdir "{checkout}/.git/gitdir-$SWARM_TASK_ID"
+try home "$HOME/home-$SWARM_TASK_ID"
+try tmp "$TMPDIR/tmp-ok"
+if python3 -c "import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)" 2>/dev/null
+then echo "WROTE network"; else echo "DENIED network"; fi
+"#
+    )
+}
+
+fn listener() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            if stream.is_ok() {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    (port, accepted)
+}
+
+fn outputs(repo: &TestRepo, run: &Run) -> String {
+    repo.report(run)["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["output_tail"].as_str().unwrap_or("").to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn leftovers(repo: &TestRepo) -> Vec<String> {
+    let mut found = Vec::new();
+    for dir in [repo.path.clone(), repo.path.join(".git"), repo.home.clone()] {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("checkout-")
+                || name.starts_with("gitdir-")
+                || name.starts_with("home-")
+            {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn confined_workers_write_only_their_worktree_and_have_no_network() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let (port, accepted) = listener();
+    let run = repo.swarm(&["refactor", "x", "-j", "2", "--exec", &attempts(&repo, port)]);
+    // The printed lines make the workers' output non-empty; each wrote only its own file.
+    run.assert_code(0);
+    let out = outputs(&repo, &run);
+    for wall in ["sibling", "checkout", "gitdir", "home", "network"] {
+        assert!(out.contains(&format!("DENIED {wall}")), "{wall}:\n{out}");
+        assert!(!out.contains(&format!("WROTE {wall}")), "{wall}:\n{out}");
+    }
+    assert!(
+        out.contains("WROTE tmp"),
+        "the private TMPDIR is writable:\n{out}"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    assert!(leftovers(&repo).is_empty(), "{:?}", leftovers(&repo));
+    assert_eq!(repo.read("a.txt"), "bar\n");
+    assert_eq!(repo.read("b.txt"), "bar\n");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}
+
+#[test]
+fn the_same_attempts_succeed_without_the_sandbox() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let (port, accepted) = listener();
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "-j",
+        "2",
+        "--sandbox",
+        "off",
+        "--exec",
+        &attempts(&repo, port),
+    ]);
+    // Writing into each other's worktree puts the sibling file in the other task (out of
+    // scope), so tasks fail here; what matters is that every write went through.
+    let out = outputs(&repo, &run);
+    for wall in ["sibling", "checkout", "gitdir", "home", "network"] {
+        assert!(out.contains(&format!("WROTE {wall}")), "{wall}:\n{out}");
+    }
+    assert!(accepted.load(Ordering::SeqCst) >= 2);
+    assert_eq!(leftovers(&repo).len(), 6, "{:?}", leftovers(&repo));
+}
+
+#[test]
+fn network_can_be_allowed() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let (port, accepted) = listener();
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "--network",
+        "--exec",
+        &attempts(&repo, port),
+    ]);
+    run.assert_code(0);
+    let out = outputs(&repo, &run);
+    assert!(
+        out.contains("WROTE network") && out.contains("DENIED home"),
+        "{out}"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn verify_commands_are_confined_too() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let gitdir_file = repo.path.join(".git").join("verify-pwned");
+    let verify = format!("echo x > {} || exit 7", gitdir_file.display());
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "--verify",
+        &verify,
+        "--exec",
+        crate::common::SED_FOO_BAR,
+    ]);
+    run.assert_code(1);
+    assert!(!gitdir_file.exists());
+    let report = repo.report(&run);
+    assert!(
+        report["tasks"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("exit status 7")
+    );
+    assert_eq!(
+        repo.read("a.txt"),
+        "foo\n",
+        "a failing --verify is not merged"
+    );
+}
