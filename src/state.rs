@@ -63,6 +63,58 @@ impl RunDir {
     pub fn load_report(&self) -> anyhow::Result<Report> {
         read_json(&self.report())
     }
+
+    pub fn owner(&self) -> PathBuf {
+        self.path.join("owner.json")
+    }
+
+    /// Is a live swarm process running this run? (It holds the run's lock.)
+    pub fn is_running(&self) -> bool {
+        match RunLock::try_acquire(self) {
+            Ok(Some(_lock)) => false,
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
+}
+
+/// The exclusive lock a swarm process holds on a run while it works on it (`flock` on
+/// `runs/<RUN-ID>/lock`). The kernel releases it when the process ends, however it ends, so
+/// a run whose report says "running" but whose lock is free was interrupted (even by
+/// `kill -9`), with no guessing from process ids.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: std::fs::File,
+}
+
+impl RunLock {
+    /// Takes the lock, or `None` if another process holds it.
+    pub fn try_acquire(run: &RunDir) -> std::io::Result<Option<Self>> {
+        use std::os::fd::AsRawFd as _;
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(run.path.join("lock"))?;
+        // SAFETY: flock on an fd we own.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(Some(Self { _file: file }));
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            Ok(None)
+        } else {
+            Err(err)
+        }
+    }
+}
+
+/// Who runs a run (`owner.json`), for `swarm status`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    pub started_at: String,
 }
 
 /// A new run id: UTC start time to the second, then 4 hex digits, so ids sort by start time

@@ -36,13 +36,42 @@ pub fn run(args: CleanArgs) -> anyhow::Result<i32> {
                 .into());
         }
     };
-    let removed = worktree::remove_run_worktrees(common, run_id.as_deref())?;
-    let branches = finish::branches_under(common, &branch_prefix)?;
-    let deleted = finish::delete_branches(common, &branches);
     let runs: Vec<String> = match &run_id {
         Some(id) => vec![id.clone()],
         None => state::list_runs(common)?,
     };
+    // Runs in progress are left alone.
+    let (busy, runs): (Vec<String>, Vec<String>) = runs
+        .into_iter()
+        .partition(|id| RunDir::new(common, id).is_running());
+    if let (Some(id), [_]) = (&run_id, busy.as_slice()) {
+        return Err(BadInput::new(format!("run {id} is in progress"))
+            .hint("stop it first (Ctrl-C in its terminal); `swarm resume` or `swarm clean` then")
+            .into());
+    }
+    let (mut removed, mut branches) = (0, Vec::new());
+    match &run_id {
+        Some(id) => {
+            removed += worktree::remove_run_worktrees(common, id)?;
+            branches = finish::branches_under(common, &branch_prefix)?;
+        }
+        None => {
+            // Everything of swarm's but what belongs to runs in progress.
+            for name in finish::branches_under(common, "swarm/")? {
+                if !busy
+                    .iter()
+                    .any(|b| name.starts_with(&format!("swarm/{b}/")))
+                {
+                    branches.push(name);
+                }
+            }
+            removed += worktree::remove_run_worktrees_except(common, &busy)?;
+        }
+    }
+    let deleted = finish::delete_branches(common, &branches);
+    for id in &busy {
+        eprintln!("swarm: run {id} is in progress; left alone");
+    }
     let mut dirs = 0;
     for id in &runs {
         let dir = RunDir::new(common, id);

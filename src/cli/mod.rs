@@ -4,6 +4,7 @@ mod clean;
 mod diff;
 mod refactor;
 mod render;
+mod resume;
 mod status;
 
 use std::io::IsTerminal as _;
@@ -28,6 +29,7 @@ Examples:
       --exec 'sed -i \"s/\\bfoo\\b/bar/g\" \"$SWARM_FILE\"'
   swarm status
   swarm diff 20261121-133455-4f2a
+  swarm resume 20261121-133455-4f2a
   swarm clean --all")]
 pub struct Cli {
     #[command(subcommand)]
@@ -42,6 +44,7 @@ enum Command {
     Refactor(Box<refactor::RefactorArgs>),
     Status(status::StatusArgs),
     Diff(diff::DiffArgs),
+    Resume(resume::ResumeArgs),
     Clean(clean::CleanArgs),
 }
 
@@ -63,6 +66,7 @@ pub fn main() -> ExitCode {
             Command::Refactor(args) => refactor::run(*args).await,
             Command::Status(args) => status::run(args),
             Command::Diff(args) => diff::run(args),
+            Command::Resume(args) => resume::run(args).await,
             Command::Clean(args) => clean::run(args),
         }
     });

@@ -173,11 +173,7 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
         .into());
     }
     let api_key = check_worker(&settings)?;
-    if let Err(why) = sandbox::probe(&settings.sandbox).await {
-        return Err(BadInput::new(format!("cannot confine worker processes here: {why}"))
-            .hint("pass --sandbox off to run workers unconfined (or --network if only the network isolation fails)")
-            .into());
-    }
+    check_sandbox(&settings).await?;
     let grep = args
         .grep
         .as_deref()
@@ -219,26 +215,7 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
     }
     let tasks = plan::make_tasks(selection.files, settings.batch);
 
-    if into.checked_out_here {
-        let dirty = repo::dirty_paths(&repo)?;
-        let touched: Vec<&RepoPath> = match settings.scope {
-            Scope::Task => dirty
-                .iter()
-                .filter(|p| tasks.iter().any(|t| t.files.contains(p)))
-                .collect(),
-            Scope::Any => dirty.iter().collect(),
-        };
-        if !touched.is_empty() {
-            let list: Vec<String> = touched.iter().take(10).map(|p| p.display()).collect();
-            return Err(BadInput::new(format!(
-                "the working tree has uncommitted changes in {}{}",
-                list.join(", "),
-                if touched.len() > 10 { ", …" } else { "" }
-            ))
-            .hint("commit or stash them, or pass --into <new-branch>")
-            .into());
-        }
-    }
+    check_dirty(&repo, &into, &tasks, settings.scope)?;
 
     let run_id = state::new_run_id();
     let plan = Plan {
@@ -260,10 +237,6 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
     }
 
     let into_start = into.tip.unwrap_or(base);
-    let cancel = CancellationToken::new();
-    spawn_signal_handler(cancel.clone());
-    let reporter = render::reporter_for_terminal(plan.tasks.len());
-    let sink = Arc::new(EventSink::new(reporter.boxed()));
     if !interactive {
         eprintln!(
             "swarm: run {run_id}: {} task(s) over {file_count} file(s), -j {}, into {}",
@@ -272,20 +245,33 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
             into.branch
         );
     }
-    let outcome = orchestrator::run(RunRequest {
-        info,
-        plan,
-        into,
-        into_start,
-        keep: args.keep,
-        cancel,
-        sink,
-        api_key,
-    })
-    .await?;
+    execute(
+        RunRequest {
+            info,
+            plan,
+            into,
+            into_start,
+            keep: args.keep,
+            cancel: CancellationToken::new(),
+            sink: Arc::new(EventSink::new(Box::new(crate::events::Silent))),
+            api_key,
+            resume: None,
+        },
+        args.json,
+    )
+    .await
+}
+
+/// Runs a prepared run with the terminal's reporter and Ctrl-C handling, prints the summary
+/// (and the report with `--json`), and gives the exit code. Shared by `refactor` and `resume`.
+pub(super) async fn execute(mut request: RunRequest, json: bool) -> anyhow::Result<i32> {
+    spawn_signal_handler(request.cancel.clone());
+    let reporter = render::reporter_for_terminal(request.plan.tasks.len());
+    request.sink = Arc::new(EventSink::new(reporter.boxed()));
+    let outcome = orchestrator::run(request).await?;
     reporter.finish();
     render::print_summary(&outcome.report, outcome.interrupted);
-    if args.json {
+    if json {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &outcome.report)?;
         writeln!(out)?;
@@ -299,8 +285,49 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
     })
 }
 
+/// Refuses uncommitted changes (staged or not) in files the run may change, when the target
+/// is the checked-out branch.
+pub(super) fn check_dirty(
+    repo: &git2::Repository,
+    into: &repo::IntoTarget,
+    tasks: &[crate::plan::Task],
+    scope: Scope,
+) -> anyhow::Result<()> {
+    if !into.checked_out_here {
+        return Ok(());
+    }
+    let dirty = repo::dirty_paths(repo)?;
+    let touched: Vec<&RepoPath> = match scope {
+        Scope::Task => dirty
+            .iter()
+            .filter(|p| tasks.iter().any(|t| t.files.contains(p)))
+            .collect(),
+        Scope::Any => dirty.iter().collect(),
+    };
+    if touched.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = touched.iter().take(10).map(|p| p.display()).collect();
+    Err(BadInput::new(format!(
+        "the working tree has uncommitted changes in {}{}",
+        list.join(", "),
+        if touched.len() > 10 { ", …" } else { "" }
+    ))
+    .hint("commit or stash them, or pass --into <new-branch>")
+    .into())
+}
+
+/// Refuses to start where workers cannot be confined (unless `--sandbox off`).
+pub(super) async fn check_sandbox(settings: &Settings) -> anyhow::Result<()> {
+    sandbox::probe(&settings.sandbox).await.map_err(|why| {
+        BadInput::new(format!("cannot confine worker processes here: {why}"))
+            .hint("pass --sandbox off to run workers unconfined (or --network if only the network isolation fails)")
+            .into()
+    })
+}
+
 /// Checks that a worker is configured; returns the API key of the built-in worker, if any.
-fn check_worker(settings: &Settings) -> anyhow::Result<Option<ApiKey>> {
+pub(super) fn check_worker(settings: &Settings) -> anyhow::Result<Option<ApiKey>> {
     if settings.exec.is_some() {
         return Ok(None);
     }

@@ -40,17 +40,12 @@ pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
         for id in ids {
             match RunDir::new(&info.common_dir, &id).load_report() {
                 Ok(r) => {
+                    let state = effective_state(&RunDir::new(&info.common_dir, &id), r.state);
                     let t = &r.totals;
                     let not_ok = t.tasks - t.merged - t.no_change;
                     println!(
                         "{:<22} {:<11} {:>5} {:>6} {:>9} {:>6}  {}",
-                        id,
-                        format!("{:?}", r.state).to_lowercase(),
-                        t.tasks,
-                        t.merged,
-                        t.no_change,
-                        not_ok,
-                        r.into
+                        id, state, t.tasks, t.merged, t.no_change, not_ok, r.into
                     );
                 }
                 Err(_) => println!("{id:<22} unreadable (no report.json)"),
@@ -59,15 +54,19 @@ pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
         return Ok(exit::SUCCESS);
     };
     let id = resolve_run_id(&info.common_dir, &wanted)?;
-    let report = RunDir::new(&info.common_dir, &id).load_report()?;
+    let run_dir = RunDir::new(&info.common_dir, &id);
+    let mut report = run_dir.load_report()?;
+    if effective_state(&run_dir, report.state) == "interrupted" {
+        report.state = crate::report::RunState::Interrupted;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(exit::SUCCESS);
     }
     println!(
-        "run {}: {:?}, into {}, base {}",
+        "run {}: {}, into {}, base {}",
         report.run_id,
-        report.state,
+        effective_state(&run_dir, report.state),
         report.into,
         &report.base[..10.min(report.base.len())]
     );
@@ -112,6 +111,17 @@ pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
         );
     }
     Ok(exit::SUCCESS)
+}
+
+/// The state to show: a report that says "running" while no process holds the run's lock
+/// belongs to a run that was interrupted (a crash, `kill -9`).
+fn effective_state(run_dir: &RunDir, state: crate::report::RunState) -> &'static str {
+    use crate::report::RunState;
+    match state {
+        RunState::Running if run_dir.is_running() => "running",
+        RunState::Running | RunState::Interrupted => "interrupted",
+        RunState::Finished => "finished",
+    }
 }
 
 /// A full run id, from an id or a unique prefix of one.

@@ -266,17 +266,35 @@ pub fn remove_worktree(repo: &Repository, name: &str, path: &Path) -> anyhow::Re
     Ok(())
 }
 
-/// Removes every swarm worktree whose name starts with `swarm-<run_id>` (all of swarm's when
-/// `run_id` is `None`), including records whose directory is gone. Returns how many.
-pub fn remove_run_worktrees(common_dir: &Path, run_id: Option<&str>) -> anyhow::Result<usize> {
+/// Removes the worktrees of run `run_id`, including records whose directory is gone and
+/// directories left without a record (a crash between the two). Returns how many.
+pub fn remove_run_worktrees(common_dir: &Path, run_id: &str) -> anyhow::Result<usize> {
+    let prefix = format!("{run_id}-");
+    remove_worktrees_where(common_dir, |run_part| run_part.starts_with(&prefix))
+}
+
+/// Removes every swarm worktree except those of the runs in `keep` (runs in progress).
+pub fn remove_run_worktrees_except(common_dir: &Path, keep: &[String]) -> anyhow::Result<usize> {
+    remove_worktrees_where(common_dir, |run_part| {
+        !keep
+            .iter()
+            .any(|id| run_part.starts_with(&format!("{id}-")))
+    })
+}
+
+/// Worktree names are `swarm-<RUN-ID>-<n>` and directories `<RUN-ID>-<n>`; `select` gets the
+/// `<RUN-ID>-<n>` part.
+fn remove_worktrees_where(
+    common_dir: &Path,
+    select: impl Fn(&str) -> bool,
+) -> anyhow::Result<usize> {
     let repo = Repository::open(common_dir)?;
-    let prefix = match run_id {
-        Some(id) => format!("swarm-{id}-"),
-        None => "swarm-".to_string(),
-    };
     let mut removed = 0;
     for name in repo.worktrees()?.iter().flatten().flatten() {
-        if !name.starts_with(&prefix) {
+        let Some(run_part) = name.strip_prefix("swarm-") else {
+            continue;
+        };
+        if !select(run_part) {
             continue;
         }
         let path = repo
@@ -286,12 +304,9 @@ pub fn remove_run_worktrees(common_dir: &Path, run_id: Option<&str>) -> anyhow::
         remove_worktree(&repo, name, &path)?;
         removed += 1;
     }
-    // Directories left behind by a crash between creating the directory and registering it.
-    let dir = state::worktrees_dir(common_dir);
-    if let Ok(entries) = std::fs::read_dir(&dir) {
+    if let Ok(entries) = std::fs::read_dir(state::worktrees_dir(common_dir)) {
         for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if run_id.is_none_or(|id| name.starts_with(&format!("{id}-"))) {
+            if select(&entry.file_name().to_string_lossy()) {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }

@@ -44,6 +44,57 @@ pub struct RunRequest {
     pub sink: Arc<EventSink>,
     /// The model API key (LLM worker); never stored anywhere.
     pub api_key: Option<ApiKey>,
+    /// Continue an interrupted run instead of starting afresh.
+    pub resume: Option<Resume>,
+}
+
+/// What `swarm resume` continues from.
+pub struct Resume {
+    /// The run's report as it was left.
+    pub report: Report,
+    /// The integration tip so far (`swarm/<RUN-ID>/result`, else where the target started).
+    pub tip: Oid,
+    /// Run failed, timed-out and conflicted tasks again too (`--failed`).
+    pub rerun_failed: bool,
+}
+
+impl Resume {
+    /// The report to continue, the integration tip, and the tasks that finished but were not
+    /// merged (merged first). Tasks to run again are set back to pending.
+    fn prepare(self) -> (Report, Oid, Vec<usize>) {
+        let mut report = self.report;
+        report.state = RunState::Running;
+        // The outcome of the interrupted session is decided anew at the end.
+        report.result = None;
+        report.result_branch = None;
+        report.into_updated = false;
+        let mut merge_first = Vec::new();
+        for (idx, t) in report.tasks.iter_mut().enumerate() {
+            let again = match t.status {
+                TaskStatus::Merged | TaskStatus::NoChange => false,
+                TaskStatus::Done if t.commit.is_some() && t.start.is_some() => {
+                    merge_first.push(idx);
+                    false
+                }
+                TaskStatus::Pending
+                | TaskStatus::Running
+                | TaskStatus::Done
+                | TaskStatus::Interrupted => true,
+                TaskStatus::Failed
+                | TaskStatus::Conflict
+                | TaskStatus::Timeout
+                | TaskStatus::Skipped
+                | TaskStatus::Excluded => self.rerun_failed,
+            };
+            if again {
+                t.status = TaskStatus::Pending;
+                t.error = None;
+                t.attempts = 0;
+                t.branch_kept = false;
+            }
+        }
+        (report, self.tip, merge_first)
+    }
 }
 
 /// Which worker edits the files.
@@ -84,6 +135,19 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
     let run_dir = RunDir::new(&req.info.common_dir, &plan.run_id);
     std::fs::create_dir_all(&run_dir.path)
         .with_context(|| format!("cannot create {}", run_dir.path.display()))?;
+    let _lock = state::RunLock::try_acquire(&run_dir)?.with_context(|| {
+        format!(
+            "run {} is in progress in another swarm process",
+            plan.run_id
+        )
+    })?;
+    state::write_json_atomic(
+        &run_dir.owner(),
+        &state::Owner {
+            pid: std::process::id(),
+            started_at: state::now_rfc3339(),
+        },
+    )?;
     state::write_json_atomic(&run_dir.plan(), &plan)?;
     req.sink.log_to(&run_dir.events())?;
     let base = Oid::from_str(&plan.base)?;
@@ -97,7 +161,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
         (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
     };
 
-    let mut report = Report {
+    let fresh = || Report {
         schema_version: REPORT_SCHEMA_VERSION,
         run_id: plan.run_id.clone(),
         instruction: plan.instruction.clone(),
@@ -133,6 +197,10 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
             .collect(),
         totals: Default::default(),
     };
+    let (mut report, first_tip, merge_first) = match req.resume {
+        None => (fresh(), req.into_start, Vec::new()),
+        Some(resume) => resume.prepare(),
+    };
     report.compute_totals(0);
     state::write_json_atomic(&run_dir.report(), &report)?;
     req.sink.emit(Event::RunStarted {
@@ -165,12 +233,12 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
     let mut sched = Scheduler {
         shared: shared.clone(),
         report,
-        tip: req.into_start,
+        tip: first_tip,
         stopped: None,
         budget_spent: None,
         last_save: Instant::now(),
     };
-    let driven = sched.drive(&req.info, req.into_start).await;
+    let driven = sched.drive(&req.info, first_tip, merge_first).await;
     if let Err(e) = &driven {
         tracing::error!("run failed: {e:#}");
     }

@@ -46,14 +46,17 @@ pub(super) struct Scheduler {
 }
 
 impl Scheduler {
-    pub(super) async fn drive(&mut self, info: &RepoInfo, into_start: Oid) -> anyhow::Result<()> {
+    /// Runs the pending tasks and merges them, starting the train at `start` (after merging
+    /// the already finished tasks of `merge_first`, when resuming).
+    pub(super) async fn drive(
+        &mut self,
+        info: &RepoInfo,
+        start: Oid,
+        merge_first: Vec<usize>,
+    ) -> anyhow::Result<()> {
         let shared = self.shared.clone();
         let settings = &shared.plan.settings;
-        let train = MergeTrain::new(
-            &info.common_dir,
-            &result_branch(&shared.plan.run_id),
-            into_start,
-        )?;
+        let train = MergeTrain::new(&info.common_dir, &result_branch(&shared.plan.run_id), start)?;
         let (job_tx, job_rx) = std::sync::mpsc::channel::<MergeJob>();
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<MergeDone>();
         let merge_thread = {
@@ -61,12 +64,28 @@ impl Scheduler {
             std::thread::spawn(move || merge_loop(train, &shared, job_rx, done_tx))
         };
 
-        let mut pending: VecDeque<usize> = (0..shared.plan.tasks.len()).collect();
+        let mut pending: VecDeque<usize> = (0..shared.plan.tasks.len())
+            .filter(|&i| self.report.tasks[i].status == TaskStatus::Pending)
+            .collect();
         let mut retries: VecDeque<(usize, Vec<RepoPath>)> = VecDeque::new();
         let mut running: JoinSet<Attempt> = JoinSet::new();
         let mut running_ids: HashMap<tokio::task::Id, usize> = HashMap::new();
         let mut merging = 0usize;
         let mut internal: Option<anyhow::Error> = None;
+        for idx in merge_first {
+            let t = &self.report.tasks[idx];
+            let (Some(start), Some(tip)) = (t.start.as_deref(), t.commit.as_deref()) else {
+                continue;
+            };
+            let job = MergeJob {
+                idx,
+                start: Oid::from_str(start)?,
+                tip: Oid::from_str(tip)?,
+            };
+            if job_tx.send(job).is_ok() {
+                merging += 1;
+            }
+        }
         loop {
             if self.budget_spent.is_none()
                 && let Some(reason) = self.token_budget_spent()

@@ -9,6 +9,7 @@ mod fake_model;
 mod llm;
 mod merging;
 mod planning;
+mod recovery;
 mod refactor;
 mod sandbox;
 mod workers;

@@ -313,3 +313,38 @@ fn a_worker_that_creates_a_branch_is_reported() {
     assert_eq!(repo.read("b.txt"), "bar\n");
     assert_eq!(repo.lines(&["branch", "--list", "side-branch"]).len(), 1);
 }
+
+#[test]
+fn an_idle_worker_is_killed_at_the_idle_limit_and_a_busy_one_is_not() {
+    let repo = two_files();
+    let started = Instant::now();
+    // b.txt: silent and idle; a.txt: busy printing for 2.5 s, then edits.
+    let exec = format!(
+        r#"if [ "$SWARM_FILE" = b.txt ]; then sleep 60; else for i in 1 2 3 4 5 6 7 8 9 10; do echo working $i; sleep 0.25; done; {SED_FOO_BAR}; fi"#
+    );
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "*.txt",
+        "-j",
+        "2",
+        "--idle-timeout",
+        "1",
+        "--exec",
+        &exec,
+    ]);
+    run.assert_code(1);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let report = repo.report(&run);
+    let b = task(&report, "b.txt");
+    assert_eq!(b["status"], "timeout");
+    assert!(
+        b["error"].as_str().unwrap().contains("--idle-timeout"),
+        "{b}"
+    );
+    assert_eq!(task(&report, "a.txt")["status"], "merged");
+}

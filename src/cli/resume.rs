@@ -1,0 +1,148 @@
+//! `swarm resume`: finish an interrupted run.
+
+use clap::Args;
+use git2::Oid;
+use tokio_util::sync::CancellationToken;
+
+use super::refactor::{check_dirty, check_sandbox, check_worker, execute};
+use super::status::resolve_run_id;
+use crate::error::{BadInput, exit};
+use crate::events::{EventSink, Silent};
+use crate::git::{repo, worktree};
+use crate::orchestrator::{Resume, RunRequest, result_branch};
+use crate::plan::Plan;
+use crate::report::{RunState, TaskStatus};
+use crate::state::{self, RunDir};
+
+/// Finish an interrupted run (Ctrl-C, a crash, kill -9): tasks that had not finished run
+/// again, finished ones are merged, and the target moves once at the end.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  swarm resume 20261121-133455-4f2a\n  swarm resume 20261121 --failed"
+)]
+pub struct ResumeArgs {
+    /// The run (an id or a unique prefix; `swarm status` lists them).
+    pub run_id: String,
+    /// Also run failed, timed-out and conflicted tasks again.
+    #[arg(long)]
+    pub failed: bool,
+    /// Keep worktrees and task branches after the run.
+    #[arg(long)]
+    pub keep: bool,
+    /// Print the run report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(args: ResumeArgs) -> anyhow::Result<i32> {
+    let info = repo::discover(&std::env::current_dir()?)?;
+    let id = resolve_run_id(&info.common_dir, &args.run_id)?;
+    let run_dir = RunDir::new(&info.common_dir, &id);
+    if run_dir.is_running() {
+        return Err(BadInput::new(format!(
+            "run {id} is still running in another swarm process"
+        ))
+        .hint("wait for it to finish, or stop it (Ctrl-C) and resume then")
+        .into());
+    }
+    let plan: Plan = state::read_json(&run_dir.plan())?;
+    let mut report = run_dir.load_report()?;
+    let into_start = Oid::from_str(&report.into_start)?;
+    let repo = info.open()?;
+    let tip = repo
+        .refname_to_id(&format!("refs/heads/{}", result_branch(&id)))
+        .unwrap_or(into_start);
+    // The report is saved at most once a second, so after a crash it may lag behind git: the
+    // merges on the integration branch say which tasks really are merged.
+    for (task_id, merge, task_commit) in merged_on(&repo, into_start, tip)? {
+        if let Some(t) = report.tasks.iter_mut().find(|t| t.id == task_id) {
+            t.status = TaskStatus::Merged;
+            t.merge_commit = Some(merge.to_string());
+            t.commit = Some(task_commit.to_string());
+            t.error = None;
+        }
+    }
+    let to_do = report
+        .tasks
+        .iter()
+        .filter(|t| match t.status {
+            TaskStatus::Merged | TaskStatus::NoChange => false,
+            TaskStatus::Pending
+            | TaskStatus::Running
+            | TaskStatus::Done
+            | TaskStatus::Interrupted => true,
+            TaskStatus::Failed
+            | TaskStatus::Conflict
+            | TaskStatus::Timeout
+            | TaskStatus::Skipped
+            | TaskStatus::Excluded => args.failed,
+        })
+        .count();
+    if to_do == 0 && report.state == RunState::Finished {
+        eprintln!(
+            "swarm: run {id} has nothing left to do{}",
+            if args.failed {
+                ""
+            } else {
+                " (--failed runs failed tasks again)"
+            }
+        );
+        return Ok(exit::SUCCESS);
+    }
+    let into = repo::resolve_into(&repo, &info, Some(&report.into))?;
+    let api_key = check_worker(&plan.settings)?;
+    check_sandbox(&plan.settings).await?;
+    check_dirty(&repo, &into, &plan.tasks, plan.settings.scope)?;
+
+    // What a crashed run left behind.
+    worktree::remove_run_worktrees(&info.common_dir, &id)?;
+    eprintln!(
+        "swarm: run {id}: resuming {to_do} task(s) of {}, -j {}, into {}",
+        plan.tasks.len(),
+        plan.settings.jobs,
+        into.branch
+    );
+    execute(
+        RunRequest {
+            info,
+            plan,
+            into,
+            into_start,
+            keep: args.keep,
+            cancel: CancellationToken::new(),
+            sink: std::sync::Arc::new(EventSink::new(Box::new(Silent))),
+            api_key,
+            resume: Some(Resume {
+                report,
+                tip,
+                rerun_failed: args.failed,
+            }),
+        },
+        args.json,
+    )
+    .await
+}
+
+/// The tasks merged between `from` and `tip` on the integration branch: (task id, merge
+/// commit, task commit), read from the `Swarm-Task:` trailer of each merge on the
+/// first-parent chain.
+fn merged_on(
+    repo: &git2::Repository,
+    from: Oid,
+    tip: Oid,
+) -> anyhow::Result<Vec<(String, Oid, Oid)>> {
+    let mut merged = Vec::new();
+    let mut at = tip;
+    while at != from {
+        let commit = repo.find_commit(at)?;
+        if commit.parent_count() != 2 {
+            break;
+        }
+        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+        if let Some(task) = message.lines().find_map(|l| l.strip_prefix("Swarm-Task: ")) {
+            merged.push((task.trim().to_string(), at, commit.parent_id(1)?));
+        }
+        at = commit.parent_id(0)?;
+    }
+    Ok(merged)
+}

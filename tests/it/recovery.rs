@@ -1,0 +1,168 @@
+//! Interruption and crash recovery: Ctrl-C, `kill -9`, `swarm resume`, and runs in progress
+//! left alone.
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{Run, TestRepo};
+
+const FILES: [&str; 4] = ["a.txt", "b.txt", "c.txt", "d.txt"];
+
+fn repo() -> TestRepo {
+    TestRepo::with_files(&FILES.map(|f| (f, "foo\n")))
+}
+
+/// a.txt is done at once; the others edit, then hang until `$HOME/go` exists. `tag` makes
+/// the hanging `sleep` findable, to end the orphans of a killed swarm.
+fn worker(tag: &str) -> String {
+    format!(
+        r#"sed -i s/foo/bar/ "$SWARM_FILE"; [ "$SWARM_FILE" = a.txt ] || [ -e "$HOME/go" ] || exec sleep {tag}"#
+    )
+}
+
+fn start(repo: &TestRepo, tag: &str) -> Child {
+    repo.swarm_cmd()
+        .args(["refactor", "x", "-j", "4", "--exec", &worker(tag)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the run has merged a task; returns the run id.
+fn wait_for_a_merge(repo: &TestRepo) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(Ok(entry)) = std::fs::read_dir(repo.swarm_dir().join("runs"))
+            .ok()
+            .and_then(|mut d| d.next())
+        {
+            let events =
+                std::fs::read_to_string(entry.path().join("events.jsonl")).unwrap_or_default();
+            if events.contains("\"kind\":\"merged\"") {
+                return entry.file_name().to_string_lossy().into_owned();
+            }
+        }
+        assert!(Instant::now() < deadline, "no task merged");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn assert_finished_like_an_uninterrupted_run(repo: &TestRepo, base: &str) {
+    let oracle = repo.oracle_tree(base, &FILES, r#"sed -i s/foo/bar/ "$SWARM_FILE""#);
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    assert_eq!(
+        repo.lines(&["rev-list", "--merges", &format!("{base}..main")])
+            .len(),
+        4
+    );
+    for f in FILES {
+        assert_eq!(repo.read(f), "bar\n");
+    }
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+    repo.assert_clean_after_run();
+}
+
+#[test]
+fn ctrl_c_then_resume_reaches_the_same_tree() {
+    let repo = repo();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let child = start(&repo, "61.1");
+    let id = wait_for_a_merge(&repo);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let run = Run::from(child.wait_with_output().unwrap());
+    run.assert_code(130);
+    assert_eq!(
+        repo.worktrees().len(),
+        1,
+        "worktrees removed at the interrupt"
+    );
+    assert_eq!(
+        repo.git(&["rev-parse", "main"]),
+        base,
+        "the target does not move"
+    );
+    let status = repo.swarm(&["status"]);
+    assert!(
+        status.stdout.contains(&id) && status.stdout.contains("interrupted"),
+        "{}",
+        status.stdout
+    );
+
+    std::fs::write(repo.home.join("go"), "").unwrap();
+    let resumed = repo.swarm(&["resume", &id]);
+    resumed.assert_code(0);
+    assert!(
+        resumed.stderr.contains("resuming 3 task(s) of 4"),
+        "{}",
+        resumed.stderr
+    );
+    assert_finished_like_an_uninterrupted_run(&repo, &base);
+    assert_eq!(repo.report(&resumed)["state"], "finished");
+    // Nothing is left to do.
+    repo.swarm(&["resume", &id]).assert_code(0);
+}
+
+#[test]
+fn kill_9_shows_as_interrupted_and_resume_finishes() {
+    let repo = repo();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let mut child = start(&repo, "61.2");
+    let id = wait_for_a_merge(&repo);
+    std::thread::sleep(Duration::from_millis(1200)); // the report is saved at most once a second
+    child.kill().unwrap(); // SIGKILL: no cleanup at all
+    child.wait().unwrap();
+    let _ = std::process::Command::new("pkill")
+        .args(["-f", "sleep 61.2"])
+        .status();
+    assert_eq!(
+        repo.worktrees().len(),
+        5,
+        "a killed swarm leaves its worktrees"
+    );
+
+    let status = repo.swarm(&["status"]);
+    status.assert_code(0);
+    let line = status
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap()
+        .to_string();
+    assert!(
+        line.contains("interrupted") && !line.contains("running"),
+        "{line}"
+    );
+    let one = repo.swarm(&["status", &id, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&one.stdout).unwrap();
+    assert_eq!(v["state"], "interrupted");
+
+    std::fs::write(repo.home.join("go"), "").unwrap();
+    repo.swarm(&["resume", &id]).assert_code(0);
+    assert_finished_like_an_uninterrupted_run(&repo, &base);
+}
+
+#[test]
+fn a_run_in_progress_is_neither_resumed_nor_cleaned() {
+    let repo = repo();
+    let child = start(&repo, "61.3");
+    let id = wait_for_a_merge(&repo);
+    let resume = repo.swarm(&["resume", &id]);
+    resume.assert_code(2);
+    assert!(resume.stderr.contains("still running"), "{}", resume.stderr);
+    let clean = repo.swarm(&["clean", "--all"]);
+    clean.assert_code(0);
+    assert!(
+        clean.stderr.contains("in progress; left alone"),
+        "{}",
+        clean.stderr
+    );
+    assert_eq!(repo.worktrees().len(), 5, "its worktrees are still there");
+    repo.swarm(&["clean", &id]).assert_code(2);
+    let status = repo.swarm(&["status"]);
+    assert!(status.stdout.contains("running"), "{}", status.stdout);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    Run::from(child.wait_with_output().unwrap()).assert_code(130);
+}
