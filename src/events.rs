@@ -70,6 +70,14 @@ pub enum Event {
         tool: String,
         ok: bool,
     },
+    /// A decision on a command the built-in worker asked to `run` (the audit trail).
+    Approval {
+        task: String,
+        command: String,
+        allowed: bool,
+        /// What allowed it (`--allow-run` or the matching `[sandbox] allow_run` pattern).
+        rule: Option<String>,
+    },
     Merged {
         task: String,
         commit: String,
@@ -117,6 +125,7 @@ impl Event {
             | Event::ModelRetry { task, .. }
             | Event::ToolCall { task, .. }
             | Event::ToolResult { task, .. }
+            | Event::Approval { task, .. }
             | Event::Merged { task, .. }
             | Event::Conflict { task, .. } => Some(task),
             Event::Warning { task, .. } => task.as_deref(),

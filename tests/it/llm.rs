@@ -557,3 +557,81 @@ fn a_slow_model_is_cut_off_at_the_task_timeout() {
     assert_eq!(report["tasks"][0]["status"], "timeout");
     assert_eq!(repo.worktrees().len(), 1);
 }
+
+#[test]
+fn run_commands_need_approval_and_every_decision_is_audited() {
+    let repo = foo_repo(1);
+    repo.write("swarm.toml", "[sandbox]\nallow_run = [\"grep *\"]\n");
+    repo.commit_all("allow grep");
+    let script = |req: &Request, _| {
+        Reply::Json(match req.turn() {
+            0 => tool_calls(&[
+                ("run", json!({"command": "grep -c foo src/m0.py"})),
+                ("run", json!({"command": "rm -rf src"})),
+            ]),
+            _ => tool_calls(&[(
+                "finish",
+                json!({"status": "no_change", "summary": "looked"}),
+            )]),
+        })
+    };
+    let fake = FakeModel::start(script);
+    llm_run(&repo, &fake, &["src"]).assert_code(0);
+    let requests = fake.requests();
+    let names: Vec<&str> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"run"), "{names:?}");
+    let results: Vec<&str> = requests[1]
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(results[0], "[exit status 0]\n2\n");
+    assert!(
+        results[1].starts_with("error: the command `rm -rf src` is not allowed (allowed: grep *)"),
+        "{}",
+        results[1]
+    );
+    assert!(repo.path.join("src/m0.py").exists());
+    let run_id = std::fs::read_dir(repo.swarm_dir().join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let events = repo.run_file(&run_id.to_string_lossy(), "events.jsonl");
+    let approvals: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"] == "approval")
+        .collect();
+    assert_eq!(approvals.len(), 2, "{approvals:?}");
+    assert_eq!(approvals[0]["allowed"], true);
+    assert_eq!(approvals[0]["rule"], "grep *");
+    assert_eq!(approvals[0]["command"], "grep -c foo src/m0.py");
+    assert_eq!(approvals[1]["allowed"], false);
+    assert!(approvals[1]["task"].is_string());
+
+    // Without an allow-list the tool is not offered, and --allow-run allows anything.
+    let fake = FakeModel::start(script);
+    let repo = foo_repo(1);
+    llm_run(&repo, &fake, &["src", "--allow-run"]).assert_code(0);
+    let results: Vec<String> = fake.requests()[1]
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        results[1].starts_with("[exit status 0]"),
+        "rm ran: {}",
+        results[1]
+    );
+    // It ran in the task's worktree; deleting the task's own file is in scope, so it merged.
+    assert!(!repo.path.join("src/m0.py").exists());
+}

@@ -117,7 +117,7 @@ async fn run_loop(
 ) -> anyhow::Result<Verdict> {
     let workspace = Workspace::new(task.worktree, task.scope_task.then_some(task.files))?;
     let agents_md = std::fs::read_to_string(task.worktree.join("AGENTS.md")).ok();
-    let definitions = tools::definitions();
+    let definitions = tools::definitions(task.run_tool.enabled());
     let mut messages = vec![
         json!({"role": "system", "content": super::prompt::system(task.scope_task)}),
         json!({"role": "user", "content": super::prompt::task_message(
@@ -205,7 +205,11 @@ async fn run_loop(
                 tool: call.name.clone(),
                 path: target.clone(),
             });
-            let outcome = workspace.call(&call.name, &call.arguments);
+            let outcome = if call.name == "run" {
+                Outcome::Result(run_command(task, &call.arguments).await?)
+            } else {
+                workspace.call(&call.name, &call.arguments)
+            };
             let content = match &outcome {
                 Outcome::Result(text) => text.clone(),
                 Outcome::Finish { status, summary } => {
@@ -274,6 +278,56 @@ async fn run_loop(
             task.max_turns
         ),
     }))
+}
+
+/// The `run` tool: the command runs (confined, with the task's limits) only if the policy
+/// allows it; every decision is an `approval` event.
+async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<String> {
+    let command = serde_json::from_str::<Value>(arguments)
+        .ok()
+        .and_then(|a| a.get("command").and_then(Value::as_str).map(str::to_string));
+    let Some(command) = command.filter(|c| !c.trim().is_empty()) else {
+        return Ok("error: run needs {\"command\": \"...\"}".into());
+    };
+    let rule = task.run_tool.allows(&command);
+    task.events.emit(Event::Approval {
+        task: task.task_id.to_string(),
+        command: command.clone(),
+        allowed: rule.is_some(),
+        rule: rule.clone(),
+    });
+    if rule.is_none() {
+        let allowed = if task.run_tool.patterns.is_empty() {
+            "no command is allowed".to_string()
+        } else {
+            format!("allowed: {}", task.run_tool.patterns.join(", "))
+        };
+        return Ok(format!(
+            "error: the command `{command}` is not allowed ({allowed}); do without it"
+        ));
+    }
+    let ran = process::run(ProcessRequest {
+        command: &command,
+        cwd: task.worktree,
+        env: Vec::new(),
+        log: &task.task_dir.join("run.log"),
+        timeout: task.timeout,
+        idle_timeout: Some(task.idle_timeout),
+        sandbox: Some(task.sandbox),
+        also_writable: &[],
+        cancel: task.cancel,
+    })
+    .await?;
+    let output: String = ran
+        .output_tail
+        .chars()
+        .rev()
+        .take(6000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    Ok(format!("[{}]\n{output}", describe(ran.exit)))
 }
 
 /// Runs `--verify` in the worktree; `None` when it passes, else its output tail.

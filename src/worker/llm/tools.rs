@@ -21,13 +21,14 @@ const RESULT_CHARS: usize = 30_000;
 const LIST_MAX: usize = 500;
 const SEARCH_MAX: usize = 200;
 
-/// The JSON-schema definitions of the tools, as sent to the model.
-pub fn definitions() -> Value {
+/// The JSON-schema definitions of the tools, as sent to the model; `run` only when some
+/// command may be run.
+pub fn definitions(with_run: bool) -> Value {
     let tool = |name: &str, description: &str, parameters: Value| {
         json!({"type": "function", "function": {
             "name": name, "description": description, "parameters": parameters}})
     };
-    json!([
+    let mut tools = json!([
         tool(
             "read_file",
             "Read a text file of the repository, with line numbers. Large files come in pages: pass offset (1-based line) and limit (lines).",
@@ -78,7 +79,17 @@ pub fn definitions() -> Value {
                 "summary": {"type": "string", "description": "what was done, in one or two sentences"}},
                 "required": ["status", "summary"], "additionalProperties": false})
         ),
-    ])
+    ]);
+    if with_run && let Some(list) = tools.as_array_mut() {
+        list.insert(5, tool(
+            "run",
+            "Run a shell command in the repository (sandboxed: no network, writes only inside the repository). Only approved commands run; others are refused.",
+            json!({"type": "object", "properties": {
+                "command": {"type": "string", "description": "the command line, run with sh -c"}},
+                "required": ["command"], "additionalProperties": false}),
+        ));
+    }
+    tools
 }
 
 /// What a tool call did.
@@ -144,7 +155,7 @@ impl Workspace {
             "search" => self.search(&args),
             "finish" => finish(&args),
             other => error!(
-                "there is no tool named '{other}'; the tools are read_file, edit_file, write_file, list_files, search and finish"
+                "there is no tool named '{other}'; the tools are read_file, edit_file, write_file, list_files, search, finish (and run, where allowed)"
             ),
         }
     }
