@@ -166,3 +166,38 @@ fn a_run_in_progress_is_neither_resumed_nor_cleaned() {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     Run::from(child.wait_with_output().unwrap()).assert_code(130);
 }
+
+#[test]
+fn two_runs_at_once_do_not_step_on_each_other() {
+    let repo = TestRepo::with_files(&[
+        ("a1.txt", "foo\n"),
+        ("a2.txt", "foo\n"),
+        ("b1.txt", "foo\n"),
+        ("b2.txt", "foo\n"),
+    ]);
+    let exec = r#"sleep 0.5; sed -i s/foo/bar/ "$SWARM_FILE""#;
+    let first = repo
+        .swarm_cmd()
+        .args(["refactor", "x", "a*.txt", "-j", "2", "--exec", exec])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let second = repo
+        .swarm_cmd()
+        .args([
+            "refactor", "x", "b*.txt", "-j", "2", "--into", "other", "--exec", exec,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = Run::from(first.wait_with_output().unwrap());
+    let second = Run::from(second.wait_with_output().unwrap());
+    first.assert_code(0);
+    second.assert_code(0);
+    assert_ne!(first.run_id(), second.run_id());
+    assert_eq!(repo.git(&["show", "main:a1.txt"]), "bar");
+    assert_eq!(repo.git(&["show", "main:b1.txt"]), "foo");
+    assert_eq!(repo.git(&["show", "other:b2.txt"]), "bar");
+    assert_eq!(repo.git(&["show", "other:a2.txt"]), "foo");
+    repo.assert_clean_after_run();
+}
