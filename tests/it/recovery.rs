@@ -201,3 +201,19 @@ fn two_runs_at_once_do_not_step_on_each_other() {
     assert_eq!(repo.git(&["show", "other:a2.txt"]), "foo");
     repo.assert_clean_after_run();
 }
+
+#[test]
+fn sigterm_is_an_interruption_too() {
+    let repo = repo();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let child = start(&repo, "61.4");
+    let id = wait_for_a_merge(&repo);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let run = Run::from(child.wait_with_output().unwrap());
+    run.assert_code(130);
+    assert_eq!(repo.worktrees().len(), 1);
+    std::fs::write(repo.home.join("go"), "").unwrap();
+    repo.swarm(&["resume", &id]).assert_code(0);
+    assert_finished_like_an_uninterrupted_run(&repo, &base);
+}
