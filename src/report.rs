@@ -41,6 +41,22 @@ impl TaskStatus {
         }
     }
 
+    /// Does `swarm resume` work on a task in this state? (`rerun_failed`: `--failed`.)
+    pub fn left_to_do(self, rerun_failed: bool) -> bool {
+        match self {
+            TaskStatus::Merged | TaskStatus::NoChange => false,
+            TaskStatus::Pending
+            | TaskStatus::Running
+            | TaskStatus::Done
+            | TaskStatus::Interrupted => true,
+            TaskStatus::Failed
+            | TaskStatus::Conflict
+            | TaskStatus::Timeout
+            | TaskStatus::Skipped
+            | TaskStatus::Excluded => rerun_failed,
+        }
+    }
+
     /// Did the task end well (merged, or nothing to do)?
     pub fn is_success(self) -> bool {
         matches!(self, TaskStatus::Merged | TaskStatus::NoChange)

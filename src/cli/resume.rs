@@ -65,18 +65,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<i32> {
     let to_do = report
         .tasks
         .iter()
-        .filter(|t| match t.status {
-            TaskStatus::Merged | TaskStatus::NoChange => false,
-            TaskStatus::Pending
-            | TaskStatus::Running
-            | TaskStatus::Done
-            | TaskStatus::Interrupted => true,
-            TaskStatus::Failed
-            | TaskStatus::Conflict
-            | TaskStatus::Timeout
-            | TaskStatus::Skipped
-            | TaskStatus::Excluded => args.failed,
-        })
+        .filter(|t| t.status.left_to_do(args.failed))
         .count();
     if to_do == 0 && report.state == RunState::Finished {
         eprintln!(

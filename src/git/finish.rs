@@ -82,20 +82,42 @@ pub fn update_target(
 }
 
 /// Deletes local branches by short name; returns how many were deleted.
+///
+/// Deleting a ref locks it and `packed-refs`, and removes its emptied directories; another
+/// swarm run (or git) working on refs at the same moment can make a lookup or a deletion
+/// fail for a moment, so failures other than "no such branch" are tried again for a while.
 pub fn delete_branches(common_dir: &Path, names: &[String]) -> usize {
     let Ok(repo) = Repository::open(common_dir) else {
         return 0;
     };
-    names
-        .iter()
-        .filter(|name| match repo.find_branch(name, BranchType::Local) {
-            Ok(mut b) => b
-                .delete()
-                .inspect_err(|e| tracing::warn!("cannot delete branch {name}: {e}"))
-                .is_ok(),
-            Err(_) => false,
-        })
-        .count()
+    let mut deleted = 0;
+    for name in names {
+        let mut last_error = None;
+        for attempt in 0..50u64 {
+            let result = repo
+                .find_branch(name, BranchType::Local)
+                .and_then(|mut b| b.delete());
+            match result {
+                Ok(()) => {
+                    deleted += 1;
+                    last_error = None;
+                    break;
+                }
+                Err(e) if e.code() == ErrorCode::NotFound => {
+                    last_error = None;
+                    break;
+                }
+                Err(e) => {
+                    last_error = Some(e);
+                    std::thread::sleep(std::time::Duration::from_millis(10 + attempt * 4));
+                }
+            }
+        }
+        if let Some(e) = last_error {
+            tracing::warn!("cannot delete branch {name}: {e}");
+        }
+    }
+    deleted
 }
 
 /// Short names of local branches under `prefix` (e.g. `swarm/<RUN-ID>/`).

@@ -42,11 +42,30 @@ pub struct WorktreePool {
     copy: Vec<String>,
     user_workdir: PathBuf,
     state: Mutex<PoolState>,
-    /// libgit2's worktree creation is not safe to run concurrently in one repository: its
-    /// "branch already checked out" check counts a worktree that another thread is half-way
-    /// through creating as a match (an operator-precedence slip in
-    /// `git_repository_foreach_worktree`, libgit2 1.9). See [`WorktreePool::create`].
-    creating: Mutex<()>,
+}
+
+/// libgit2's worktree creation is not safe to run concurrently in one repository: its
+/// "branch already checked out" check counts a worktree that another thread (or process) is
+/// half-way through creating as a match (an operator-precedence slip in
+/// `git_repository_foreach_worktree`, libgit2 1.9). Creations take this lock, an `flock` on
+/// `<git-common-dir>/swarm/worktrees.lock`, which excludes other threads (each opens the file
+/// anew) and other swarm processes alike. See [`WorktreePool::create`].
+struct CreationLock(#[allow(dead_code)] std::fs::File);
+
+impl CreationLock {
+    fn acquire(common_dir: &Path) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd as _;
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(state::swarm_dir(common_dir).join("worktrees.lock"))?;
+        // SAFETY: flock on an fd we own; blocks until the lock is ours.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Self(file))
+    }
 }
 
 impl WorktreePool {
@@ -57,7 +76,6 @@ impl WorktreePool {
             copy,
             user_workdir: user_workdir.to_path_buf(),
             state: Mutex::new(PoolState::default()),
-            creating: Mutex::new(()),
         }
     }
 
@@ -102,12 +120,15 @@ impl WorktreePool {
             (name, path)
         };
         std::fs::create_dir_all(state::worktrees_dir(&self.common_dir))?;
+        // libgit2 creates `.git/worktrees` itself and fails if another process does so at the
+        // same moment.
+        std::fs::create_dir_all(self.common_dir.join("worktrees"))?;
         {
             // libgit2's worktree creation is not safe to run concurrently, but the costly part
             // of it, the checkout, is. Under the lock, the worktree is created on a placeholder
             // branch at a commit with an empty tree (nothing to check out); the task's files
             // are checked out afterwards, in parallel with other creations.
-            let _one_at_a_time = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+            let _one_at_a_time = CreationLock::acquire(&self.common_dir)?;
             let placeholder_name = format!("swarm/{}/{name}", self.run_id);
             let empty = self.empty_commit(repo)?;
             let placeholder = repo

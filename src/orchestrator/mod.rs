@@ -70,22 +70,12 @@ impl Resume {
         report.into_updated = false;
         let mut merge_first = Vec::new();
         for (idx, t) in report.tasks.iter_mut().enumerate() {
-            let again = match t.status {
-                TaskStatus::Merged | TaskStatus::NoChange => false,
-                TaskStatus::Done if t.commit.is_some() && t.start.is_some() => {
-                    merge_first.push(idx);
-                    false
-                }
-                TaskStatus::Pending
-                | TaskStatus::Running
-                | TaskStatus::Done
-                | TaskStatus::Interrupted => true,
-                TaskStatus::Failed
-                | TaskStatus::Conflict
-                | TaskStatus::Timeout
-                | TaskStatus::Skipped
-                | TaskStatus::Excluded => self.rerun_failed,
-            };
+            let finished_unmerged =
+                t.status == TaskStatus::Done && t.commit.is_some() && t.start.is_some();
+            if finished_unmerged {
+                merge_first.push(idx);
+            }
+            let again = !finished_unmerged && t.status.left_to_do(self.rerun_failed);
             if again {
                 t.status = TaskStatus::Pending;
                 t.error = None;

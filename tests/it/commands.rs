@@ -183,12 +183,19 @@ fn clean_all_recovers_leftovers_of_a_killed_run() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let porcelain = repo.git(&["worktree", "list", "--porcelain"]);
-    assert_eq!(
-        porcelain.matches("\nlocked").count(),
-        2,
-        "in-use worktrees are locked: {porcelain}"
-    );
+    // Worktrees in use are locked (the lock follows creation at once; poll for it).
+    while repo
+        .git(&["worktree", "list", "--porcelain"])
+        .matches("\nlocked")
+        .count()
+        < 2
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "in-use worktrees were never locked"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(repo.worktrees().len(), 3);

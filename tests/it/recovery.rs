@@ -48,6 +48,19 @@ fn wait_for_a_merge(repo: &TestRepo) -> String {
     }
 }
 
+/// Waits until `n` worktrees (the checkout included) exist.
+fn wait_for_worktrees(repo: &TestRepo, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while repo.worktrees().len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} worktrees",
+            repo.worktrees().len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn assert_finished_like_an_uninterrupted_run(repo: &TestRepo, base: &str) {
     let oracle = repo.oracle_tree(base, &FILES, r#"sed -i s/foo/bar/ "$SWARM_FILE""#);
     assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
@@ -110,6 +123,7 @@ fn kill_9_shows_as_interrupted_and_resume_finishes() {
     let base = repo.git(&["rev-parse", "HEAD"]);
     let mut child = start(&repo, "61.2");
     let id = wait_for_a_merge(&repo);
+    wait_for_worktrees(&repo, 5);
     std::thread::sleep(Duration::from_millis(1200)); // the report is saved at most once a second
     child.kill().unwrap(); // SIGKILL: no cleanup at all
     child.wait().unwrap();
@@ -148,6 +162,7 @@ fn a_run_in_progress_is_neither_resumed_nor_cleaned() {
     let repo = repo();
     let child = start(&repo, "61.3");
     let id = wait_for_a_merge(&repo);
+    wait_for_worktrees(&repo, 5);
     let resume = repo.swarm(&["resume", &id]);
     resume.assert_code(2);
     assert!(resume.stderr.contains("still running"), "{}", resume.stderr);
@@ -195,6 +210,11 @@ fn two_runs_at_once_do_not_step_on_each_other() {
     first.assert_code(0);
     second.assert_code(0);
     assert_ne!(first.run_id(), second.run_id());
+    // Shown if an assertion below fails.
+    println!(
+        "first run:\n{}\nsecond run:\n{}",
+        first.stderr, second.stderr
+    );
     assert_eq!(repo.git(&["show", "main:a1.txt"]), "bar");
     assert_eq!(repo.git(&["show", "main:b1.txt"]), "foo");
     assert_eq!(repo.git(&["show", "other:b2.txt"]), "bar");
