@@ -247,6 +247,9 @@ pub struct Settings {
     pub sandbox: SandboxPolicy,
     /// What the built-in worker's `run` tool may run.
     pub run_tool: RunToolPolicy,
+    /// Run the workers but merge nothing (`--dry-run`); `swarm merge` merges later.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// What the built-in worker's `run` tool may run: nothing by default, the commands matching
@@ -441,6 +444,7 @@ impl Settings {
             idle_timeout_secs,
             sandbox,
             run_tool,
+            dry_run: false,
         })
     }
 }

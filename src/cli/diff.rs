@@ -75,7 +75,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<i32> {
     Ok(exit::SUCCESS)
 }
 
-fn write_diff(
+pub(super) fn write_diff(
     repo: &Repository,
     old: &str,
     new: &str,

@@ -2,6 +2,7 @@
 
 mod clean;
 mod diff;
+mod merge;
 mod refactor;
 mod render;
 mod resume;
@@ -44,6 +45,7 @@ enum Command {
     Refactor(Box<refactor::RefactorArgs>),
     Status(status::StatusArgs),
     Diff(diff::DiffArgs),
+    Merge(merge::MergeArgs),
     Resume(resume::ResumeArgs),
     Clean(clean::CleanArgs),
 }
@@ -66,6 +68,7 @@ pub fn main() -> ExitCode {
             Command::Refactor(args) => refactor::run(*args).await,
             Command::Status(args) => status::run(args),
             Command::Diff(args) => diff::run(args),
+            Command::Merge(args) => merge::run(args).await,
             Command::Resume(args) => resume::run(args).await,
             Command::Clean(args) => clean::run(args),
         }

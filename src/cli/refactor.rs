@@ -15,6 +15,7 @@ use crate::git::repo;
 use crate::orchestrator::{self, RunRequest};
 use crate::plan::{self, PLAN_SCHEMA_VERSION, Pathspec, Plan, SelectOptions};
 use crate::repo_path::RepoPath;
+use crate::report::TaskStatus;
 use crate::settings::{ApiKey, OnConflict, Overrides, SandboxMode, Scope, Settings};
 use crate::state;
 use crate::worker::sandbox;
@@ -130,6 +131,11 @@ pub struct RefactorArgs {
     #[arg(long)]
     pub keep: bool,
 
+    /// Run the workers but merge nothing: print each task's diff and keep its branch;
+    /// `swarm merge RUN-ID` merges them later.
+    #[arg(long)]
+    pub dry_run: bool,
+
     /// Print the run report as JSON on stdout (human output stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -174,6 +180,8 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
     }
     let api_key = check_worker(&settings)?;
     check_sandbox(&settings).await?;
+    let mut settings = settings;
+    settings.dry_run = args.dry_run;
     let grep = args
         .grep
         .as_deref()
@@ -265,24 +273,68 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
 /// Runs a prepared run with the terminal's reporter and Ctrl-C handling, prints the summary
 /// (and the report with `--json`), and gives the exit code. Shared by `refactor` and `resume`.
 pub(super) async fn execute(mut request: RunRequest, json: bool) -> anyhow::Result<i32> {
+    let dry_run = request.plan.settings.dry_run;
+    let common_dir = request.info.common_dir.clone();
     spawn_signal_handler(request.cancel.clone());
     let reporter = render::reporter_for_terminal(request.plan.tasks.len());
     request.sink = Arc::new(EventSink::new(reporter.boxed()));
     let outcome = orchestrator::run(request).await?;
     reporter.finish();
+    if dry_run && !json {
+        print_dry_run(&common_dir, &outcome.report)?;
+    }
     render::print_summary(&outcome.report, outcome.interrupted);
+    if dry_run && !outcome.interrupted {
+        eprintln!(
+            "dry run: nothing merged; merge with: swarm merge {}",
+            outcome.report.run_id
+        );
+    }
     if json {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &outcome.report)?;
         writeln!(out)?;
     }
+    // A dry run succeeds when every task finished (its changes wait on their branches).
+    let succeeded = if dry_run {
+        outcome
+            .report
+            .tasks
+            .iter()
+            .all(|t| matches!(t.status, TaskStatus::Done | TaskStatus::NoChange))
+    } else {
+        outcome.report.all_succeeded() && outcome.report.result_branch.is_none()
+    };
     Ok(if outcome.interrupted {
         exit::INTERRUPTED
-    } else if outcome.report.all_succeeded() && outcome.report.result_branch.is_none() {
+    } else if succeeded {
         exit::SUCCESS
     } else {
         exit::PARTIAL
     })
+}
+
+/// The diff of every task a dry run finished, on stdout.
+fn print_dry_run(
+    common_dir: &std::path::Path,
+    report: &crate::report::Report,
+) -> anyhow::Result<()> {
+    let repo = git2::Repository::open(common_dir)?;
+    let color = super::use_color(std::io::stdout().is_terminal());
+    let mut out = std::io::stdout().lock();
+    for t in &report.tasks {
+        if let (TaskStatus::Done, Some(start), Some(commit)) = (t.status, &t.start, &t.commit) {
+            writeln!(
+                out,
+                "# task {} ({}): {} file(s) changed",
+                t.id,
+                t.branch,
+                t.changed_files.len()
+            )?;
+            super::diff::write_diff(&repo, start, commit, false, color, &mut out)?;
+        }
+    }
+    Ok(())
 }
 
 /// Refuses uncommitted changes (staged or not) in files the run may change, when the target

@@ -35,6 +35,12 @@ pub struct ResumeArgs {
 }
 
 pub async fn run(args: ResumeArgs) -> anyhow::Result<i32> {
+    continue_run(args, false).await
+}
+
+/// Continues run `args.run_id`: reruns what is left and merges (`resume`), or only merges
+/// its finished, unmerged tasks (`merge_only`: `swarm merge`).
+pub(super) async fn continue_run(args: ResumeArgs, merge_only: bool) -> anyhow::Result<i32> {
     let info = repo::discover(&std::env::current_dir()?)?;
     let id = resolve_run_id(&info.common_dir, &args.run_id)?;
     let run_dir = RunDir::new(&info.common_dir, &id);
@@ -45,7 +51,9 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<i32> {
         .hint("wait for it to finish, or stop it (Ctrl-C) and resume then")
         .into());
     }
-    let plan: Plan = state::read_json(&run_dir.plan())?;
+    let mut plan: Plan = state::read_json(&run_dir.plan())?;
+    // This pass merges (a --dry-run's tasks included).
+    plan.settings.dry_run = false;
     let mut report = run_dir.load_report()?;
     let into_start = Oid::from_str(&report.into_start)?;
     let repo = info.open()?;
@@ -65,8 +73,15 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<i32> {
     let to_do = report
         .tasks
         .iter()
-        .filter(|t| t.status.left_to_do(args.failed))
+        .filter(|t| match merge_only {
+            true => t.status == TaskStatus::Done && t.commit.is_some(),
+            false => t.status.left_to_do(args.failed),
+        })
         .count();
+    if merge_only && to_do == 0 {
+        eprintln!("swarm: run {id} has no finished task left to merge");
+        return Ok(exit::SUCCESS);
+    }
     if to_do == 0 && report.state == RunState::Finished {
         eprintln!(
             "swarm: run {id} has nothing left to do{}",
@@ -79,14 +94,20 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<i32> {
         return Ok(exit::SUCCESS);
     }
     let into = repo::resolve_into(&repo, &info, Some(&report.into))?;
-    let api_key = check_worker(&plan.settings)?;
-    check_sandbox(&plan.settings).await?;
+    let api_key = if merge_only {
+        None
+    } else {
+        let key = check_worker(&plan.settings)?;
+        check_sandbox(&plan.settings).await?;
+        key
+    };
     check_dirty(&repo, &into, &plan.tasks, plan.settings.scope)?;
 
     // What a crashed run left behind.
     worktree::remove_run_worktrees(&info.common_dir, &id)?;
     eprintln!(
-        "swarm: run {id}: resuming {to_do} task(s) of {}, -j {}, into {}",
+        "swarm: run {id}: {} {to_do} task(s) of {}, -j {}, into {}",
+        if merge_only { "merging" } else { "resuming" },
         plan.tasks.len(),
         plan.settings.jobs,
         into.branch
@@ -105,6 +126,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<i32> {
                 report,
                 tip,
                 rerun_failed: args.failed,
+                merge_only,
             }),
         },
         args.json,

@@ -75,8 +75,8 @@ pub(super) async fn finish(
             continue;
         }
         let needed = has_commit && !matches!(t.status, TaskStatus::Merged | TaskStatus::NoChange);
-        if keep || needed {
-            t.branch_kept = true;
+        t.branch_kept = keep || needed;
+        if t.branch_kept {
             kept.push(t.branch.clone());
         } else {
             delete.push(t.branch.clone());

@@ -56,6 +56,8 @@ pub struct Resume {
     pub tip: Oid,
     /// Run failed, timed-out and conflicted tasks again too (`--failed`).
     pub rerun_failed: bool,
+    /// Merge the finished tasks, run nothing (`swarm merge`).
+    pub merge_only: bool,
 }
 
 impl Resume {
@@ -75,7 +77,8 @@ impl Resume {
             if finished_unmerged {
                 merge_first.push(idx);
             }
-            let again = !finished_unmerged && t.status.left_to_do(self.rerun_failed);
+            let again =
+                !self.merge_only && !finished_unmerged && t.status.left_to_do(self.rerun_failed);
             if again {
                 t.status = TaskStatus::Pending;
                 t.error = None;
@@ -187,6 +190,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
             .collect(),
         totals: Default::default(),
     };
+    let merge_only = req.resume.as_ref().is_some_and(|r| r.merge_only);
     let (mut report, first_tip, merge_first) = match req.resume {
         None => (fresh(), req.into_start, Vec::new()),
         Some(resume) => resume.prepare(),
@@ -225,6 +229,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
         report,
         tip: first_tip,
         stopped: None,
+        merge_only,
         budget_spent: None,
         last_save: Instant::now(),
     };

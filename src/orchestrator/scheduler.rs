@@ -40,6 +40,8 @@ pub(super) struct Scheduler {
     pub(super) tip: Oid,
     /// Why no more tasks run or merge (`--on-conflict fail`).
     pub(super) stopped: Option<String>,
+    /// Only merge finished tasks; run none (`swarm merge`).
+    pub(super) merge_only: bool,
     /// Why no new task starts (`--max-tokens` reached); running ones finish and merge.
     pub(super) budget_spent: Option<String>,
     pub(super) last_save: Instant,
@@ -65,7 +67,7 @@ impl Scheduler {
         };
 
         let mut pending: VecDeque<usize> = (0..shared.plan.tasks.len())
-            .filter(|&i| self.report.tasks[i].status == TaskStatus::Pending)
+            .filter(|&i| !self.merge_only && self.report.tasks[i].status == TaskStatus::Pending)
             .collect();
         let mut retries: VecDeque<(usize, Vec<RepoPath>)> = VecDeque::new();
         let mut running: JoinSet<Attempt> = JoinSet::new();
@@ -225,6 +227,8 @@ impl Scheduler {
             if let Some(reason) = &self.stopped {
                 t.status = TaskStatus::Skipped;
                 t.error = Some(format!("not merged: {reason}"));
+            } else if self.shared.plan.settings.dry_run {
+                // Stays `done`, its branch kept for `swarm diff` and `swarm merge`.
             } else {
                 job = Some(MergeJob {
                     idx: a.idx,

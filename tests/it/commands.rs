@@ -268,3 +268,48 @@ fn sigint_stops_workers_cleans_up_and_keeps_merged_progress() {
         "{statuses:?}"
     );
 }
+
+#[test]
+fn dry_run_merges_nothing_and_merge_merges_later() {
+    let repo = TestRepo::with_files(&[
+        ("a.txt", "foo\n"),
+        ("b.txt", "foo\n"),
+        ("c.txt", "nothing\n"),
+    ]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    // Nothing moved; the diffs are shown; the branches of the changed tasks wait.
+    assert_eq!(repo.git(&["rev-parse", "main"]), base);
+    assert_eq!(repo.read("a.txt"), "foo\n");
+    assert!(
+        run.stdout
+            .contains("+++ b/a.txt\n@@ -1 +1 @@\n-foo\n+bar\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr
+            .contains(&format!("swarm merge {}", run.run_id())),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(repo.swarm_branches().len(), 2);
+    assert_eq!(repo.worktrees().len(), 1);
+    let report = repo.report(&run);
+    assert_eq!(report["totals"]["merged"], 0);
+
+    let merged = repo.swarm(&["merge", &run.run_id()]);
+    merged.assert_code(0);
+    let oracle = repo.oracle_tree(&base, &["a.txt", "b.txt", "c.txt"], SED_FOO_BAR);
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    assert_eq!(
+        repo.lines(&["rev-list", "--merges", &format!("{base}..main")])
+            .len(),
+        2
+    );
+    assert!(!merged.stderr.contains("kept"), "{}", merged.stderr);
+    repo.assert_clean_after_run();
+    // Nothing more to merge.
+    repo.swarm(&["merge", &run.run_id()]).assert_code(0);
+}
