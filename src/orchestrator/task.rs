@@ -160,7 +160,15 @@ async fn attempt_task(
         Some(o) => o,
         None => {
             step("running");
-            run_worker(shared, a.idx, &slot.path, &task_dir, context).await?
+            match run_worker(shared, a.idx, &slot.path, &task_dir, context).await {
+                Ok(result) => result,
+                Err(e) => {
+                    // The worktree goes back to the pool even so (its next task resets it).
+                    let shared = shared.clone();
+                    tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
+                    return Err(e);
+                }
+            }
         }
     };
     let verdict = result.verdict;
