@@ -144,13 +144,6 @@ pub trait Reporter: Send + Sync {
     fn on_event(&self, event: &Event);
 }
 
-/// A reporter that shows nothing (library use, tests).
-pub struct Silent;
-
-impl Reporter for Silent {
-    fn on_event(&self, _event: &Event) {}
-}
-
 #[derive(Serialize)]
 struct Line<'a> {
     ts: f64,

@@ -260,8 +260,6 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
             into,
             into_start,
             keep: args.keep,
-            cancel: CancellationToken::new(),
-            sink: Arc::new(EventSink::new(Box::new(crate::events::Silent))),
             api_key,
             resume: None,
         },
@@ -272,13 +270,14 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
 
 /// Runs a prepared run with the terminal's reporter and Ctrl-C handling, prints the summary
 /// (and the report with `--json`), and gives the exit code. Shared by `refactor` and `resume`.
-pub(super) async fn execute(mut request: RunRequest, json: bool) -> anyhow::Result<i32> {
+pub(super) async fn execute(request: RunRequest, json: bool) -> anyhow::Result<i32> {
     let dry_run = request.plan.settings.dry_run;
     let common_dir = request.info.common_dir.clone();
-    spawn_signal_handler(request.cancel.clone());
+    let cancel = CancellationToken::new();
+    spawn_signal_handler(cancel.clone());
     let reporter = render::reporter_for_terminal(request.plan.tasks.len());
-    request.sink = Arc::new(EventSink::new(reporter.boxed()));
-    let outcome = orchestrator::run(request).await?;
+    let sink = Arc::new(EventSink::new(reporter.boxed()));
+    let outcome = orchestrator::run(request, cancel, sink).await?;
     reporter.finish();
     if dry_run && !json {
         print_dry_run(&common_dir, &outcome.report)?;

@@ -2,12 +2,10 @@
 
 use clap::Args;
 use git2::Oid;
-use tokio_util::sync::CancellationToken;
 
 use super::refactor::{check_dirty, check_sandbox, check_worker, execute};
 use super::status::resolve_run_id;
 use crate::error::{BadInput, exit};
-use crate::events::{EventSink, Silent};
 use crate::git::{repo, worktree};
 use crate::orchestrator::{Resume, RunRequest, result_branch};
 use crate::plan::Plan;
@@ -119,8 +117,6 @@ pub(super) async fn continue_run(args: ResumeArgs, merge_only: bool) -> anyhow::
             into,
             into_start,
             keep: args.keep,
-            cancel: CancellationToken::new(),
-            sink: std::sync::Arc::new(EventSink::new(Box::new(Silent))),
             api_key,
             resume: Some(Resume {
                 report,

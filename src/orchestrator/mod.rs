@@ -40,8 +40,6 @@ pub struct RunRequest {
     /// Where `into` starts: its tip, or the base when swarm creates it.
     pub into_start: Oid,
     pub keep: bool,
-    pub cancel: CancellationToken,
-    pub sink: Arc<EventSink>,
     /// The model API key (LLM worker); never stored anywhere.
     pub api_key: Option<ApiKey>,
     /// Continue an interrupted run instead of starting afresh.
@@ -122,7 +120,13 @@ pub fn result_branch(run_id: &str) -> String {
     format!("swarm/{run_id}/result")
 }
 
-pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
+/// Runs `req`. `cancel` stops the run (Ctrl-C: exit 130, resumable); every event goes to
+/// `sink` (and to the run's events.jsonl).
+pub async fn run(
+    req: RunRequest,
+    cancel: CancellationToken,
+    sink: Arc<EventSink>,
+) -> anyhow::Result<RunOutcome> {
     let started = Instant::now();
     let plan = req.plan;
     let run_dir = RunDir::new(&req.info.common_dir, &plan.run_id);
@@ -142,7 +146,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
         },
     )?;
     state::write_json_atomic(&run_dir.plan(), &plan)?;
-    req.sink.log_to(&run_dir.events())?;
+    sink.log_to(&run_dir.events())?;
     let base = Oid::from_str(&plan.base)?;
     let worker = match (&plan.settings.exec, &plan.settings.model.name) {
         (Some(command), _) => WorkerKind::Exec(command.clone()),
@@ -197,7 +201,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
     };
     report.compute_totals(0);
     state::write_json_atomic(&run_dir.report(), &report)?;
-    req.sink.emit(Event::RunStarted {
+    sink.emit(Event::RunStarted {
         run_id: plan.run_id.clone(),
         base: plan.base.clone(),
         into: req.into.branch.clone(),
@@ -217,9 +221,9 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
         base,
         run_dir,
         pool,
-        sink: req.sink.clone(),
+        sink: sink.clone(),
         // A child token: an internal error stops the workers without looking like Ctrl-C.
-        cancel: req.cancel.child_token(),
+        cancel: cancel.child_token(),
         worker,
         common_dir: req.info.common_dir.clone(),
         known_branches: std::sync::Mutex::new(known_branches),
@@ -237,7 +241,7 @@ pub async fn run(req: RunRequest) -> anyhow::Result<RunOutcome> {
     if let Err(e) = &driven {
         tracing::error!("run failed: {e:#}");
     }
-    let interrupted = req.cancel.is_cancelled();
+    let interrupted = cancel.is_cancelled();
     let mut report = sched.report;
     finish(
         &shared,
