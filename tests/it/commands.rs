@@ -1,6 +1,6 @@
 //! status, diff, clean, and the state a run leaves for them.
 
-use crate::common::{SED_FOO_BAR, TestRepo};
+use crate::common::{SED_FOO_BAR, TestRepo, task_of};
 
 fn run_with_one_failure(repo: &TestRepo) -> crate::common::Run {
     let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; [ "$SWARM_FILE" != b.txt ]"#;
@@ -122,12 +122,7 @@ fn diff_shows_a_task_and_a_run() {
     );
     // The failed task's own diff, from its kept branch.
     let report = repo.report(&run);
-    let b = report["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["files"][0] == "b.txt")
-        .unwrap();
+    let b = task_of(&report, "b.txt");
     let task = repo.swarm(&["diff", &id, b["id"].as_str().unwrap()]);
     task.assert_code(0);
     assert!(

@@ -265,3 +265,18 @@ pub fn statuses(report: &Value) -> Vec<(String, String)> {
     v.sort();
     v
 }
+
+/// The report entry of the task whose first file is `file`.
+pub fn task_of<'a>(report: &'a Value, file: &str) -> &'a Value {
+    report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["files"][0] == file)
+        .unwrap_or_else(|| panic!("no task for {file}"))
+}
+
+/// How many tasks of `statuses(report)` have `status`.
+pub fn count(statuses: &[(String, String)], status: &str) -> usize {
+    statuses.iter().filter(|(_, s)| s == status).count()
+}

@@ -73,6 +73,15 @@ impl Request {
             .collect()
     }
 
+    /// The contents of the tool results in this request's conversation, in order.
+    pub fn tool_results(&self) -> Vec<String> {
+        self.messages()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
     /// The content of the last message.
     pub fn last(&self) -> &Value {
         self.messages().last().expect("a message")

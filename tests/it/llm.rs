@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Run, TestRepo, statuses};
+use crate::common::{Run, TestRepo, count, statuses};
 use crate::fake_model::{FakeModel, Reply, Request, raw_tool_call, rename_agent, tool_calls};
 
 const KEY: &str = "sk-test-SECRET-7d1f00";
@@ -300,13 +300,7 @@ fn bad_tool_calls_and_path_escapes_get_errors_and_write_nothing() {
             .unwrap()
             .starts_with("error: the arguments of read_file are not valid JSON")
     );
-    let results: Vec<String> = requests[2]
-        .messages()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .skip(1)
-        .map(|m| m["content"].as_str().unwrap().to_string())
-        .collect();
+    let results: Vec<String> = requests[2].tool_results().into_iter().skip(1).collect();
     assert_eq!(results.len(), 9);
     for r in &results[..8] {
         assert!(r.starts_with("error: "), "{r}");
@@ -424,7 +418,7 @@ fn the_token_budget_stops_new_tasks() {
     let report = repo.report(&run);
     let s = statuses(&report);
     assert_eq!(s[0], ("src/m0.py".to_string(), "failed".to_string()));
-    assert_eq!(s.iter().filter(|(_, s)| s == "skipped").count(), 3, "{s:?}");
+    assert_eq!(count(&s, "skipped"), 3, "{s:?}");
     let tasks = report["tasks"].as_array().unwrap();
     let first = tasks.iter().find(|t| t["status"] == "failed").unwrap();
     assert!(
@@ -585,12 +579,7 @@ fn run_commands_need_approval_and_every_decision_is_audited() {
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
     assert!(names.contains(&"run"), "{names:?}");
-    let results: Vec<&str> = requests[1]
-        .messages()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap())
-        .collect();
+    let results = requests[1].tool_results();
     assert_eq!(results[0], "[exit status 0]\n2\n");
     assert!(
         results[1].starts_with("error: the command `rm -rf src` is not allowed (allowed: grep *)"),
@@ -621,12 +610,7 @@ fn run_commands_need_approval_and_every_decision_is_audited() {
     let fake = FakeModel::start(script);
     let repo = foo_repo(1);
     llm_run(&repo, &fake, &["src", "--allow-run"]).assert_code(0);
-    let results: Vec<String> = fake.requests()[1]
-        .messages()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap().to_string())
-        .collect();
+    let results = fake.requests()[1].tool_results();
     assert!(
         results[1].starts_with("[exit status 0]"),
         "rm ran: {}",

@@ -1,7 +1,7 @@
 //! The merge train: conflicts and their policies, scope, the three-way path, and a target
 //! that cannot be moved safely.
 
-use crate::common::{TestRepo, statuses};
+use crate::common::{TestRepo, count, statuses, task_of};
 
 /// Every task appends a line naming its file to one shared CHANGES file.
 const APPEND_TO_SHARED: &str =
@@ -76,12 +76,8 @@ fn on_conflict_skip_keeps_the_branch_unmerged() {
     run.assert_code(1);
     let report = repo.report(&run);
     let s = statuses(&report);
-    assert_eq!(s.iter().filter(|(_, s)| s == "merged").count(), 1, "{s:?}");
-    assert_eq!(
-        s.iter().filter(|(_, s)| s == "conflict").count(),
-        3,
-        "{s:?}"
-    );
+    assert_eq!(count(&s, "merged"), 1, "{s:?}");
+    assert_eq!(count(&s, "conflict"), 3, "{s:?}");
     assert_eq!(
         repo.swarm_branches().len(),
         3,
@@ -111,13 +107,9 @@ fn on_conflict_fail_stops_merging() {
     run.assert_code(1);
     let report = repo.report(&run);
     let s = statuses(&report);
-    assert_eq!(s.iter().filter(|(_, s)| s == "merged").count(), 1, "{s:?}");
-    assert_eq!(
-        s.iter().filter(|(_, s)| s == "conflict").count(),
-        1,
-        "{s:?}"
-    );
-    assert_eq!(s.iter().filter(|(_, s)| s == "skipped").count(), 2, "{s:?}");
+    assert_eq!(count(&s, "merged"), 1, "{s:?}");
+    assert_eq!(count(&s, "conflict"), 1, "{s:?}");
+    assert_eq!(count(&s, "skipped"), 2, "{s:?}");
     // What merged before the conflict is on the target.
     assert_eq!(repo.read("CHANGES").lines().count(), 2);
 }
@@ -141,12 +133,7 @@ fn out_of_scope_changes_never_merge() {
     assert_eq!(repo.read("README"), "readme\n");
     assert!(!repo.path.join("new-file").exists());
     let report = repo.report(&run);
-    let b = report["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["files"][0] == "b.txt")
-        .unwrap();
+    let b = task_of(&report, "b.txt");
     assert_eq!(b["status"], "failed");
     let error = b["error"].as_str().unwrap();
     assert!(

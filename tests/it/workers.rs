@@ -2,9 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-use crate::common::{Run, SED_FOO_BAR, TestRepo};
+use crate::common::{Run, SED_FOO_BAR, TestRepo, task_of};
 
 fn two_files() -> TestRepo {
     TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")])
@@ -19,15 +17,6 @@ else {SED_FOO_BAR}; fi"#
     let mut args = vec!["refactor", "x", "*.txt", "-j", "2", "--exec", exec.as_str()];
     args.extend_from_slice(extra);
     repo.swarm(&args)
-}
-
-fn task<'a>(report: &'a Value, file: &str) -> &'a Value {
-    report["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["files"][0] == file)
-        .unwrap()
 }
 
 fn pid_alive(pid: i32) -> bool {
@@ -53,10 +42,10 @@ fn a_worker_ignoring_sigterm_is_killed_at_the_timeout() {
         started.elapsed()
     );
     let report = repo.report(&run);
-    let b = task(&report, "b.txt");
+    let b = task_of(&report, "b.txt");
     assert_eq!(b["status"], "timeout");
     assert!(b["error"].as_str().unwrap().contains("timed out after 2s"));
-    assert_eq!(task(&report, "a.txt")["status"], "merged");
+    assert_eq!(task_of(&report, "a.txt")["status"], "merged");
     assert_eq!(repo.read("b.txt"), "foo\n");
     let pid: i32 = std::fs::read_to_string(&pidfile)
         .unwrap()
@@ -79,7 +68,7 @@ fn a_worker_that_exits_1_after_editing_is_not_merged() {
     assert_eq!(repo.read("a.txt"), "bar\n");
     assert_eq!(repo.read("b.txt"), "foo\n");
     let report = repo.report(&run);
-    let b = task(&report, "b.txt");
+    let b = task_of(&report, "b.txt");
     assert_eq!(b["status"], "failed");
     assert!(b["error"].as_str().unwrap().contains("status 1"));
     assert!(
@@ -101,10 +90,10 @@ fn a_worker_killed_by_a_signal_fails() {
     let run = run_with_b(&repo, "kill -9 $$", &[]);
     run.assert_code(1);
     let report = repo.report(&run);
-    let b = task(&report, "b.txt");
+    let b = task_of(&report, "b.txt");
     assert_eq!(b["status"], "failed");
     assert!(b["error"].as_str().unwrap().contains("signal 9"), "{b}");
-    assert_eq!(task(&report, "a.txt")["status"], "merged");
+    assert_eq!(task_of(&report, "a.txt")["status"], "merged");
 }
 
 #[test]
@@ -170,7 +159,7 @@ fn a_worker_printing_50_mb_does_not_grow_swarm() {
     };
     let run_id = run.run_id();
     let report = repo.report(&run);
-    let b = task(&report, "b.txt");
+    let b = task_of(&report, "b.txt");
     let log = repo
         .swarm_dir()
         .join("runs")
@@ -258,7 +247,7 @@ fn a_worker_that_moves_head_fails() {
     );
     run.assert_code(1);
     let report = repo.report(&run);
-    let b = task(&report, "b.txt");
+    let b = task_of(&report, "b.txt");
     assert_eq!(b["status"], "failed");
     assert!(b["error"].as_str().unwrap().contains("moved HEAD"), "{b}");
     assert_eq!(repo.read("b.txt"), "foo\n");
@@ -275,7 +264,7 @@ fn the_result_file_can_report_failure() {
     );
     run.assert_code(1);
     let report = repo.report(&run);
-    let b = task(&report, "b.txt");
+    let b = task_of(&report, "b.txt");
     assert_eq!(b["status"], "failed");
     assert_eq!(b["summary"], "could not decide");
 }
@@ -340,11 +329,11 @@ fn an_idle_worker_is_killed_at_the_idle_limit_and_a_busy_one_is_not() {
         started.elapsed()
     );
     let report = repo.report(&run);
-    let b = task(&report, "b.txt");
+    let b = task_of(&report, "b.txt");
     assert_eq!(b["status"], "timeout");
     assert!(
         b["error"].as_str().unwrap().contains("--idle-timeout"),
         "{b}"
     );
-    assert_eq!(task(&report, "a.txt")["status"], "merged");
+    assert_eq!(task_of(&report, "a.txt")["status"], "merged");
 }
