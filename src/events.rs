@@ -94,6 +94,20 @@ pub enum Event {
         task: Option<String>,
         message: String,
     },
+    /// One run of `--verify-merged` on a commit of the integration branch.
+    VerifyMerged {
+        commit: String,
+        /// `result` (the merged tip), `base` (where the target started) or `bisect`.
+        role: String,
+        passed: bool,
+        /// How many times the check has run so far in this run.
+        runs: u32,
+    },
+    /// A merged task left out of the result because it breaks `--verify-merged`.
+    Excluded {
+        task: String,
+        reason: String,
+    },
     TargetUpdated {
         into: String,
         result: String,
@@ -127,10 +141,12 @@ impl Event {
             | Event::ToolResult { task, .. }
             | Event::Approval { task, .. }
             | Event::Merged { task, .. }
+            | Event::Excluded { task, .. }
             | Event::Conflict { task, .. } => Some(task),
             Event::Warning { task, .. } => task.as_deref(),
             Event::RunStarted { .. }
             | Event::WorktreeCreated { .. }
+            | Event::VerifyMerged { .. }
             | Event::TargetUpdated { .. }
             | Event::TargetNotUpdated { .. }
             | Event::Cleanup { .. }

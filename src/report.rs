@@ -113,6 +113,9 @@ pub struct Totals {
     pub conflict: usize,
     pub timeout: usize,
     pub skipped: usize,
+    /// Merged, then left out because they break `--verify-merged`.
+    #[serde(default)]
+    pub excluded: usize,
     pub tokens: Tokens,
     pub duration_ms: u64,
 }
@@ -135,6 +138,24 @@ pub struct Report {
     pub started_at: String,
     pub tasks: Vec<TaskReport>,
     pub totals: Totals,
+    /// What `--verify-merged` found, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_merged: Option<VerifyMergedReport>,
+}
+
+/// The outcome of `--verify-merged`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VerifyMergedReport {
+    pub command: String,
+    /// Does the final result pass the check?
+    pub passed: bool,
+    /// How many times the check ran.
+    pub runs: u32,
+    /// The tasks left out because they break the check.
+    pub excluded: Vec<String>,
+    /// Why the result was not verified (the check fails on the base, or leaving tasks out
+    /// did not make it pass); the target is not moved then.
+    pub problem: Option<String>,
 }
 
 impl Report {
@@ -151,9 +172,8 @@ impl Report {
                 TaskStatus::Failed => t.failed += 1,
                 TaskStatus::Conflict => t.conflict += 1,
                 TaskStatus::Timeout => t.timeout += 1,
-                TaskStatus::Skipped | TaskStatus::Interrupted | TaskStatus::Excluded => {
-                    t.skipped += 1
-                }
+                TaskStatus::Skipped | TaskStatus::Interrupted => t.skipped += 1,
+                TaskStatus::Excluded => t.excluded += 1,
                 TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done => {}
             }
             t.tokens.prompt += task.tokens.prompt;

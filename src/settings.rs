@@ -84,6 +84,9 @@ pub struct Overrides {
     pub max_turns: Option<u32>,
     pub max_tokens: Option<u64>,
     pub verify: Option<String>,
+    pub verify_merged: Option<String>,
+    /// `--repair`.
+    pub repair: Option<bool>,
     pub idle_timeout_secs: Option<u64>,
     pub sandbox: Option<SandboxMode>,
     /// `--network` (only "true" can be given on the command line).
@@ -143,6 +146,8 @@ pub struct RunTable {
     pub max_turns: Option<u32>,
     pub max_tokens: Option<u64>,
     pub verify: Option<String>,
+    pub verify_merged: Option<String>,
+    pub repair: Option<bool>,
     pub idle_timeout: Option<u64>,
 }
 
@@ -242,6 +247,12 @@ pub struct Settings {
     pub max_tokens: Option<u64>,
     /// Check run in a task's worktree after its worker; a failing task is not merged.
     pub verify: Option<String>,
+    /// Check run on the merged result; the tasks that break it are found and left out.
+    #[serde(default)]
+    pub verify_merged: Option<String>,
+    /// Hand a task whose `--verify` fails after its `--exec` worker to the model.
+    #[serde(default)]
+    pub repair: bool,
     /// A worker process with no output and no file change this long is killed.
     pub idle_timeout_secs: u64,
     pub sandbox: SandboxPolicy,
@@ -441,6 +452,13 @@ impl Settings {
             verify: overrides
                 .verify
                 .or_else(|| layers.iter().find_map(|l| l.run.verify.clone())),
+            verify_merged: overrides
+                .verify_merged
+                .or_else(|| layers.iter().find_map(|l| l.run.verify_merged.clone())),
+            repair: overrides
+                .repair
+                .or_else(|| layers.iter().find_map(|l| l.run.repair))
+                .unwrap_or(false),
             idle_timeout_secs,
             sandbox,
             run_tool,
@@ -467,7 +485,7 @@ fn load_file(path: &Path) -> anyhow::Result<FileSettings> {
     };
     toml::from_str(&text).map_err(|e| {
         BadInput::new(format!("invalid settings in {}: {}", path.display(), e.message()))
-            .hint("fix the file; the tables are [run] (jobs, timeout, idle_timeout, on_conflict, scope, batch, exec, max_turns, max_tokens, verify), [worktree] (copy, setup), [model] (name, base_url, stream, request_timeout, connect_timeout, max_retries) and [sandbox] (mode, network, writable, allow_run)")
+            .hint("fix the file; the tables are [run] (jobs, timeout, idle_timeout, on_conflict, scope, batch, exec, max_turns, max_tokens, verify, verify_merged, repair), [worktree] (copy, setup), [model] (name, base_url, stream, request_timeout, connect_timeout, max_retries) and [sandbox] (mode, network, writable, allow_run)")
             .into()
     })
 }

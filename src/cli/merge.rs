@@ -13,6 +13,10 @@ use super::resume::{ResumeArgs, continue_run};
 pub struct MergeArgs {
     /// The run (an id or a unique prefix; `swarm status` lists them).
     pub run_id: String,
+    /// Check the merged result with this command (instead of the run's own
+    /// --verify-merged, if any); tasks that break it are left out.
+    #[arg(long, value_name = "CMD")]
+    pub verify_merged: Option<String>,
     /// Print the run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -23,6 +27,7 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<i32> {
         run_id: args.run_id,
         failed: false,
         keep: false,
+        verify_merged: args.verify_merged,
         json: args.json,
     };
     continue_run(args, true).await

@@ -104,6 +104,17 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "CMD", env = env_vars::SWARM_VERIFY)]
     pub verify: Option<String>,
 
+    /// Check run (`sh -c`, confined) on the merged result before the target moves. If it
+    /// fails, swarm finds the tasks that break it by bisecting the merge sequence, leaves
+    /// them out (status `excluded`, branch kept) and merges the rest.
+    #[arg(long, value_name = "CMD", env = env_vars::SWARM_VERIFY_MERGED)]
+    pub verify_merged: Option<String>,
+
+    /// With --exec and --model: a task whose --verify fails after the command is handed to
+    /// the built-in agent, in the same worktree, with the failure output.
+    #[arg(long)]
+    pub repair: bool,
+
     /// A worker process with no output and no file change for this many seconds is stale and
     /// killed [default: 300].
     #[arg(long, value_name = "SECS", env = env_vars::SWARM_IDLE_TIMEOUT)]
@@ -136,6 +147,11 @@ pub struct RefactorArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// Run the workers, then show each task's diff and ask accept/skip/quit before merging
+    /// it (on a terminal).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub review: bool,
+
     /// Print the run report as JSON on stdout (human output stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -164,6 +180,8 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
             max_turns: args.max_turns,
             max_tokens: args.max_tokens,
             verify: args.verify.clone(),
+            verify_merged: args.verify_merged.clone(),
+            repair: args.repair.then_some(true),
             idle_timeout_secs: args.idle_timeout,
             sandbox: args.sandbox,
             network: args.network.then_some(true),
@@ -171,13 +189,6 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
         },
         &info.workdir,
     )?;
-    if settings.on_conflict == OnConflict::Repair {
-        return Err(BadInput::new(
-            "--on-conflict repair needs the built-in LLM worker, which this version does not have",
-        )
-        .hint("use --on-conflict retry (the default), skip or fail")
-        .into());
-    }
     let api_key = check_worker(&settings)?;
     check_sandbox(&settings).await?;
     let mut settings = settings;
@@ -377,15 +388,33 @@ pub(super) async fn check_sandbox(settings: &Settings) -> anyhow::Result<()> {
     })
 }
 
-/// Checks that a worker is configured; returns the API key of the built-in worker, if any.
+/// Checks that a worker is configured, and a model wherever one is needed (the built-in
+/// worker, `--repair`, `--on-conflict repair`); returns the API key if a model is used.
 pub(super) fn check_worker(settings: &Settings) -> anyhow::Result<Option<ApiKey>> {
-    if settings.exec.is_some() {
-        return Ok(None);
+    if settings.repair && settings.verify.is_none() {
+        return Err(BadInput::new(
+            "--repair needs --verify: the check whose failure the model repairs",
+        )
+        .hint("pass --verify CMD (e.g. --verify 'cargo check'), or drop --repair")
+        .into());
     }
+    let needs_model = if settings.exec.is_none() {
+        None
+    } else if settings.on_conflict == OnConflict::Repair {
+        Some("--on-conflict repair")
+    } else if settings.repair {
+        Some("--repair")
+    } else {
+        return Ok(None);
+    };
     let Some(model) = &settings.model.name else {
-        return Err(BadInput::new("no worker: neither --exec nor --model is given")
-            .hint("pass --exec CMD (e.g. --exec 'sed -i \"s/old/new/g\" \"$SWARM_FILE\"'), or --model NAME with SWARM_API_KEY (or OPENAI_API_KEY) set for the built-in agent")
-            .into());
+        return Err(match needs_model {
+            Some(what) => BadInput::new(format!("{what} needs a model, and none is configured"))
+                .hint("pass --model NAME (or [model] name in swarm.toml) with SWARM_API_KEY (or OPENAI_API_KEY) set"),
+            None => BadInput::new("no worker: neither --exec nor --model is given")
+                .hint("pass --exec CMD (e.g. --exec 'sed -i \"s/old/new/g\" \"$SWARM_FILE\"'), or --model NAME with SWARM_API_KEY (or OPENAI_API_KEY) set for the built-in agent"),
+        }
+        .into());
     };
     let url = &settings.model.base_url;
     if !(url.starts_with("http://") || url.starts_with("https://")) {

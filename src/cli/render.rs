@@ -179,12 +179,28 @@ impl Live {
                     .multi
                     .println(format!("  {into} not updated: {reason}"));
             }
+            Event::VerifyMerged { .. } | Event::Excluded { .. } => {
+                if let Some(line) = plain_text(event) {
+                    let _ = self.multi.println(format!("  {line}"));
+                }
+                if let Event::VerifyMerged { runs, .. } = event {
+                    self.overall
+                        .set_message(format!("--verify-merged: {runs} check(s) run"));
+                }
+            }
             _ => {}
         }
     }
 }
 
 fn plain_line(event: &Event) {
+    if let Some(line) = plain_text(event) {
+        eprintln!("swarm: {line}");
+    }
+}
+
+/// One line about `event` for a log, or `None` for events not worth a line.
+fn plain_text(event: &Event) -> Option<String> {
     let line = match event {
         Event::TaskStarted {
             task,
@@ -237,9 +253,25 @@ fn plain_line(event: &Event) {
             result_branch,
             reason,
         } => format!("{into} not updated: {reason}; the result is on branch {result_branch}"),
-        _ => return,
+        Event::VerifyMerged {
+            commit,
+            role,
+            passed,
+            runs,
+        } => format!(
+            "verify-merged #{runs} on {} ({}): {}",
+            &commit[..10],
+            match role.as_str() {
+                "result" => "merged result",
+                "base" => "the base, to tell a broken check from a broken task",
+                _ => "bisecting the merges",
+            },
+            if *passed { "passed" } else { "FAILED" }
+        ),
+        Event::Excluded { task, reason } => format!("excluded  {task}: {reason}"),
+        _ => return None,
     };
-    eprintln!("swarm: {line}");
+    Some(line)
 }
 
 /// The table printed after a run (stderr).
@@ -254,6 +286,7 @@ pub fn print_summary(report: &Report, interrupted: bool) {
         (t.failed, "failed"),
         (t.conflict, "conflict"),
         (t.timeout, "timeout"),
+        (t.excluded, "excluded"),
         (t.skipped, "skipped/interrupted"),
     ] {
         if n > 0 {
@@ -325,6 +358,26 @@ pub fn print_summary(report: &Report, interrupted: bool) {
             "  inspect: swarm diff {} TASK-ID   remove: swarm clean {}",
             report.run_id, report.run_id
         );
+    }
+    if let Some(v) = &report.verify_merged {
+        match (&v.problem, v.passed) {
+            (Some(problem), _) => eprintln!("verify-merged: {problem}"),
+            (None, true) => eprintln!(
+                "verify-merged: `{}` passes on the result ({} check run(s){})",
+                v.command,
+                v.runs,
+                if v.excluded.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", {} task(s) left out: {}",
+                        v.excluded.len(),
+                        v.excluded.join(", ")
+                    )
+                }
+            ),
+            (None, false) => eprintln!("verify-merged: `{}` did not finish", v.command),
+        }
     }
     match (&report.result, report.into_updated, &report.result_branch) {
         (Some(result), true, _) => {

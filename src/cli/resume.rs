@@ -6,10 +6,11 @@ use git2::Oid;
 use super::refactor::{check_dirty, check_sandbox, check_worker, execute};
 use super::status::resolve_run_id;
 use crate::error::{BadInput, exit};
-use crate::git::{repo, worktree};
+use crate::git::{merge, repo, worktree};
 use crate::orchestrator::{Resume, RunRequest, result_branch};
 use crate::plan::Plan;
 use crate::report::{RunState, TaskStatus};
+use crate::settings::OnConflict;
 use crate::state::{self, RunDir};
 
 /// Finish an interrupted run (Ctrl-C, a crash, kill -9): tasks that had not finished run
@@ -27,6 +28,10 @@ pub struct ResumeArgs {
     /// Keep worktrees and task branches after the run.
     #[arg(long)]
     pub keep: bool,
+    /// Check the merged result with this command (instead of the run's own
+    /// --verify-merged, if any); tasks that break it are left out.
+    #[arg(long, value_name = "CMD")]
+    pub verify_merged: Option<String>,
     /// Print the run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -52,6 +57,9 @@ pub(super) async fn continue_run(args: ResumeArgs, merge_only: bool) -> anyhow::
     let mut plan: Plan = state::read_json(&run_dir.plan())?;
     // This pass merges (a --dry-run's tasks included).
     plan.settings.dry_run = false;
+    if let Some(check) = args.verify_merged {
+        plan.settings.verify_merged = Some(check);
+    }
     let mut report = run_dir.load_report()?;
     let into_start = Oid::from_str(&report.into_start)?;
     let repo = info.open()?;
@@ -60,7 +68,7 @@ pub(super) async fn continue_run(args: ResumeArgs, merge_only: bool) -> anyhow::
         .unwrap_or(into_start);
     // The report is saved at most once a second, so after a crash it may lag behind git: the
     // merges on the integration branch say which tasks really are merged.
-    for (task_id, merge, task_commit) in merged_on(&repo, into_start, tip)? {
+    for (task_id, merge, task_commit) in merge::merges_between(&repo, into_start, tip)? {
         if let Some(t) = report.tasks.iter_mut().find(|t| t.id == task_id) {
             t.status = TaskStatus::Merged;
             t.merge_commit = Some(merge.to_string());
@@ -92,13 +100,17 @@ pub(super) async fn continue_run(args: ResumeArgs, merge_only: bool) -> anyhow::
         return Ok(exit::SUCCESS);
     }
     let into = repo::resolve_into(&repo, &info, Some(&report.into))?;
-    let api_key = if merge_only {
+    // `swarm merge` runs no worker, but may run the merged check or repair conflicts.
+    let settings = &plan.settings;
+    let repairs = settings.on_conflict == OnConflict::Repair;
+    let api_key = if merge_only && !repairs {
         None
     } else {
-        let key = check_worker(&plan.settings)?;
-        check_sandbox(&plan.settings).await?;
-        key
+        check_worker(settings)?
     };
+    if !merge_only || repairs || settings.verify_merged.is_some() {
+        check_sandbox(settings).await?;
+    }
     check_dirty(&repo, &into, &plan.tasks, plan.settings.scope)?;
 
     // What a crashed run left behind.
@@ -128,28 +140,4 @@ pub(super) async fn continue_run(args: ResumeArgs, merge_only: bool) -> anyhow::
         args.json,
     )
     .await
-}
-
-/// The tasks merged between `from` and `tip` on the integration branch: (task id, merge
-/// commit, task commit), read from the `Swarm-Task:` trailer of each merge on the
-/// first-parent chain.
-fn merged_on(
-    repo: &git2::Repository,
-    from: Oid,
-    tip: Oid,
-) -> anyhow::Result<Vec<(String, Oid, Oid)>> {
-    let mut merged = Vec::new();
-    let mut at = tip;
-    while at != from {
-        let commit = repo.find_commit(at)?;
-        if commit.parent_count() != 2 {
-            break;
-        }
-        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
-        if let Some(task) = message.lines().find_map(|l| l.strip_prefix("Swarm-Task: ")) {
-            merged.push((task.trim().to_string(), at, commit.parent_id(1)?));
-        }
-        at = commit.parent_id(0)?;
-    }
-    Ok(merged)
 }

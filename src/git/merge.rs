@@ -60,6 +60,56 @@ impl MergeTrain {
         self.tip
     }
 
+    /// The task merges on the integration branch since `from` (see [`merges_between`]).
+    pub fn merges_since(&self, from: Oid) -> anyhow::Result<Vec<(String, Oid, Oid)>> {
+        merges_between(&self.repo, from, self.tip)
+    }
+
+    /// Moves the integration branch back to `to` (an earlier tip), to merge a different
+    /// sequence of tasks from there.
+    pub fn reset(&mut self, to: Oid) -> anyhow::Result<()> {
+        self.repo
+            .reference(&self.result_ref, to, true, "swarm: rebuild integration")?;
+        self.tip = to;
+        Ok(())
+    }
+
+    /// Does commit `commit` contain `ancestor` (or is it)?
+    pub fn contains(&self, commit: Oid, ancestor: Oid) -> anyhow::Result<bool> {
+        Ok(commit == ancestor || self.repo.graph_descendant_of(commit, ancestor)?)
+    }
+
+    /// Merges a task whose conflict was resolved elsewhere: one two-parent commit (the tip and
+    /// the task's tip) with the resolved tree, made only if the tip is still `expected_tip`.
+    pub fn merge_resolved(
+        &mut self,
+        req: &MergeRequest<'_>,
+        tree: Oid,
+        expected_tip: Oid,
+    ) -> anyhow::Result<Oid> {
+        anyhow::ensure!(
+            self.tip == expected_tip,
+            "the integration branch moved while the conflict was being resolved"
+        );
+        let ours = self.repo.find_commit(self.tip)?;
+        let theirs = self.repo.find_commit(req.tip)?;
+        let tree = self.repo.find_tree(tree)?;
+        let sig = super::signature(&self.repo)?;
+        let message = merge_message(req, "the model resolved the merge conflict");
+        let commit = self
+            .repo
+            .commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])?;
+        self.repo.reference_matching(
+            &self.result_ref,
+            commit,
+            true,
+            self.tip,
+            &format!("swarm: merge task {} (resolved)", req.task_id),
+        )?;
+        self.tip = commit;
+        Ok(commit)
+    }
+
     pub fn merge(&mut self, req: &MergeRequest<'_>) -> anyhow::Result<MergeOutcome> {
         let ours = self.repo.find_commit(self.tip)?;
         let theirs = self.repo.find_commit(req.tip)?;
@@ -91,7 +141,7 @@ impl MergeTrain {
         };
         let tree = self.repo.find_tree(tree_id)?;
         let sig = super::signature(&self.repo)?;
-        let message = merge_message(req);
+        let message = merge_message(req, "");
         let commit = self
             .repo
             .commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])?;
@@ -177,18 +227,89 @@ fn conflict_paths(index: &git2::Index) -> Result<Vec<RepoPath>, git2::Error> {
     Ok(paths)
 }
 
-fn merge_message(req: &MergeRequest<'_>) -> String {
+fn merge_message(req: &MergeRequest<'_>, note: &str) -> String {
     const SHOWN: usize = 3;
     let mut files: Vec<String> = req.files.iter().take(SHOWN).map(|f| f.display()).collect();
     if req.files.len() > SHOWN {
         files.push(format!("and {} more", req.files.len() - SHOWN));
     }
+    let note = if note.is_empty() {
+        String::new()
+    } else {
+        format!("\n\n({note})")
+    };
     format!(
-        "swarm: merge task {} ({})\n\n{}\n\nSwarm-Run: {}\nSwarm-Task: {}\n",
+        "swarm: merge task {} ({})\n\n{}{note}\n\nSwarm-Run: {}\nSwarm-Task: {}\n",
         req.task_id,
         files.join(", "),
         req.instruction.trim(),
         req.run_id,
         req.task_id
     )
+}
+
+/// Prepares a worktree (checked out at `ours`) for a conflict to be resolved by hand: the
+/// merge of `theirs` is written into its files, conflicted ones with diff3-style markers
+/// (ours, the common ancestor, theirs), while its index stays at `ours`, so every
+/// difference from HEAD is part of the resolution. Returns the conflicted paths.
+pub fn write_conflicts(worktree: &Path, ours: Oid, theirs: Oid) -> anyhow::Result<Vec<RepoPath>> {
+    let repo = Repository::open(worktree)?;
+    let ours_commit = repo.find_commit(ours)?;
+    let theirs_commit = repo.find_commit(theirs)?;
+    let mut opts = MergeOptions::new();
+    opts.find_renames(true);
+    let mut merged = repo.merge_commits(&ours_commit, &theirs_commit, Some(&opts))?;
+    let paths = conflict_paths(&merged)?;
+    let mut checkout = git2::build::CheckoutBuilder::new();
+    checkout
+        .force()
+        .allow_conflicts(true)
+        .conflict_style_diff3(true)
+        .our_label("already merged")
+        .their_label("this task");
+    repo.checkout_index(Some(&mut merged), Some(&mut checkout))
+        .context("cannot write the conflicted merge into the worktree")?;
+    let mut index = repo.index()?;
+    index.read_tree(&ours_commit.tree()?)?;
+    index.write()?;
+    Ok(paths)
+}
+
+/// Paths among `paths` (in `worktree`) that still hold conflict markers.
+pub fn with_conflict_markers(worktree: &Path, paths: &[RepoPath]) -> Vec<RepoPath> {
+    paths
+        .iter()
+        .filter(|p| {
+            std::fs::read(worktree.join(p.as_path())).is_ok_and(|bytes| {
+                bytes
+                    .split(|&b| b == b'\n')
+                    .any(|line| line.starts_with(b"<<<<<<< ") || line.starts_with(b">>>>>>> "))
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+/// The task merges on the first-parent chain from `from` (excluded) to `tip`, oldest first:
+/// (task id, merge commit, task commit), read from each merge's `Swarm-Task:` trailer.
+pub fn merges_between(
+    repo: &Repository,
+    from: Oid,
+    tip: Oid,
+) -> anyhow::Result<Vec<(String, Oid, Oid)>> {
+    let mut merged = Vec::new();
+    let mut at = tip;
+    while at != from {
+        let commit = repo.find_commit(at)?;
+        if commit.parent_count() != 2 {
+            break;
+        }
+        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+        if let Some(task) = message.lines().find_map(|l| l.strip_prefix("Swarm-Task: ")) {
+            merged.push((task.trim().to_string(), at, commit.parent_id(1)?));
+        }
+        at = commit.parent_id(0)?;
+    }
+    merged.reverse();
+    Ok(merged)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use git2::Oid;
 
-use super::{Shared, result_branch};
+use super::{Shared, helper_branch, result_branch};
 use crate::events::Event;
 use crate::report::TaskStatus;
 
@@ -22,13 +22,21 @@ pub(super) async fn finish(
     tip: Oid,
     keep: bool,
     interrupted: bool,
+    hold: Option<&str>,
     report: &mut Report,
 ) {
     let run_id = shared.plan.run_id.clone();
     let result_branch = result_branch(&run_id);
     let merged_any = tip != into_start;
     report.result = merged_any.then(|| tip.to_string());
-    if merged_any && !interrupted {
+    if let (true, false, Some(reason)) = (merged_any, interrupted, hold) {
+        report.result_branch = Some(result_branch.clone());
+        shared.sink.emit(Event::TargetNotUpdated {
+            into: into.branch.clone(),
+            result_branch: result_branch.clone(),
+            reason: reason.to_string(),
+        });
+    } else if merged_any && !interrupted {
         let (info, into2) = (info.clone(), into.clone());
         let moved = tokio::task::spawn_blocking(move || {
             finish::update_target(&info, &into2, into_start, tip)
@@ -85,6 +93,8 @@ pub(super) async fn finish(
     if report.result_branch.is_none() {
         delete.push(result_branch);
     }
+    delete.push(helper_branch(&run_id, "verify"));
+    delete.push(helper_branch(&run_id, "repair"));
     let removed_worktrees = if keep {
         0
     } else {

@@ -21,13 +21,14 @@ use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::git::worktree::WorktreePool;
 use crate::plan::Plan;
 use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
-use crate::settings::ApiKey;
+use crate::settings::{ApiKey, OnConflict};
 use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
 mod finish;
 mod scheduler;
 mod task;
+mod verify_merged;
 
 use finish::finish;
 use scheduler::Scheduler;
@@ -68,6 +69,7 @@ impl Resume {
         report.result = None;
         report.result_branch = None;
         report.into_updated = false;
+        report.verify_merged = None;
         let mut merge_first = Vec::new();
         for (idx, t) in report.tasks.iter_mut().enumerate() {
             let finished_unmerged =
@@ -92,8 +94,8 @@ impl Resume {
 pub(crate) enum WorkerKind {
     /// `--exec CMD`.
     Exec(String),
-    /// The built-in agent, with what its workers share.
-    Llm(Arc<LlmShared>),
+    /// The built-in agent ([`Shared::model`]).
+    Llm,
 }
 
 pub struct RunOutcome {
@@ -110,6 +112,9 @@ struct Shared {
     sink: Arc<EventSink>,
     cancel: CancellationToken,
     worker: WorkerKind,
+    /// What the run's model calls share: the built-in worker's, or those of `--repair` and
+    /// `--on-conflict repair` with an `--exec` worker.
+    model: Option<Arc<LlmShared>>,
     common_dir: std::path::PathBuf,
     /// Local branches outside `swarm/` known so far; a new one appearing after a task means
     /// its worker created it.
@@ -117,7 +122,14 @@ struct Shared {
 }
 
 pub fn result_branch(run_id: &str) -> String {
-    format!("swarm/{run_id}/result")
+    helper_branch(run_id, "result")
+}
+
+/// A branch of the run that is not a task's: `result`, and the `verify` and `repair`
+/// branches of the worktrees that check the merged result and resolve conflicts. Task ids
+/// end in a hash, so none can be called like these.
+pub(crate) fn helper_branch(run_id: &str, name: &str) -> String {
+    format!("swarm/{run_id}/{name}")
 }
 
 /// Runs `req`. `cancel` stops the run (Ctrl-C: exit 130, resumable); every event goes to
@@ -148,13 +160,21 @@ pub async fn run(
     state::write_json_atomic(&run_dir.plan(), &plan)?;
     sink.log_to(&run_dir.events())?;
     let base = Oid::from_str(&plan.base)?;
-    let worker = match (&plan.settings.exec, &plan.settings.model.name) {
-        (Some(command), _) => WorkerKind::Exec(command.clone()),
-        (None, Some(model)) => WorkerKind::Llm(Arc::new(LlmShared::new(
-            &plan.settings,
-            model.clone(),
+    // The model serves the built-in worker, and with --exec, --repair and conflict repair.
+    let settings = &plan.settings;
+    let uses_model =
+        settings.exec.is_none() || settings.repair || settings.on_conflict == OnConflict::Repair;
+    let model = match (&settings.model.name, uses_model) {
+        (Some(name), true) => Some(Arc::new(LlmShared::new(
+            settings,
+            name.clone(),
             req.api_key.clone(),
         )?)),
+        _ => None,
+    };
+    let worker = match (&settings.exec, &model) {
+        (Some(command), _) => WorkerKind::Exec(command.clone()),
+        (None, Some(_)) => WorkerKind::Llm,
         (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
     };
 
@@ -193,6 +213,7 @@ pub async fn run(
             })
             .collect(),
         totals: Default::default(),
+        verify_merged: None,
     };
     let merge_only = req.resume.as_ref().is_some_and(|r| r.merge_only);
     let (mut report, first_tip, merge_first) = match req.resume {
@@ -225,6 +246,7 @@ pub async fn run(
         // A child token: an internal error stops the workers without looking like Ctrl-C.
         cancel: cancel.child_token(),
         worker,
+        model,
         common_dir: req.info.common_dir.clone(),
         known_branches: std::sync::Mutex::new(known_branches),
     });
@@ -236,8 +258,17 @@ pub async fn run(
         merge_only,
         budget_spent: None,
         last_save: Instant::now(),
+        train: None,
+        hold: None,
     };
-    let driven = sched.drive(&req.info, first_tip, merge_first).await;
+    let mut driven = sched.drive(&req.info, first_tip, merge_first).await;
+    let check = shared.plan.settings.verify_merged.clone();
+    if let (Ok(()), false, Some(command)) = (&driven, shared.plan.settings.dry_run, check)
+        && !cancel.is_cancelled()
+        && sched.tip != req.into_start
+    {
+        driven = verify_merged::verify_merged(&mut sched, req.into_start, &command).await;
+    }
     if let Err(e) = &driven {
         tracing::error!("run failed: {e:#}");
     }
@@ -251,6 +282,7 @@ pub async fn run(
         sched.tip,
         req.keep,
         interrupted || driven.is_err(),
+        sched.hold.as_deref(),
         &mut report,
     )
     .await;

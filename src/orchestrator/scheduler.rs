@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::task::{Attempt, run_task};
+use super::task::{Attempt, ConflictRepair, Resolved, repair_conflict, run_task};
 use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
 use crate::git::repo::RepoInfo;
 use crate::report::Report;
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use git2::Oid;
 
-use super::{Shared, WorkerKind, result_branch};
+use super::{Shared, result_branch};
 use crate::events::Event;
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
@@ -26,6 +26,16 @@ pub(super) struct MergeJob {
     pub(super) idx: usize,
     pub(super) start: Oid,
     pub(super) tip: Oid,
+    /// Merge this resolved tree instead (`--on-conflict repair`).
+    pub(super) resolved: Option<Resolved>,
+}
+
+/// What a conflicted task gets after the first wave.
+enum FollowUp {
+    /// Run again on the integration tip (`--on-conflict retry`).
+    Retry(Vec<RepoPath>),
+    /// The model resolves the conflicted merge (`--on-conflict repair`).
+    Repair,
 }
 
 struct MergeDone {
@@ -45,6 +55,10 @@ pub(super) struct Scheduler {
     /// Why no new task starts (`--max-tokens` reached); running ones finish and merge.
     pub(super) budget_spent: Option<String>,
     pub(super) last_save: Instant,
+    /// The merge train, back from the merge thread once every merge is done.
+    pub(super) train: Option<MergeTrain>,
+    /// Why the target must not move even though tasks merged (`--verify-merged`).
+    pub(super) hold: Option<String>,
 }
 
 impl Scheduler {
@@ -69,7 +83,7 @@ impl Scheduler {
         let mut pending: VecDeque<usize> = (0..shared.plan.tasks.len())
             .filter(|&i| !self.merge_only && self.report.tasks[i].status == TaskStatus::Pending)
             .collect();
-        let mut retries: VecDeque<(usize, Vec<RepoPath>)> = VecDeque::new();
+        let mut retries: VecDeque<(usize, FollowUp)> = VecDeque::new();
         let mut running: JoinSet<Attempt> = JoinSet::new();
         let mut running_ids: HashMap<tokio::task::Id, usize> = HashMap::new();
         let mut merging = 0usize;
@@ -83,6 +97,7 @@ impl Scheduler {
                 idx,
                 start: Oid::from_str(start)?,
                 tip: Oid::from_str(tip)?,
+                resolved: None,
             };
             if job_tx.send(job).is_ok() {
                 merging += 1;
@@ -108,12 +123,27 @@ impl Scheduler {
                 if pending.is_empty()
                     && running.is_empty()
                     && merging == 0
-                    && let Some((idx, paths)) = retries.pop_front()
+                    && let Some((idx, follow_up)) = retries.pop_front()
                 {
-                    let context = conflict_context(&paths);
-                    self.set_running(idx, 2, self.tip);
-                    let handle =
-                        running.spawn(run_task(shared.clone(), idx, 2, self.tip, Some(context)));
+                    let attempt = self.report.tasks[idx].attempts + 1;
+                    let handle = match follow_up {
+                        FollowUp::Retry(paths) => {
+                            let context = conflict_context(&paths);
+                            self.set_running(idx, attempt, self.tip);
+                            running.spawn(run_task(
+                                shared.clone(),
+                                idx,
+                                attempt,
+                                self.tip,
+                                Some(context),
+                            ))
+                        }
+                        FollowUp::Repair => {
+                            let repair = self.conflict_repair(idx, attempt)?;
+                            self.set_running(idx, attempt, repair.task_start);
+                            running.spawn(repair_conflict(shared.clone(), repair))
+                        }
+                    };
                     running_ids.insert(handle.id(), idx);
                 }
             }
@@ -162,7 +192,7 @@ impl Scheduler {
             return Err(e);
         }
         drop(job_tx);
-        let _ = merge_thread.join();
+        self.train = merge_thread.join().ok();
         // Tasks that never started.
         let not_run = if shared.cancel.is_cancelled() {
             None
@@ -190,10 +220,7 @@ impl Scheduler {
     /// Why no new task may start for lack of tokens (`--max-tokens`), if so.
     fn token_budget_spent(&self) -> Option<String> {
         let budget = self.shared.plan.settings.max_tokens?;
-        let WorkerKind::Llm(llm) = &self.shared.worker else {
-            return None;
-        };
-        let used = llm.tokens_used();
+        let used = self.shared.model.as_ref()?.tokens_used();
         (used >= budget).then(|| {
             format!("the run's token budget is spent ({used} of --max-tokens {budget} used)")
         })
@@ -234,6 +261,7 @@ impl Scheduler {
                     idx: a.idx,
                     start: a.start,
                     tip,
+                    resolved: a.resolved,
                 });
             }
         }
@@ -249,7 +277,7 @@ impl Scheduler {
     }
 
     /// Records a merge; returns a retry to schedule for a conflict under `retry`.
-    fn on_merged(&mut self, done: MergeDone) -> Option<(usize, Vec<RepoPath>)> {
+    fn on_merged(&mut self, done: MergeDone) -> Option<(usize, FollowUp)> {
         let policy = self.shared.plan.settings.on_conflict;
         let t = &mut self.report.tasks[done.idx];
         let mut retry = None;
@@ -274,8 +302,12 @@ impl Scheduler {
                 t.error = Some(format!("merge conflict in {list}"));
                 let action = match policy {
                     OnConflict::Retry if t.attempts < 2 => {
-                        retry = Some((done.idx, paths.clone()));
+                        retry = Some((done.idx, FollowUp::Retry(paths.clone())));
                         "retry"
+                    }
+                    OnConflict::Repair if self.shared.model.is_some() => {
+                        retry = Some((done.idx, FollowUp::Repair));
+                        "repair"
                     }
                     OnConflict::Retry | OnConflict::Skip | OnConflict::Repair => "skip",
                     OnConflict::Fail => {
@@ -299,6 +331,22 @@ impl Scheduler {
         }
         self.save();
         retry
+    }
+
+    /// A conflict repair of task `idx` on the current integration tip.
+    fn conflict_repair(&self, idx: usize, attempt: u32) -> anyhow::Result<ConflictRepair> {
+        let t = &self.report.tasks[idx];
+        let oid = |o: &Option<String>| -> anyhow::Result<Oid> {
+            Ok(Oid::from_str(o.as_deref().unwrap_or_default())?)
+        };
+        Ok(ConflictRepair {
+            idx,
+            tip: self.tip,
+            task_start: oid(&t.start)?,
+            task_tip: oid(&t.commit)?,
+            attempt,
+            changed: t.changed_files.clone(),
+        })
     }
 
     /// Saves report.json, at most once a second while tasks run (rewriting it on every state
@@ -325,24 +373,35 @@ fn conflict_context(paths: &[RepoPath]) -> String {
     )
 }
 
+/// Merges the jobs in the order they come; gives the train back when the channel closes.
 fn merge_loop(
     mut train: MergeTrain,
     shared: &Shared,
     jobs: std::sync::mpsc::Receiver<MergeJob>,
     done: mpsc::UnboundedSender<MergeDone>,
-) {
+) -> MergeTrain {
     for job in jobs {
         let task = &shared.plan.tasks[job.idx];
-        let outcome = train
-            .merge(&MergeRequest {
-                task_id: &task.id,
-                files: &task.files,
-                instruction: &shared.plan.instruction,
-                run_id: &shared.plan.run_id,
-                start: job.start,
-                tip: job.tip,
-            })
-            .map_err(|e| format!("{e:#}"));
+        let req = MergeRequest {
+            task_id: &task.id,
+            files: &task.files,
+            instruction: &shared.plan.instruction,
+            run_id: &shared.plan.run_id,
+            start: job.start,
+            tip: job.tip,
+        };
+        let outcome = match job.resolved {
+            None => train.merge(&req),
+            Some(resolved) => {
+                train
+                    .merge_resolved(&req, resolved.tree, resolved.on)
+                    .map(|commit| MergeOutcome::Merged {
+                        commit,
+                        fast_path: false,
+                    })
+            }
+        }
+        .map_err(|e| format!("{e:#}"));
         if done
             .send(MergeDone {
                 idx: job.idx,
@@ -350,7 +409,8 @@ fn merge_loop(
             })
             .is_err()
         {
-            return;
+            break;
         }
     }
+    train
 }

@@ -1,11 +1,13 @@
 //! One attempt at one task: a pooled worktree, the worker, the commit, the scope check.
 
 use crate::git::commit::{self, CommitError};
-use crate::git::finish;
+use crate::git::worktree::Slot;
+use crate::git::{finish, merge};
 use crate::report::Tokens;
 use crate::settings::Scope;
 use crate::worker::Verdict;
 use crate::worker::exec::{self, ExecTask};
+use crate::worker::llm::LlmShared;
 use crate::worker::llm::agent::{self, AgentTask};
 use crate::worker::process::{self, Exit, ProcessRequest};
 use std::sync::Arc;
@@ -33,6 +35,15 @@ pub(super) struct Attempt {
     pub(super) duration: Duration,
     pub(super) tokens: Tokens,
     pub(super) turns: u32,
+    /// A conflict resolved by the model: merge this tree rather than merging the branch.
+    pub(super) resolved: Option<Resolved>,
+}
+
+/// The tree of a task's merge, resolved by the model on top of integration tip `on`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Resolved {
+    pub(super) tree: Oid,
+    pub(super) on: Oid,
 }
 
 /// What a worker reports, whichever kind it is.
@@ -79,6 +90,7 @@ pub(super) async fn run_task(
         duration: Duration::ZERO,
         tokens: Tokens::default(),
         turns: 0,
+        resolved: None,
     };
     if let Err(e) = attempt_task(&shared, &mut a, context.as_deref()).await {
         a.status = TaskStatus::Failed;
@@ -121,41 +133,12 @@ async fn attempt_task(
     });
     let task_dir = shared.run_dir.task_dir(&task.id);
     std::fs::create_dir_all(&task_dir)?;
-    let timeout = shared.plan.settings.timeout();
-
-    let mut outcome = None;
-    if let Some(setup) = shared.plan.settings.worktree.setup.as_deref()
-        && !slot.set_up
-    {
+    if shared.plan.settings.worktree.setup.is_some() && !slot.set_up {
         step("setup");
-        let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
-        let ran = process::run(ProcessRequest {
-            command: setup,
-            cwd: &slot.path,
-            env: Vec::new(),
-            log: &log,
-            timeout,
-            idle_timeout: Some(shared.plan.settings.idle_timeout()),
-            sandbox: Some(&shared.plan.settings.sandbox),
-            also_writable: &[],
-            cancel: &shared.cancel,
-        })
-        .await?;
-        match ran.exit {
-            Exit::Code(0) => slot.set_up = true,
-            Exit::Cancelled => outcome = Some(WorkerResult::just(Verdict::Interrupted, None)),
-            other => {
-                let why = format!(
-                    "worktree setup `{setup}` failed ({other:?}); see {}",
-                    log.display()
-                );
-                outcome = Some(WorkerResult::just(
-                    Verdict::Failed(why),
-                    Some(ran.output_tail),
-                ));
-            }
-        }
     }
+    let outcome = set_up(shared, &mut slot)
+        .await?
+        .map(|(verdict, tail)| WorkerResult::just(verdict, Some(tail)));
     let result = match outcome {
         Some(o) => o,
         None => {
@@ -261,8 +244,50 @@ async fn attempt_task(
     Ok(())
 }
 
-/// Runs the task's worker in its worktree: the `--exec` command (then `--verify`, if any), or
-/// the built-in agent (which runs `--verify` itself and can react to it).
+/// Runs `[worktree] setup` in a worktree that has not had it yet. `Some` (the verdict and the
+/// output tail) when it did not succeed.
+pub(super) async fn set_up(
+    shared: &Shared,
+    slot: &mut Slot,
+) -> anyhow::Result<Option<(Verdict, String)>> {
+    let Some(setup) = shared.plan.settings.worktree.setup.as_deref() else {
+        return Ok(None);
+    };
+    if slot.set_up {
+        return Ok(None);
+    }
+    let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
+    let ran = process::run(ProcessRequest {
+        command: setup,
+        cwd: &slot.path,
+        env: Vec::new(),
+        log: &log,
+        timeout: shared.plan.settings.timeout(),
+        idle_timeout: Some(shared.plan.settings.idle_timeout()),
+        sandbox: Some(&shared.plan.settings.sandbox),
+        also_writable: &[],
+        cancel: &shared.cancel,
+    })
+    .await?;
+    Ok(match ran.exit {
+        Exit::Code(0) => {
+            slot.set_up = true;
+            None
+        }
+        Exit::Cancelled => Some((Verdict::Interrupted, String::new())),
+        other => Some((
+            Verdict::Failed(format!(
+                "worktree setup `{setup}` failed ({other:?}); see {}",
+                log.display()
+            )),
+            ran.output_tail,
+        )),
+    })
+}
+
+/// Runs the task's worker in its worktree: the `--exec` command, then `--verify` (and with
+/// `--repair`, the model on a failing check); or the built-in agent (which runs `--verify`
+/// itself and can react to it).
 async fn run_worker(
     shared: &Arc<Shared>,
     idx: usize,
@@ -272,98 +297,312 @@ async fn run_worker(
 ) -> anyhow::Result<WorkerResult> {
     let task = &shared.plan.tasks[idx];
     let settings = &shared.plan.settings;
-    match &shared.worker {
-        WorkerKind::Exec(command) => {
-            let ran = exec::run(ExecTask {
-                command,
-                instruction: &shared.plan.instruction,
-                run_id: &shared.plan.run_id,
-                task_id: &task.id,
-                files: &task.files,
-                worktree,
-                task_dir,
-                timeout: settings.timeout(),
-                idle_timeout: settings.idle_timeout(),
-                sandbox: &settings.sandbox,
-                cancel: &shared.cancel,
-                context,
-            })
-            .await?;
-            let mut result = WorkerResult {
-                verdict: ran.verdict,
-                summary: ran.summary,
-                output_tail: Some(ran.output_tail),
-                tokens: Tokens::default(),
-                turns: 0,
-            };
-            if result.verdict == Verdict::Done
-                && let Some(verify) = settings.verify.as_deref()
-            {
-                shared.sink.emit(Event::TaskStep {
-                    task: task.id.clone(),
-                    step: "verify".into(),
-                });
-                let log = task_dir.join("verify.log");
-                let ran = process::run(ProcessRequest {
-                    command: verify,
-                    cwd: worktree,
-                    env: Vec::new(),
-                    log: &log,
-                    timeout: settings.timeout(),
-                    idle_timeout: Some(settings.idle_timeout()),
-                    sandbox: Some(&settings.sandbox),
-                    also_writable: &[],
-                    cancel: &shared.cancel,
-                })
-                .await?;
-                result.verdict = match ran.exit {
-                    Exit::Code(0) => Verdict::Done,
-                    Exit::Cancelled => Verdict::Interrupted,
-                    Exit::TimedOut => Verdict::Timeout("--verify timed out (--timeout)".into()),
-                    Exit::Idle => Verdict::Timeout("--verify was stale (--idle-timeout)".into()),
-                    Exit::Code(c) => {
-                        Verdict::Failed(format!("--verify `{verify}` failed (exit status {c})"))
-                    }
-                    Exit::Signal(s) => {
-                        Verdict::Failed(format!("--verify `{verify}` was killed by signal {s}"))
-                    }
-                };
-                if result.verdict != Verdict::Done {
-                    result.output_tail = Some(ran.output_tail);
-                }
-            }
-            Ok(result)
+    let WorkerKind::Exec(command) = &shared.worker else {
+        let llm = shared
+            .model
+            .as_deref()
+            .context("no model for the built-in worker")?;
+        return run_agent(shared, llm, idx, worktree, task_dir, &task.files, context).await;
+    };
+    let ran = exec::run(ExecTask {
+        command,
+        instruction: &shared.plan.instruction,
+        run_id: &shared.plan.run_id,
+        task_id: &task.id,
+        files: &task.files,
+        worktree,
+        task_dir,
+        timeout: settings.timeout(),
+        idle_timeout: settings.idle_timeout(),
+        sandbox: &settings.sandbox,
+        cancel: &shared.cancel,
+        context,
+    })
+    .await?;
+    let mut result = WorkerResult {
+        verdict: ran.verdict,
+        summary: ran.summary,
+        output_tail: Some(ran.output_tail),
+        tokens: Tokens::default(),
+        turns: 0,
+    };
+    let Some(verify) = settings.verify.as_deref() else {
+        return Ok(result);
+    };
+    if result.verdict != Verdict::Done {
+        return Ok(result);
+    }
+    shared.sink.emit(Event::TaskStep {
+        task: task.id.clone(),
+        step: "verify".into(),
+    });
+    let ran = process::run(ProcessRequest {
+        command: verify,
+        cwd: worktree,
+        env: Vec::new(),
+        log: &task_dir.join("verify.log"),
+        timeout: settings.timeout(),
+        idle_timeout: Some(settings.idle_timeout()),
+        sandbox: Some(&settings.sandbox),
+        also_writable: &[],
+        cancel: &shared.cancel,
+    })
+    .await?;
+    result.verdict = match ran.exit {
+        Exit::Code(0) => return Ok(result),
+        Exit::Cancelled => Verdict::Interrupted,
+        Exit::TimedOut => Verdict::Timeout("--verify timed out (--timeout)".into()),
+        Exit::Idle => Verdict::Timeout("--verify was stale (--idle-timeout)".into()),
+        Exit::Code(c) => Verdict::Failed(format!("--verify `{verify}` failed (exit status {c})")),
+        Exit::Signal(s) => Verdict::Failed(format!("--verify `{verify}` was killed by signal {s}")),
+    };
+    result.output_tail = Some(ran.output_tail.clone());
+    let (Verdict::Failed(_), true, Some(llm)) =
+        (&result.verdict, settings.repair, shared.model.as_deref())
+    else {
+        return Ok(result);
+    };
+    // Codemod first, agent second: the model fixes what the command broke.
+    shared.sink.emit(Event::TaskStep {
+        task: task.id.clone(),
+        step: "repair".into(),
+    });
+    let context = format!(
+        "The command `{command}` has already made this change in the worktree (the task's \
+         files are modified). The check `{verify}` now fails:\n\n{}\n\nFix what is broken, \
+         keeping the command's change, then call finish; the check runs again then.",
+        ran.output_tail.trim_end()
+    );
+    let repaired = run_agent(
+        shared,
+        llm,
+        idx,
+        worktree,
+        task_dir,
+        &task.files,
+        Some(&context),
+    )
+    .await?;
+    Ok(WorkerResult {
+        summary: repaired.summary.or(result.summary),
+        ..repaired
+    })
+}
+
+/// Runs the built-in agent on task `idx` in `worktree`, allowed to write `files` (with
+/// `--scope task`).
+async fn run_agent(
+    shared: &Arc<Shared>,
+    llm: &LlmShared,
+    idx: usize,
+    worktree: &std::path::Path,
+    task_dir: &std::path::Path,
+    files: &[RepoPath],
+    context: Option<&str>,
+) -> anyhow::Result<WorkerResult> {
+    let task = &shared.plan.tasks[idx];
+    let settings = &shared.plan.settings;
+    let out = agent::run(AgentTask {
+        shared: llm,
+        events: &shared.sink,
+        instruction: &shared.plan.instruction,
+        task_id: &task.id,
+        files,
+        worktree,
+        task_dir,
+        scope_task: settings.scope == Scope::Task,
+        max_turns: settings.max_turns,
+        max_tokens: settings.max_tokens,
+        verify: settings.verify.as_deref(),
+        timeout: settings.timeout(),
+        idle_timeout: settings.idle_timeout(),
+        sandbox: &settings.sandbox,
+        run_tool: &settings.run_tool,
+        cancel: &shared.cancel,
+        context,
+    })
+    .await?;
+    Ok(WorkerResult {
+        verdict: out.verdict,
+        summary: out.summary,
+        output_tail: Some(out.output_tail),
+        tokens: out.tokens,
+        turns: out.turns,
+    })
+}
+
+/// What a conflict repair starts from.
+pub(super) struct ConflictRepair {
+    pub(super) idx: usize,
+    /// The integration tip the task's merge conflicted with.
+    pub(super) tip: Oid,
+    /// The task's own start and tip (its branch is not changed).
+    pub(super) task_start: Oid,
+    pub(super) task_tip: Oid,
+    pub(super) attempt: u32,
+    pub(super) changed: Vec<RepoPath>,
+}
+
+/// `--on-conflict repair`: the model resolves the task's conflicted merge in a worktree at
+/// the integration tip; the result (after `--verify`) is the tree of the task's merge commit.
+pub(super) async fn repair_conflict(shared: Arc<Shared>, r: ConflictRepair) -> Attempt {
+    let started = Instant::now();
+    let mut a = Attempt {
+        idx: r.idx,
+        attempt: r.attempt,
+        start: r.task_start,
+        status: TaskStatus::Conflict,
+        tip: Some(r.task_tip),
+        changed: r.changed.clone(),
+        error: None,
+        summary: None,
+        output_tail: None,
+        duration: Duration::ZERO,
+        tokens: Tokens::default(),
+        turns: 0,
+        resolved: None,
+    };
+    if let Err(e) = attempt_repair(&shared, &r, &mut a).await {
+        a.status = TaskStatus::Conflict;
+        a.error = Some(format!("merge conflict; repairing it failed: {e:#}"));
+    }
+    a.duration = started.elapsed();
+    a
+}
+
+async fn attempt_repair(
+    shared: &Arc<Shared>,
+    r: &ConflictRepair,
+    a: &mut Attempt,
+) -> anyhow::Result<()> {
+    let task = &shared.plan.tasks[r.idx];
+    let llm = shared
+        .model
+        .clone()
+        .context("--on-conflict repair needs a model")?;
+    let branch = super::helper_branch(&shared.plan.run_id, "repair");
+    let mut slot = {
+        let (shared, branch, tip) = (shared.clone(), branch.clone(), r.tip);
+        tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, tip)).await??
+    };
+    let conflicted = {
+        let (path, tip, theirs) = (slot.path.clone(), r.tip, r.task_tip);
+        tokio::task::spawn_blocking(move || merge::write_conflicts(&path, tip, theirs)).await?
+    };
+    let outcome = match (conflicted, set_up(shared, &mut slot).await) {
+        (Ok(conflicted), Ok(None)) => {
+            resolve_in(shared, &llm, r, &slot.path, &branch, conflicted, a).await
         }
-        WorkerKind::Llm(llm) => {
-            let out = agent::run(AgentTask {
-                shared: llm,
-                events: &shared.sink,
-                instruction: &shared.plan.instruction,
-                task_id: &task.id,
-                files: &task.files,
-                worktree,
-                task_dir,
-                scope_task: settings.scope == Scope::Task,
-                max_turns: settings.max_turns,
-                max_tokens: settings.max_tokens,
-                verify: settings.verify.as_deref(),
-                timeout: settings.timeout(),
-                idle_timeout: settings.idle_timeout(),
-                sandbox: &settings.sandbox,
-                run_tool: &settings.run_tool,
-                cancel: &shared.cancel,
-                context,
-            })
-            .await?;
-            Ok(WorkerResult {
-                verdict: out.verdict,
-                summary: out.summary,
-                output_tail: Some(out.output_tail),
-                tokens: out.tokens,
-                turns: out.turns,
-            })
+        (Ok(_), Ok(Some((verdict, _)))) => Err(anyhow::anyhow!(verdict.describe())),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
+    }
+    if let Err(e) = outcome {
+        return Err(e).context(format!("task {}", task.id));
+    }
+    Ok(())
+}
+
+/// The agent's part of a conflict repair, in the prepared worktree.
+async fn resolve_in(
+    shared: &Arc<Shared>,
+    llm: &LlmShared,
+    r: &ConflictRepair,
+    worktree: &std::path::Path,
+    branch: &str,
+    conflicted: Vec<RepoPath>,
+    a: &mut Attempt,
+) -> anyhow::Result<()> {
+    let task = &shared.plan.tasks[r.idx];
+    shared.sink.emit(Event::TaskStarted {
+        task: task.id.clone(),
+        files: task.files.clone(),
+        attempt: r.attempt,
+        worktree: worktree.display().to_string(),
+    });
+    shared.sink.emit(Event::TaskStep {
+        task: task.id.clone(),
+        step: "repairing the conflict".into(),
+    });
+    let list: Vec<String> = conflicted
+        .iter()
+        .map(|p| format!("- {}", p.display()))
+        .collect();
+    let context = format!(
+        "This task's change is done, but merging it conflicts with changes other tasks already \
+         merged. The worktree holds the merged result so far with this task's change applied; \
+         these files contain conflict markers:\n{}\n\nEach conflict shows the already merged \
+         version after `<<<<<<< already merged`, the common ancestor after `|||||||`, and this \
+         task's version after `=======`, up to `>>>>>>> this task`. Resolve every conflict so \
+         that both the already merged changes and this task's change (the instruction above) \
+         are kept, remove every marker, then call finish.",
+        list.join("\n")
+    );
+    let mut files = task.files.clone();
+    for p in &conflicted {
+        if !files.contains(p) {
+            files.push(p.clone());
         }
     }
+    let task_dir = shared.run_dir.task_dir(&task.id);
+    std::fs::create_dir_all(&task_dir)?;
+    let result = run_agent(
+        shared,
+        llm,
+        r.idx,
+        worktree,
+        &task_dir,
+        &files,
+        Some(&context),
+    )
+    .await?;
+    a.summary = result.summary;
+    a.tokens = result.tokens;
+    a.turns = result.turns;
+    a.output_tail = result.output_tail.filter(|t| !t.is_empty());
+    let why = match result.verdict {
+        Verdict::Done | Verdict::NoChange => None,
+        Verdict::Interrupted => {
+            a.status = TaskStatus::Interrupted;
+            a.error = Some("interrupted while repairing a merge conflict".into());
+            return Ok(());
+        }
+        Verdict::Failed(why) | Verdict::Timeout(why) => Some(why),
+    };
+    let left = merge::with_conflict_markers(worktree, &conflicted);
+    let why = why.or_else(|| {
+        (!left.is_empty()).then(|| {
+            let list: Vec<String> = left.iter().map(|p| p.display()).collect();
+            format!("conflict markers are left in {}", list.join(", "))
+        })
+    });
+    if let Some(why) = why {
+        let list: Vec<String> = conflicted.iter().map(|p| p.display()).collect();
+        a.error = Some(format!(
+            "merge conflict in {}; the model did not resolve it: {why}",
+            list.join(", ")
+        ));
+        return Ok(());
+    }
+    let committed = {
+        let (path, branch, tip) = (worktree.to_path_buf(), branch.to_string(), r.tip);
+        let message = format!("swarm: resolve the merge of {}\n", task.id);
+        tokio::task::spawn_blocking(move || {
+            let c = commit::commit_task(&path, &branch, tip, &message)?;
+            let repo = git2::Repository::open(&path)?;
+            Ok::<_, anyhow::Error>(repo.find_commit(c.tip)?.tree_id())
+        })
+        .await??
+    };
+    a.status = TaskStatus::Done;
+    a.resolved = Some(Resolved {
+        tree: committed,
+        on: r.tip,
+    });
+    Ok(())
 }
 
 /// Local branches that are not swarm's.

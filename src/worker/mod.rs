@@ -21,3 +21,15 @@ pub enum Verdict {
     Timeout(String),
     Interrupted,
 }
+
+impl Verdict {
+    /// In words, for an error message.
+    pub fn describe(&self) -> String {
+        match self {
+            Verdict::Done => "done".into(),
+            Verdict::NoChange => "no change".into(),
+            Verdict::Failed(why) | Verdict::Timeout(why) => why.clone(),
+            Verdict::Interrupted => "interrupted".into(),
+        }
+    }
+}

@@ -70,6 +70,22 @@ impl TestRepo {
         std::fs::write(p, content).unwrap();
     }
 
+    /// Writes the user's config file (`$XDG_CONFIG_HOME/swarm/config.toml`).
+    pub fn user_config(&self, toml: &str) {
+        let dir = self.home.join(".config").join("swarm");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), toml).unwrap();
+    }
+
+    /// A directory outside the repository that worker processes may write to (listed in
+    /// `[sandbox] writable` of the user's config), e.g. to count how often a check runs.
+    pub fn writable_dir(&self) -> PathBuf {
+        let dir = self.home.join("outside");
+        std::fs::create_dir_all(&dir).unwrap();
+        self.user_config(&format!("[sandbox]\nwritable = [\"{}\"]\n", dir.display()));
+        dir
+    }
+
     pub fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.path.join(rel)).unwrap()
     }

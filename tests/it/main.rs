@@ -12,4 +12,5 @@ mod planning;
 mod recovery;
 mod refactor;
 mod sandbox;
+mod verify_merged;
 mod workers;

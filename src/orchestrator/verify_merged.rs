@@ -1,0 +1,409 @@
+//! `--verify-merged CMD`: check the merged result before the target moves, and when the check
+//! fails, find the merged tasks that break it, leave them out and merge the rest again.
+//!
+//! The k-th merge commit on the integration branch holds exactly the first k merged tasks, so
+//! "which task breaks the check" is a search over positions of one chain: the check passes at
+//! position 0 (where the target started; it is checked first, and a failure there means the
+//! check is broken, not the tasks) and fails at the tip, so a binary search finds the first
+//! failing position in O(log n) runs of the check. The task merged there is left out
+//! (`excluded`, branch kept), the tasks after it are merged again, in memory, from the
+//! position before it, and the new tip is checked. That repeats for up to [`MAX_EXCLUDED`]
+//! culprits, and no more than half of the merged tasks. Checks run in a pooled worktree (confined like any worker process), reset in
+//! proportion to the change between two checked commits, so build output stays warm; a tree
+//! checked once is never checked again.
+//!
+//! When leaving tasks out does not make the check pass (tasks that only work together, such
+//! as a rename split across files, or a flaky check), nothing is left out after all: the
+//! result keeps every task, stays on `swarm/<RUN-ID>/result`, and the target is not moved.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use git2::Oid;
+
+use super::scheduler::Scheduler;
+use super::task::set_up;
+use super::{Shared, helper_branch};
+use crate::events::Event;
+use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
+use crate::report::{TaskStatus, VerifyMergedReport};
+use crate::worker::Verdict;
+use crate::worker::process::{self, Exit, ProcessRequest};
+
+/// The most tasks one run leaves out before concluding that leaving tasks out does not help
+/// (and never more than half of the merged tasks, see [`exclusion_limit`]).
+pub const MAX_EXCLUDED: usize = 5;
+
+/// How many of `merged` tasks may be left out. A result that passes only without most of its
+/// tasks says more about the tasks as a whole (or about the check) than about culprits.
+fn exclusion_limit(merged: usize) -> usize {
+    (merged / 2).clamp(1, MAX_EXCLUDED)
+}
+
+/// One merge on the integration chain.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    merge: Oid,
+    idx: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Check {
+    passed: bool,
+    /// The tail of the check's output, with how it ended.
+    output: String,
+    /// The whole output.
+    log: std::path::PathBuf,
+}
+
+/// Runs the check on commits of the integration branch, at most once per tree.
+struct Checker {
+    shared: Arc<Shared>,
+    command: String,
+    by_tree: HashMap<Oid, Check>,
+    runs: u32,
+}
+
+impl Checker {
+    /// Checks `commit`; `None` when the run was interrupted.
+    async fn check(&mut self, commit: Oid, role: &str) -> anyhow::Result<Option<Check>> {
+        let tree = {
+            let common_dir = self.shared.common_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                Ok::<_, anyhow::Error>(
+                    git2::Repository::open(common_dir)?
+                        .find_commit(commit)?
+                        .tree_id(),
+                )
+            })
+            .await??
+        };
+        if let Some(known) = self.by_tree.get(&tree) {
+            return Ok(Some(known.clone()));
+        }
+        let shared = &self.shared;
+        let branch = helper_branch(&shared.plan.run_id, "verify");
+        let mut slot = {
+            let shared = shared.clone();
+            tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, commit)).await??
+        };
+        let log = shared
+            .run_dir
+            .path
+            .join(format!("verify-merged-{}.log", self.runs + 1));
+        let ran = match set_up(shared, &mut slot).await {
+            Ok(None) => {
+                self.runs += 1;
+                let settings = &shared.plan.settings;
+                process::run(ProcessRequest {
+                    command: &self.command,
+                    cwd: &slot.path,
+                    env: Vec::new(),
+                    log: &log,
+                    timeout: settings.timeout(),
+                    idle_timeout: Some(settings.idle_timeout()),
+                    sandbox: Some(&settings.sandbox),
+                    also_writable: &[],
+                    cancel: &shared.cancel,
+                })
+                .await
+                .map(Some)
+            }
+            Ok(Some((Verdict::Interrupted, _))) => Ok(None),
+            Ok(Some((verdict, _))) => Err(anyhow::anyhow!(
+                "cannot prepare a worktree for --verify-merged: {}",
+                verdict.describe()
+            )),
+            Err(e) => Err(e),
+        };
+        {
+            let shared = shared.clone();
+            tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
+        }
+        let Some(ran) = ran? else {
+            return Ok(None);
+        };
+        let how = match ran.exit {
+            Exit::Cancelled => return Ok(None),
+            Exit::Code(c) => format!("exit status {c}"),
+            Exit::Signal(s) => format!("killed by signal {s}"),
+            Exit::TimedOut => "timed out (--timeout)".into(),
+            Exit::Idle => "stale: no output for --idle-timeout".into(),
+        };
+        let check = Check {
+            passed: ran.exit == Exit::Code(0),
+            output: format!("{}\n[{how}]", ran.output_tail.trim_end()),
+            log,
+        };
+        shared.sink.emit(Event::VerifyMerged {
+            commit: commit.to_string(),
+            role: role.to_string(),
+            passed: check.passed,
+            runs: self.runs,
+        });
+        self.by_tree.insert(tree, check.clone());
+        Ok(Some(check))
+    }
+}
+
+/// Checks the merged result of `sched` (from `into_start` to `sched.tip`) with `command`,
+/// leaving out the tasks that break it. Fills `report.verify_merged`; sets `sched.hold` when
+/// the target must not move.
+pub(super) async fn verify_merged(
+    sched: &mut Scheduler,
+    into_start: Oid,
+    command: &str,
+) -> anyhow::Result<()> {
+    let shared = sched.shared.clone();
+    let mut train = sched
+        .train
+        .take()
+        .context("the merge train did not come back")?;
+    let mut checker = Checker {
+        shared: shared.clone(),
+        command: command.to_string(),
+        by_tree: HashMap::new(),
+        runs: 0,
+    };
+    let mut outcome = VerifyMergedReport {
+        command: command.to_string(),
+        passed: false,
+        runs: 0,
+        excluded: Vec::new(),
+        problem: None,
+    };
+    let mut chain = chain(sched, &train, into_start)?;
+    let limit = exclusion_limit(chain.len());
+    let original = (sched.tip, sched.report.tasks.clone());
+    let at = |chain: &[Link], p: usize| {
+        if p == 0 {
+            into_start
+        } else {
+            chain[p - 1].merge
+        }
+    };
+
+    let Some(mut failing) = checker.check(sched.tip, "result").await? else {
+        return Ok(());
+    };
+    let first = failing.clone();
+    let mut good = 0;
+    if !failing.passed {
+        let Some(base) = checker.check(into_start, "base").await? else {
+            return Ok(());
+        };
+        if !base.passed {
+            let problem = format!(
+                "--verify-merged `{command}` fails on {} (where {} started) already, so the \
+                 check is broken, not the tasks; fix the check (output: {})",
+                crate::git::commit::short(into_start),
+                shared.plan.into,
+                base.log.display()
+            );
+            sched.hold = Some(problem.clone());
+            outcome.problem = Some(problem);
+        }
+    }
+    while !failing.passed && outcome.problem.is_none() {
+        // Known: position `good` passes, position `chain.len()` fails.
+        let (mut lo, mut hi) = (good, chain.len());
+        let mut first_failure = failing.clone();
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            let Some(c) = checker.check(at(&chain, mid), "bisect").await? else {
+                return Ok(());
+            };
+            if c.passed {
+                lo = mid;
+            } else {
+                hi = mid;
+                first_failure = c;
+            }
+        }
+        if outcome.excluded.len() == limit {
+            // Leaving tasks out does not help: keep them all, do not move the target.
+            train.reset(original.0)?;
+            sched.tip = original.0;
+            sched.report.tasks = original.1;
+            let problem = format!(
+                "--verify-merged `{command}` still fails after leaving out {limit} task(s) \
+                 ({}); the tasks may only work together (a rename split across files, say) or \
+                 the check may be flaky, so none is left out and {} is not moved (output: {})",
+                outcome.excluded.join(", "),
+                shared.plan.into,
+                first.log.display()
+            );
+            outcome.excluded.clear();
+            sched.hold = Some(problem.clone());
+            outcome.problem = Some(problem);
+            break;
+        }
+        let culprit = chain[hi - 1];
+        let task_id = shared.plan.tasks[culprit.idx].id.clone();
+        let reason = format!(
+            "breaks --verify-merged (passes before it is merged, fails after; output: {})",
+            first_failure.log.display()
+        );
+        let t = &mut sched.report.tasks[culprit.idx];
+        t.status = TaskStatus::Excluded;
+        t.error = Some(reason.clone());
+        t.output_tail = Some(first_failure.output.clone());
+        t.merge_commit = None;
+        shared.sink.emit(Event::Excluded {
+            task: task_id.clone(),
+            reason,
+        });
+        outcome.excluded.push(task_id);
+        let culprit_commit = sched.report.tasks[culprit.idx]
+            .commit
+            .as_deref()
+            .map(Oid::from_str)
+            .transpose()?;
+        let from = at(&chain, hi - 1);
+        (train, chain) = rebuild(sched, train, &chain, hi - 1, from, culprit_commit).await?;
+        good = hi - 1;
+        let Some(c) = checker.check(sched.tip, "result").await? else {
+            return Ok(());
+        };
+        failing = c;
+    }
+    outcome.passed = failing.passed;
+    outcome.runs = checker.runs;
+    sched.report.verify_merged = Some(outcome);
+    sched.train = Some(train);
+    Ok(())
+}
+
+/// The merges on the integration branch, oldest first.
+fn chain(sched: &Scheduler, train: &MergeTrain, into_start: Oid) -> anyhow::Result<Vec<Link>> {
+    let merges = train.merges_since(into_start)?;
+    let mut links = Vec::with_capacity(merges.len());
+    for (task_id, merge, _) in merges {
+        let idx = sched
+            .report
+            .tasks
+            .iter()
+            .position(|t| t.id == task_id)
+            .with_context(|| format!("merge {merge} names task {task_id}, not in the plan"))?;
+        links.push(Link { merge, idx });
+    }
+    Ok(links)
+}
+
+/// Merges the tasks of `chain` after position `keep` + 1 again, on top of position `keep`
+/// (commit `from`), leaving out the task merged at `keep` + 1. A task whose start commit
+/// contains the left-out task's commit (a retry made on top of it) cannot go without it and
+/// is left out too. Returns the train and the new chain.
+async fn rebuild(
+    sched: &mut Scheduler,
+    train: MergeTrain,
+    chain: &[Link],
+    keep: usize,
+    from: Oid,
+    left_out: Option<Oid>,
+) -> anyhow::Result<(MergeTrain, Vec<Link>)> {
+    let shared = sched.shared.clone();
+    let mut todo = Vec::new();
+    for link in &chain[keep + 1..] {
+        let t = &mut sched.report.tasks[link.idx];
+        let (Some(start), Some(tip)) = (t.start.as_deref(), t.commit.as_deref()) else {
+            continue;
+        };
+        todo.push((link.idx, Oid::from_str(start)?, Oid::from_str(tip)?));
+        // Finished, not merged: what `swarm resume` merges if this is interrupted.
+        t.status = TaskStatus::Done;
+        t.merge_commit = None;
+    }
+    let mut new_chain = chain[..keep].to_vec();
+    let (train, outcomes) = tokio::task::spawn_blocking(move || {
+        let mut train = train;
+        let outcomes = remerge(&mut train, &shared, from, &todo, left_out);
+        (train, outcomes)
+    })
+    .await?;
+    for (idx, result) in outcomes? {
+        let t = &mut sched.report.tasks[idx];
+        match result {
+            Remerged::Merged(commit) => {
+                t.status = TaskStatus::Merged;
+                t.merge_commit = Some(commit.to_string());
+                new_chain.push(Link { merge: commit, idx });
+            }
+            Remerged::Conflict(paths) => {
+                let list: Vec<String> = paths.iter().map(|p| p.display()).collect();
+                t.status = TaskStatus::Conflict;
+                t.error = Some(format!(
+                    "merge conflict in {} once a task breaking --verify-merged was left out",
+                    list.join(", ")
+                ));
+            }
+            Remerged::NeedsLeftOut => {
+                t.status = TaskStatus::Excluded;
+                t.error = Some(
+                    "its retry was made on top of a task left out by --verify-merged; \
+                     `swarm resume RUN-ID --failed` runs it again"
+                        .into(),
+                );
+            }
+        }
+    }
+    sched.tip = train.tip();
+    Ok((train, new_chain))
+}
+
+enum Remerged {
+    Merged(Oid),
+    Conflict(Vec<crate::repo_path::RepoPath>),
+    NeedsLeftOut,
+}
+
+fn remerge(
+    train: &mut MergeTrain,
+    shared: &Shared,
+    from: Oid,
+    todo: &[(usize, Oid, Oid)],
+    left_out: Option<Oid>,
+) -> anyhow::Result<Vec<(usize, Remerged)>> {
+    train.reset(from)?;
+    let mut outcomes = Vec::with_capacity(todo.len());
+    for &(idx, start, tip) in todo {
+        if let Some(left_out) = left_out
+            && train.contains(start, left_out)?
+        {
+            outcomes.push((idx, Remerged::NeedsLeftOut));
+            continue;
+        }
+        let task = &shared.plan.tasks[idx];
+        let outcome = train.merge(&MergeRequest {
+            task_id: &task.id,
+            files: &task.files,
+            instruction: &shared.plan.instruction,
+            run_id: &shared.plan.run_id,
+            start,
+            tip,
+        })?;
+        outcomes.push((
+            idx,
+            match outcome {
+                MergeOutcome::Merged { commit, .. } => Remerged::Merged(commit),
+                MergeOutcome::Conflict { paths } => Remerged::Conflict(paths),
+            },
+        ));
+    }
+    Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_most_half_of_the_merged_tasks_and_five_are_left_out() {
+        assert_eq!(exclusion_limit(1), 1);
+        assert_eq!(exclusion_limit(2), 1);
+        assert_eq!(exclusion_limit(5), 2);
+        assert_eq!(exclusion_limit(16), 5);
+        assert_eq!(exclusion_limit(1000), MAX_EXCLUDED);
+    }
+}
