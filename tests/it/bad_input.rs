@@ -224,3 +224,43 @@ fn no_files_matched_is_not_an_error() {
         run.stderr
     );
 }
+
+#[test]
+fn repair_without_verify_or_model() {
+    let repo = repo();
+    refuses(
+        &repo,
+        &["refactor", "x", "-y", "--exec", SED_FOO_BAR, "--repair"],
+        "--repair needs --verify",
+        "--verify CMD",
+    );
+    refuses(
+        &repo,
+        &[
+            "refactor",
+            "x",
+            "-y",
+            "--exec",
+            SED_FOO_BAR,
+            "--repair",
+            "--verify",
+            "true",
+        ],
+        "--repair needs a model",
+        "--model NAME",
+    );
+    refuses(
+        &repo,
+        &[
+            "refactor",
+            "x",
+            "-y",
+            "--exec",
+            SED_FOO_BAR,
+            "--on-conflict",
+            "repair",
+        ],
+        "--on-conflict repair needs a model",
+        "--model NAME",
+    );
+}

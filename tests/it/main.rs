@@ -11,6 +11,7 @@ mod merging;
 mod planning;
 mod recovery;
 mod refactor;
+mod repair;
 mod sandbox;
 mod verify_merged;
 mod workers;
