@@ -75,6 +75,58 @@ pub fn run(args: DiffArgs) -> anyhow::Result<i32> {
     Ok(exit::SUCCESS)
 }
 
+/// A diffstat between two commits, like `git diff --stat`: one line per changed file with
+/// its added and removed lines, then the totals.
+pub(super) fn write_diffstat(
+    repo: &Repository,
+    old: &str,
+    new: &str,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
+    let tree = |sha: &str| -> anyhow::Result<git2::Tree<'_>> {
+        Ok(repo.find_commit(Oid::from_str(sha)?)?.tree()?)
+    };
+    let diff = repo.diff_tree_to_tree(Some(&tree(old)?), Some(&tree(new)?), None)?;
+    let mut rows = Vec::new();
+    for idx in 0..diff.deltas().len() {
+        let Some(delta) = diff.get_delta(idx) else {
+            continue;
+        };
+        let path = delta
+            .new_file()
+            .path_bytes()
+            .or(delta.old_file().path_bytes())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_default();
+        let counts = match git2::Patch::from_diff(&diff, idx)? {
+            Some(patch) if !delta.new_file().is_binary() && !delta.old_file().is_binary() => {
+                let (_, added, removed) = patch.line_stats()?;
+                Some((added, removed))
+            }
+            _ => None,
+        };
+        rows.push((path, counts));
+    }
+    let width = rows.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
+    let (mut added, mut removed) = (0, 0);
+    for (path, counts) in &rows {
+        match counts {
+            Some((a, r)) => {
+                added += a;
+                removed += r;
+                writeln!(out, " {path:<width$} | +{a} -{r}")?;
+            }
+            None => writeln!(out, " {path:<width$} | binary")?,
+        }
+    }
+    writeln!(
+        out,
+        " {} file(s) changed, {added} insertion(s)(+), {removed} deletion(s)(-)",
+        rows.len()
+    )?;
+    Ok(())
+}
+
 pub(super) fn write_diff(
     repo: &Repository,
     old: &str,

@@ -6,6 +6,7 @@ mod merge;
 mod refactor;
 mod render;
 mod resume;
+mod review;
 mod status;
 
 use std::io::IsTerminal as _;

@@ -255,6 +255,11 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
         return Ok(exit::SUCCESS);
     }
 
+    if args.review && !interactive {
+        return Err(BadInput::new("--review asks about each task on a terminal, and this is not one")
+            .hint("run with --dry-run, look at the diffs (swarm diff RUN-ID), then merge with swarm merge RUN-ID")
+            .into());
+    }
     let into_start = into.tip.unwrap_or(base);
     if !interactive {
         eprintln!(
@@ -264,19 +269,69 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
             into.branch
         );
     }
-    execute(
-        RunRequest {
-            info,
-            plan,
-            into,
-            into_start,
-            keep: args.keep,
-            api_key,
-            resume: None,
+    let request = RunRequest {
+        info,
+        plan,
+        into,
+        into_start,
+        keep: args.keep,
+        api_key,
+        resume: None,
+    };
+    if args.review {
+        return review_then_merge(request, args.json).await;
+    }
+    execute(request, args.json).await
+}
+
+/// `--review`: the workers run as for `--dry-run`, each finished task is shown and accepted
+/// or skipped, then the accepted ones are merged as `swarm merge` would.
+async fn review_then_merge(mut request: RunRequest, json: bool) -> anyhow::Result<i32> {
+    let common_dir = request.info.common_dir.clone();
+    let run_id = request.plan.run_id.clone();
+    let keep = request.keep;
+    request.plan.settings.dry_run = true;
+    let outcome = run_on_terminal(request).await?;
+    let mut report = outcome.report;
+    if outcome.interrupted {
+        render::print_summary(&report, true);
+        return Ok(exit::INTERRUPTED);
+    }
+    let color = super::use_color(std::io::stderr().is_terminal());
+    let accepted = super::review::ask(&common_dir, &mut report, color)?;
+    report.compute_totals(report.totals.duration_ms);
+    state::write_json_atomic(&state::RunDir::new(&common_dir, &run_id).report(), &report)?;
+    if accepted == 0 {
+        render::print_summary(&report, false);
+        eprintln!("review: nothing accepted, nothing merged");
+        return Ok(if report.all_succeeded() {
+            exit::SUCCESS
+        } else {
+            exit::PARTIAL
+        });
+    }
+    super::resume::continue_run(
+        super::resume::ResumeArgs {
+            run_id,
+            failed: false,
+            keep,
+            verify_merged: None,
+            json,
         },
-        args.json,
+        true,
     )
     .await
+}
+
+/// Runs a prepared run with the terminal's reporter and Ctrl-C handling.
+async fn run_on_terminal(request: RunRequest) -> anyhow::Result<orchestrator::RunOutcome> {
+    let cancel = CancellationToken::new();
+    spawn_signal_handler(cancel.clone());
+    let reporter = render::reporter_for_terminal(request.plan.tasks.len());
+    let sink = Arc::new(EventSink::new(reporter.boxed()));
+    let outcome = orchestrator::run(request, cancel, sink).await;
+    reporter.finish();
+    outcome
 }
 
 /// Runs a prepared run with the terminal's reporter and Ctrl-C handling, prints the summary
@@ -284,12 +339,7 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
 pub(super) async fn execute(request: RunRequest, json: bool) -> anyhow::Result<i32> {
     let dry_run = request.plan.settings.dry_run;
     let common_dir = request.info.common_dir.clone();
-    let cancel = CancellationToken::new();
-    spawn_signal_handler(cancel.clone());
-    let reporter = render::reporter_for_terminal(request.plan.tasks.len());
-    let sink = Arc::new(EventSink::new(reporter.boxed()));
-    let outcome = orchestrator::run(request, cancel, sink).await?;
-    reporter.finish();
+    let outcome = run_on_terminal(request).await?;
     if dry_run && !json {
         print_dry_run(&common_dir, &outcome.report)?;
     }
@@ -334,13 +384,8 @@ fn print_dry_run(
     let mut out = std::io::stdout().lock();
     for t in &report.tasks {
         if let (TaskStatus::Done, Some(start), Some(commit)) = (t.status, &t.start, &t.commit) {
-            writeln!(
-                out,
-                "# task {} ({}): {} file(s) changed",
-                t.id,
-                t.branch,
-                t.changed_files.len()
-            )?;
+            writeln!(out, "# task {} ({})", t.id, t.branch)?;
+            super::diff::write_diffstat(&repo, start, commit, &mut out)?;
             super::diff::write_diff(&repo, start, commit, false, color, &mut out)?;
         }
     }

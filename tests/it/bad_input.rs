@@ -264,3 +264,13 @@ fn repair_without_verify_or_model() {
         "--model NAME",
     );
 }
+
+#[test]
+fn review_off_a_terminal() {
+    refuses(
+        &repo(),
+        &["refactor", "x", "-y", "--exec", SED_FOO_BAR, "--review"],
+        "--review asks about each task on a terminal",
+        "--dry-run",
+    );
+}

@@ -272,11 +272,20 @@ fn dry_run_merges_nothing_and_merge_merges_later() {
         ("c.txt", "nothing\n"),
     ]);
     let base = repo.git(&["rev-parse", "HEAD"]);
+    let refs = || {
+        repo.lines(&["for-each-ref", "--format=%(refname) %(objectname)"])
+            .into_iter()
+            .filter(|r| !r.starts_with("refs/heads/swarm/"))
+            .collect::<Vec<_>>()
+    };
+    let refs_before = refs();
     let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
-    // Nothing moved; the diffs are shown; the branches of the changed tasks wait.
+    // Nothing moved but the task branches; the diffs are shown; those branches wait.
+    assert_eq!(refs(), refs_before);
     assert_eq!(repo.git(&["rev-parse", "main"]), base);
     assert_eq!(repo.read("a.txt"), "foo\n");
+    assert!(run.stdout.contains(" a.txt | +1 -1\n"), "{}", run.stdout);
     assert!(
         run.stdout
             .contains("+++ b/a.txt\n@@ -1 +1 @@\n-foo\n+bar\n"),
@@ -289,9 +298,18 @@ fn dry_run_merges_nothing_and_merge_merges_later() {
         "{}",
         run.stderr
     );
-    assert_eq!(repo.swarm_branches().len(), 2);
-    assert_eq!(repo.worktrees().len(), 1);
     let report = repo.report(&run);
+    let mut task_branches: Vec<String> = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["status"] == "done")
+        .map(|t| t["branch"].as_str().unwrap().to_string())
+        .collect();
+    task_branches.sort();
+    assert_eq!(repo.swarm_branches(), task_branches);
+    assert_eq!(task_branches.len(), 2);
+    assert_eq!(repo.worktrees().len(), 1);
     assert_eq!(report["totals"]["merged"], 0);
 
     let merged = repo.swarm(&["merge", &run.run_id()]);

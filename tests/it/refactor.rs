@@ -275,3 +275,88 @@ fn worktree_setup_runs_once_per_worktree_and_copy_brings_ignored_files() {
     assert!(repo.lines(&["ls-files", "build", ".env"]).is_empty());
     repo.assert_clean_after_run();
 }
+
+/// Runs swarm with `args` on a pseudo-terminal (util-linux `script`), typing `input`.
+fn swarm_on_a_terminal(repo: &TestRepo, args: &[&str], input: &str) -> crate::common::Run {
+    use std::io::Write as _;
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let command: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_swarm"))
+        .chain(args.iter().copied())
+        .map(quote)
+        .collect();
+    let mut cmd = std::process::Command::new("script");
+    crate::common::hermetic(&mut cmd, &repo.home);
+    cmd.args(["-q", "-e", "-c", &command.join(" "), "/dev/null"])
+        .current_dir(&repo.path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .expect("util-linux `script` runs swarm on a pseudo-terminal for this test");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    crate::common::Run::from(child.wait_with_output().unwrap())
+}
+
+#[test]
+fn review_merges_the_accepted_tasks_only() {
+    let repo = TestRepo::with_files(&[
+        ("f1.txt", "foo 1\n"),
+        ("f2.txt", "foo 2\n"),
+        ("f3.txt", "foo 3\n"),
+        ("f4.txt", "foo 4\n"),
+    ]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    // Accept the first task, skip the second, quit at the third.
+    let run = swarm_on_a_terminal(
+        &repo,
+        &[
+            "refactor",
+            "foo to bar",
+            "*.txt",
+            "-y",
+            "-j",
+            "1",
+            "--review",
+            "--exec",
+            SED_FOO_BAR,
+        ],
+        "a\ns\nq\n",
+    );
+    // On the terminal (stdout of `script`): each task's diffstat, diff and the question.
+    assert!(run.stdout.contains("── task 1/4"), "{}", run.stdout);
+    assert!(run.stdout.contains("f1.txt | +1 -1"), "{}", run.stdout);
+    assert!(run.stdout.contains("+bar 1"), "{}", run.stdout);
+    assert_eq!(
+        run.stdout.matches("merge this task?").count(),
+        3,
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("── task 4/4"), "quit asks no more");
+    assert_eq!(run.code, 1, "tasks were left out:\n{}", run.stdout);
+
+    assert_eq!(
+        repo.git(&["rev-parse", "main^{tree}"]),
+        repo.oracle_tree(&base, &["f1.txt"], SED_FOO_BAR)
+    );
+    assert_eq!(
+        repo.lines(&["rev-list", "--merges", &format!("{base}..main")])
+            .len(),
+        1
+    );
+    // The others are skipped, their branches kept for later.
+    let kept = repo.swarm_branches();
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    for f in ["f2", "f3", "f4"] {
+        assert!(
+            kept.iter().any(|b| b.contains(&format!("/{f}-txt-"))),
+            "{kept:?}"
+        );
+    }
+}

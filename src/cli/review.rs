@@ -1,0 +1,115 @@
+//! `--review`: each finished task's diff on the terminal, accepted or skipped before anything
+//! merges.
+
+use std::io::{BufRead as _, Write as _};
+use std::path::Path;
+
+use crate::report::{Report, TaskStatus};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Accept,
+    Skip,
+    /// Accept this task and every one after it without asking.
+    AcceptRest,
+    Quit,
+}
+
+fn parse(line: &str) -> Option<Answer> {
+    match line.trim() {
+        "a" | "accept" | "y" | "yes" => Some(Answer::Accept),
+        "s" | "skip" | "n" | "no" => Some(Answer::Skip),
+        "A" | "all" => Some(Answer::AcceptRest),
+        "q" | "quit" => Some(Answer::Quit),
+        _ => None,
+    }
+}
+
+/// Shows each finished, unmerged task of `report` (its diffstat and diff, on stderr) and asks
+/// what to do with it. Skipped tasks, and after `quit` every task not yet accepted, become
+/// `skipped` (their branches stay); accepted ones stay `done`, for the merge. Returns how
+/// many were accepted.
+pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> anyhow::Result<usize> {
+    let repo = git2::Repository::open(common_dir)?;
+    let to_review: Vec<usize> = report
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.status == TaskStatus::Done && t.commit.is_some() && t.start.is_some())
+        .map(|(i, _)| i)
+        .collect();
+    let mut err = std::io::stderr().lock();
+    let mut input = std::io::stdin().lock();
+    let mut accepted = 0;
+    let mut rest: Option<Answer> = None;
+    for (n, &idx) in to_review.iter().enumerate() {
+        let t = &mut report.tasks[idx];
+        let answer = match rest {
+            Some(answer) => answer,
+            None => {
+                let (Some(start), Some(commit)) = (t.start.as_deref(), t.commit.as_deref()) else {
+                    continue;
+                };
+                writeln!(
+                    err,
+                    "\n── task {}/{}: {} ({}) ──",
+                    n + 1,
+                    to_review.len(),
+                    t.id,
+                    t.branch
+                )?;
+                super::diff::write_diffstat(&repo, start, commit, &mut err)?;
+                super::diff::write_diff(&repo, start, commit, false, color, &mut err)?;
+                loop {
+                    write!(
+                        err,
+                        "merge this task? [a]ccept, [s]kip, [A]ccept all the rest, [q]uit: "
+                    )?;
+                    err.flush()?;
+                    let mut line = String::new();
+                    if input.read_line(&mut line)? == 0 {
+                        // End of input: merge nothing more than what was accepted.
+                        writeln!(err)?;
+                        break Answer::Quit;
+                    }
+                    if let Some(answer) = parse(&line) {
+                        break answer;
+                    }
+                    writeln!(err, "please answer a, s, A or q")?;
+                }
+            }
+        };
+        match answer {
+            Answer::Accept => accepted += 1,
+            Answer::AcceptRest => {
+                accepted += 1;
+                rest = Some(Answer::Accept);
+            }
+            Answer::Skip => {
+                t.status = TaskStatus::Skipped;
+                t.error = Some("skipped in review; its branch is kept".into());
+            }
+            Answer::Quit => {
+                t.status = TaskStatus::Skipped;
+                t.error = Some("not merged: the review stopped (quit)".into());
+                rest = Some(Answer::Quit);
+            }
+        }
+    }
+    Ok(accepted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers() {
+        assert_eq!(parse("a\n"), Some(Answer::Accept));
+        assert_eq!(parse(" s "), Some(Answer::Skip));
+        assert_eq!(parse("A"), Some(Answer::AcceptRest));
+        assert_eq!(parse("quit"), Some(Answer::Quit));
+        assert_eq!(parse(""), None);
+        assert_eq!(parse("x"), None);
+    }
+}
