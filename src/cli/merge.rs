@@ -1,18 +1,48 @@
-//! `swarm merge`: merge the finished task branches of a run (after `--dry-run`, say).
+//! `swarm merge`: merge the finished task branches of a run (after `--dry-run`, say), or of a
+//! plan whose shards ran on other machines.
+
+use std::path::Path;
 
 use clap::Args;
+use git2::Oid;
 
+use super::refactor::{check_dirty, check_sandbox, check_worker, execute};
 use super::resume::{ResumeArgs, continue_run};
+use super::run::{plan_base, read_plan};
+use crate::error::{BadInput, exit};
+use crate::git::{repo, shard};
+use crate::orchestrator::{Resume, RunRequest, new_report};
+use crate::report::{Report, RunState, TaskStatus};
+use crate::settings::OnConflict;
+use crate::state::RunDir;
 
 /// Merge a run's finished, unmerged task branches into its target, with the same --no-ff
-/// merge train as `refactor` (after `swarm refactor --dry-run`, or `--review` later).
+/// merge train as `refactor` (after `swarm refactor --dry-run`, `--review`, or the shards of
+/// `swarm run PLAN.json --shard K/N`).
 #[derive(Debug, Args)]
-#[command(
-    after_help = "Example:\n  swarm refactor 'rename foo to bar' --dry-run --exec '…'\n  swarm diff 20261121-133455-4f2a\n  swarm merge 20261121-133455-4f2a"
-)]
+#[command(after_help = "\
+Examples:
+  swarm refactor 'rename foo to bar' --dry-run --exec '…'
+  swarm merge 20261121-133455-4f2a
+  swarm merge plan.json --fetch origin --into bulk-rename --push origin
+
+With a PLAN.json, swarm looks for each task's branch swarm/<RUN-ID>/<TASK-ID> and for the
+shard records swarm/<RUN-ID>/shard-K-of-N (fetched from REMOTE with --fetch); tasks with
+neither are reported as missing (status skipped) and the rest merges. --fetch and --push
+shell out to `git fetch`/`git push`, with your credentials.")]
 pub struct MergeArgs {
-    /// The run (an id or a unique prefix; `swarm status` lists them).
-    pub run_id: String,
+    /// The run (an id or a unique prefix; `swarm status` lists them), or a plan file.
+    #[arg(value_name = "PLAN.json|RUN-ID")]
+    pub target: String,
+    /// First fetch the run's branches (swarm/<RUN-ID>/*) from this remote.
+    #[arg(long, value_name = "REMOTE")]
+    pub fetch: Option<String>,
+    /// Afterwards, push the branch that received the merges to this remote.
+    #[arg(long, value_name = "REMOTE")]
+    pub push: Option<String>,
+    /// Branch that receives the merges [default: the plan's, or the run's].
+    #[arg(long, value_name = "BRANCH")]
+    pub into: Option<String>,
     /// Check the merged result with this command (instead of the run's own
     /// --verify-merged, if any); tasks that break it are left out.
     #[arg(long, value_name = "CMD")]
@@ -23,12 +53,210 @@ pub struct MergeArgs {
 }
 
 pub async fn run(args: MergeArgs) -> anyhow::Result<i32> {
-    let args = ResumeArgs {
-        run_id: args.run_id,
-        failed: false,
-        keep: false,
-        verify_merged: args.verify_merged,
-        json: args.json,
+    let plan_file = Path::new(&args.target);
+    if args.target.ends_with(".json") || plan_file.is_file() {
+        return merge_plan(args).await;
+    }
+    if args.into.is_some() {
+        return Err(BadInput::new("--into applies to merging a plan file")
+            .hint("a run merges into the branch it was started for")
+            .into());
+    }
+    let info = repo::discover(&std::env::current_dir()?)?;
+    if let Some(remote) = &args.fetch {
+        let id = super::status::resolve_run_id(&info.common_dir, &args.target)?;
+        shard::fetch_run(&info.workdir, remote, &id)?;
+    }
+    let code = continue_run(
+        ResumeArgs {
+            run_id: args.target.clone(),
+            failed: false,
+            keep: false,
+            verify_merged: args.verify_merged,
+            json: args.json,
+        },
+        true,
+    )
+    .await?;
+    push_result(&info, &args.target, args.push.as_deref(), code)
+}
+
+/// Merges the branches of a plan's tasks, wherever they ran.
+async fn merge_plan(args: MergeArgs) -> anyhow::Result<i32> {
+    let info = repo::discover(&std::env::current_dir()?)?;
+    let repo = info.open()?;
+    let mut plan = read_plan(Path::new(&args.target))?;
+    let base = plan_base(&repo, &plan)?;
+    let run_dir = RunDir::new(&info.common_dir, &plan.run_id);
+    if run_dir.is_running() {
+        return Err(BadInput::new(format!(
+            "run {} is in progress in this repository",
+            plan.run_id
+        ))
+        .hint("wait for it to finish")
+        .into());
+    }
+    if let Some(remote) = &args.fetch {
+        shard::fetch_run(&info.workdir, remote, &plan.run_id)?;
+    }
+    plan.settings.dry_run = false;
+    if let Some(check) = args.verify_merged.clone() {
+        plan.settings.verify_merged = Some(check);
+    }
+    let into = repo::resolve_into(
+        &repo,
+        &info,
+        Some(args.into.as_deref().unwrap_or(&plan.into)),
+    )?;
+    plan.into = into.branch.clone();
+    let into_start = into.tip.unwrap_or(base);
+    let report = gather(&repo, &plan, &into.branch, into_start)?;
+    let settings = &plan.settings;
+    let repairs = settings.on_conflict == OnConflict::Repair;
+    let api_key = if repairs {
+        check_worker(settings)?
+    } else {
+        None
     };
-    continue_run(args, true).await
+    if repairs || settings.verify_merged.is_some() {
+        check_sandbox(settings).await?;
+    }
+    check_dirty(&repo, &into, &plan.tasks, settings.scope)?;
+
+    let count = |s: TaskStatus| report.tasks.iter().filter(|t| t.status == s).count();
+    let missing: Vec<&str> = report
+        .tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::Skipped)
+        .map(|t| t.id.as_str())
+        .collect();
+    eprintln!(
+        "swarm: run {}: merging {} task branch(es) of the plan's {} task(s) into {}{}",
+        plan.run_id,
+        count(TaskStatus::Done),
+        plan.tasks.len(),
+        into.branch,
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} missing (no branch, no shard record): {}",
+                missing.len(),
+                missing.join(", ")
+            )
+        }
+    );
+    let run_id = plan.run_id.clone();
+    let records: Vec<String> = shard::read_records(&repo, &run_id)?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let code = execute(
+        RunRequest {
+            info: info.clone(),
+            plan,
+            into,
+            into_start,
+            keep: false,
+            api_key,
+            resume: Some(Resume {
+                report,
+                tip: into_start,
+                rerun_failed: false,
+                merge_only: true,
+            }),
+        },
+        args.json,
+        true,
+    )
+    .await?;
+    if code != exit::INTERRUPTED {
+        // The records are merged into this run's report now.
+        crate::git::finish::delete_branches(&info.common_dir, &records);
+    }
+    push_result(&info, &run_id, args.push.as_deref(), code)
+}
+
+/// The report a plan's merge starts from: tasks with a branch are finished (`done`), tasks a
+/// shard record describes have the record's outcome, the others are missing.
+fn gather(
+    repo: &git2::Repository,
+    plan: &crate::plan::Plan,
+    into: &str,
+    into_start: Oid,
+) -> anyhow::Result<Report> {
+    let mut report = new_report(plan, into, into_start);
+    report.state = RunState::Interrupted;
+    let records = shard::read_records(repo, &plan.run_id)?;
+    for t in &mut report.tasks {
+        let recorded = records
+            .iter()
+            .flat_map(|(_, r)| &r.tasks)
+            .find(|r| r.id == t.id);
+        let tip = repo
+            .find_branch(&t.branch, git2::BranchType::Local)
+            .ok()
+            .and_then(|b| b.get().target());
+        match (tip, recorded) {
+            (Some(tip), recorded) => {
+                if let Some(r) = recorded {
+                    *t = r.clone();
+                }
+                t.status = TaskStatus::Done;
+                t.commit = Some(tip.to_string());
+                if t.start.is_none() {
+                    t.start = Some(plan.base.clone());
+                }
+                t.error = None;
+            }
+            (None, Some(r)) => {
+                *t = r.clone();
+                if t.status == TaskStatus::Done {
+                    // The record says it finished, but its branch did not arrive.
+                    t.status = TaskStatus::Skipped;
+                    t.error = Some(format!(
+                        "missing: its shard finished it but branch {} is not here (was it pushed?)",
+                        t.branch
+                    ));
+                }
+            }
+            (None, None) => {
+                t.status = TaskStatus::Skipped;
+                t.error = Some(format!(
+                    "missing: no branch {} and no shard record (did its shard run and push?)",
+                    t.branch
+                ));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// `--push`: the target if it moved, else the branch holding the result.
+fn push_result(
+    info: &repo::RepoInfo,
+    run: &str,
+    remote: Option<&str>,
+    code: i32,
+) -> anyhow::Result<i32> {
+    let Some(remote) = remote else {
+        return Ok(code);
+    };
+    if code == exit::INTERRUPTED {
+        return Ok(code);
+    }
+    let id = super::status::resolve_run_id(&info.common_dir, run)?;
+    let report = RunDir::new(&info.common_dir, &id).load_report()?;
+    let branch = match (&report.result, report.into_updated, &report.result_branch) {
+        (None, _, _) => {
+            eprintln!("swarm: nothing merged, nothing pushed");
+            return Ok(code);
+        }
+        (Some(_), true, _) => report.into.clone(),
+        (Some(_), false, Some(branch)) => branch.clone(),
+        (Some(_), false, None) => return Ok(code),
+    };
+    shard::push(&info.workdir, remote, std::slice::from_ref(&branch), false)?;
+    eprintln!("swarm: pushed {branch} to {remote}");
+    Ok(code)
 }

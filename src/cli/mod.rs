@@ -3,10 +3,12 @@
 mod clean;
 mod diff;
 mod merge;
+mod plan;
 mod refactor;
 mod render;
 mod resume;
 mod review;
+mod run;
 mod status;
 
 use std::io::IsTerminal as _;
@@ -44,6 +46,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Refactor(Box<refactor::RefactorArgs>),
+    Plan(Box<plan::PlanArgs>),
+    Run(run::RunArgs),
     Status(status::StatusArgs),
     Diff(diff::DiffArgs),
     Merge(merge::MergeArgs),
@@ -67,6 +71,8 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Refactor(args) => refactor::run(*args).await,
+            Command::Plan(args) => plan::run(*args).await,
+            Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::run(args),
             Command::Diff(args) => diff::run(args),
             Command::Merge(args) => merge::run(args).await,

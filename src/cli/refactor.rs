@@ -162,6 +162,18 @@ pub struct RefactorArgs {
 }
 
 pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
+    plan_and_run(args, None).await
+}
+
+/// `swarm plan`: the same planning as `refactor`, written to `output` instead of run.
+pub(super) async fn plan_only(args: RefactorArgs, output: &std::path::Path) -> anyhow::Result<i32> {
+    plan_and_run(args, Some(output)).await
+}
+
+async fn plan_and_run(
+    args: RefactorArgs,
+    plan_output: Option<&std::path::Path>,
+) -> anyhow::Result<i32> {
     let cwd = std::env::current_dir()?;
     let info = repo::discover(&cwd)?;
     let repo = info.open()?;
@@ -189,8 +201,18 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
         },
         &info.workdir,
     )?;
-    let api_key = check_worker(&settings)?;
-    check_sandbox(&settings).await?;
+    // A plan runs elsewhere, later: the key and the sandbox are checked by `swarm run`.
+    let api_key = match plan_output {
+        None => {
+            let key = check_worker(&settings)?;
+            check_sandbox(&settings).await?;
+            key
+        }
+        Some(_) => {
+            check_worker_configured(&settings)?;
+            None
+        }
+    };
     let mut settings = settings;
     settings.dry_run = args.dry_run;
     let grep = args
@@ -234,7 +256,9 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
     }
     let tasks = plan::make_tasks(selection.files, settings.batch);
 
-    check_dirty(&repo, &into, &tasks, settings.scope)?;
+    if plan_output.is_none() {
+        check_dirty(&repo, &into, &tasks, settings.scope)?;
+    }
 
     let run_id = state::new_run_id();
     let plan = Plan {
@@ -249,6 +273,9 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
         tasks,
     };
     let file_count: usize = plan.tasks.iter().map(|t| t.files.len()).sum();
+    if let Some(output) = plan_output {
+        return write_plan(&plan, output, file_count, args.json);
+    }
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     if interactive && !args.yes && !confirm(&plan, file_count, &skipped)? {
         eprintln!("swarm: nothing done");
@@ -281,7 +308,7 @@ pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
     if args.review {
         return review_then_merge(request, args.json).await;
     }
-    execute(request, args.json).await
+    execute(request, args.json, true).await
 }
 
 /// `--review`: the workers run as for `--dry-run`, each finished task is shown and accepted
@@ -336,15 +363,19 @@ async fn run_on_terminal(request: RunRequest) -> anyhow::Result<orchestrator::Ru
 
 /// Runs a prepared run with the terminal's reporter and Ctrl-C handling, prints the summary
 /// (and the report with `--json`), and gives the exit code. Shared by `refactor` and `resume`.
-pub(super) async fn execute(request: RunRequest, json: bool) -> anyhow::Result<i32> {
+pub(super) async fn execute(
+    request: RunRequest,
+    json: bool,
+    show_diffs: bool,
+) -> anyhow::Result<i32> {
     let dry_run = request.plan.settings.dry_run;
     let common_dir = request.info.common_dir.clone();
     let outcome = run_on_terminal(request).await?;
-    if dry_run && !json {
+    if dry_run && show_diffs && !json {
         print_dry_run(&common_dir, &outcome.report)?;
     }
     render::print_summary(&outcome.report, outcome.interrupted);
-    if dry_run && !outcome.interrupted {
+    if dry_run && show_diffs && !outcome.interrupted {
         eprintln!(
             "dry run: nothing merged; merge with: swarm merge {}",
             outcome.report.run_id
@@ -431,6 +462,49 @@ pub(super) async fn check_sandbox(settings: &Settings) -> anyhow::Result<()> {
             .hint("pass --sandbox off to run workers unconfined (or --network if only the network isolation fails)")
             .into()
     })
+}
+
+/// Writes `plan` for `swarm run` (stdout too with `--json`).
+fn write_plan(
+    plan: &Plan,
+    output: &std::path::Path,
+    file_count: usize,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let text = serde_json::to_string_pretty(plan)? + "\n";
+    std::fs::write(output, &text).map_err(|e| {
+        BadInput::new(format!(
+            "cannot write the plan to {}: {e}",
+            output.display()
+        ))
+    })?;
+    if json {
+        print!("{text}");
+    }
+    eprintln!(
+        "swarm: plan {}: {} task(s) over {file_count} file(s), base {}, written to {}",
+        plan.run_id,
+        plan.tasks.len(),
+        &plan.base[..10.min(plan.base.len())],
+        output.display()
+    );
+    eprintln!(
+        "  run it: swarm run {0}   (or one shard per machine: swarm run {0} --shard 1/N --push origin)",
+        output.display()
+    );
+    Ok(exit::SUCCESS)
+}
+
+/// A worker is configured (`--exec` or `--model`); the key is not needed yet.
+fn check_worker_configured(settings: &Settings) -> anyhow::Result<()> {
+    if settings.exec.is_none() && settings.model.name.is_none() {
+        return Err(
+            BadInput::new("no worker: neither --exec nor --model is given")
+                .hint("pass --exec CMD or --model NAME; the plan records it for swarm run")
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// Checks that a worker is configured, and a model wherever one is needed (the built-in

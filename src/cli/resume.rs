@@ -138,6 +138,7 @@ pub(super) async fn continue_run(args: ResumeArgs, merge_only: bool) -> anyhow::
             }),
         },
         args.json,
+        true,
     )
     .await
 }

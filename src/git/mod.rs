@@ -1,15 +1,17 @@
-//! All local repository work, through git2 (no `git` processes).
+//! All local repository work, through git2; only network operations run `git`.
 //!
 //! - [`repo`]: opening the user's repository and the checks that refuse bad input.
 //! - [`worktree`]: the pool of reusable worktrees, one per running worker.
 //! - [`commit`]: committing what a worker changed on its task branch.
 //! - [`merge`]: the merge train, in memory, onto the integration branch.
 //! - [`finish`]: moving the target branch once, and cleanup.
+//! - [`shard`]: shard records, and `git fetch`/`git push` (the only git processes).
 
 pub mod commit;
 pub mod finish;
 pub mod merge;
 pub mod repo;
+pub mod shard;
 pub mod worktree;
 
 use git2::{Repository, Signature};

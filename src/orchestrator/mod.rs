@@ -132,6 +132,47 @@ pub(crate) fn helper_branch(run_id: &str, name: &str) -> String {
     format!("swarm/{run_id}/{name}")
 }
 
+/// The report of a run of `plan` that has not started: every task pending.
+pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
+    Report {
+        schema_version: REPORT_SCHEMA_VERSION,
+        run_id: plan.run_id.clone(),
+        instruction: plan.instruction.clone(),
+        base: plan.base.clone(),
+        into: into.to_string(),
+        into_start: into_start.to_string(),
+        result: None,
+        into_updated: false,
+        result_branch: None,
+        state: RunState::Running,
+        started_at: state::now_rfc3339(),
+        tasks: plan
+            .tasks
+            .iter()
+            .map(|t| TaskReport {
+                id: t.id.clone(),
+                files: t.files.clone(),
+                status: TaskStatus::Pending,
+                branch: t.branch(&plan.run_id),
+                commit: None,
+                start: None,
+                merge_commit: None,
+                attempts: 0,
+                duration_ms: 0,
+                tokens: Tokens::default(),
+                turns: 0,
+                changed_files: Vec::new(),
+                summary: None,
+                error: None,
+                output_tail: None,
+                branch_kept: false,
+            })
+            .collect(),
+        totals: Default::default(),
+        verify_merged: None,
+    }
+}
+
 /// Runs `req`. `cancel` stops the run (Ctrl-C: exit 130, resumable); every event goes to
 /// `sink` (and to the run's events.jsonl).
 pub async fn run(
@@ -178,46 +219,13 @@ pub async fn run(
         (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
     };
 
-    let fresh = || Report {
-        schema_version: REPORT_SCHEMA_VERSION,
-        run_id: plan.run_id.clone(),
-        instruction: plan.instruction.clone(),
-        base: plan.base.clone(),
-        into: req.into.branch.clone(),
-        into_start: req.into_start.to_string(),
-        result: None,
-        into_updated: false,
-        result_branch: None,
-        state: RunState::Running,
-        started_at: state::now_rfc3339(),
-        tasks: plan
-            .tasks
-            .iter()
-            .map(|t| TaskReport {
-                id: t.id.clone(),
-                files: t.files.clone(),
-                status: TaskStatus::Pending,
-                branch: t.branch(&plan.run_id),
-                commit: None,
-                start: None,
-                merge_commit: None,
-                attempts: 0,
-                duration_ms: 0,
-                tokens: Tokens::default(),
-                turns: 0,
-                changed_files: Vec::new(),
-                summary: None,
-                error: None,
-                output_tail: None,
-                branch_kept: false,
-            })
-            .collect(),
-        totals: Default::default(),
-        verify_merged: None,
-    };
     let merge_only = req.resume.as_ref().is_some_and(|r| r.merge_only);
     let (mut report, first_tip, merge_first) = match req.resume {
-        None => (fresh(), req.into_start, Vec::new()),
+        None => (
+            new_report(&plan, &req.into.branch, req.into_start),
+            req.into_start,
+            Vec::new(),
+        ),
         Some(resume) => resume.prepare(),
     };
     report.compute_totals(0);

@@ -13,5 +13,6 @@ mod recovery;
 mod refactor;
 mod repair;
 mod sandbox;
+mod shards;
 mod verify_merged;
 mod workers;

@@ -1,0 +1,31 @@
+//! `swarm plan`: write a plan to run later, elsewhere, or in shards.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::refactor::{RefactorArgs, plan_only};
+
+/// Write the plan of a refactor (base commit, tasks with ids and files, the instruction and
+/// worker settings; never a secret) without running it. `swarm run PLAN.json` runs it, whole
+/// or one shard per machine, and `swarm merge PLAN.json` merges what the shards left.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  swarm plan 'ruff fixes' '*.py' --exec 'ruff check --fix \"$SWARM_FILE\"' -o plan.json
+  swarm run plan.json --shard 1/4 --push origin      # on each of 4 machines
+  swarm merge plan.json --fetch origin --push origin  # once they are done
+
+The options are those of `swarm refactor` (run `swarm refactor --help`); the ones about
+running and merging (-y, --keep, --dry-run, --review) do not apply to a plan.")]
+pub struct PlanArgs {
+    /// Where to write the plan (JSON).
+    #[arg(short, long, value_name = "PLAN.json")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub refactor: RefactorArgs,
+}
+
+pub async fn run(args: PlanArgs) -> anyhow::Result<i32> {
+    plan_only(args.refactor, &args.output).await
+}

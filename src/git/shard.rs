@@ -1,0 +1,115 @@
+//! Moving a run between machines: shard records on branches, and `git fetch`/`git push`.
+//!
+//! A shard of a plan (`swarm run PLAN.json --shard K/N`) leaves its task branches and one
+//! more branch, `swarm/<RUN-ID>/shard-K-of-N`: a parentless commit whose tree holds the
+//! shard's `report.json`. Git is then the only exchange between machines: `swarm merge`
+//! fetches `swarm/<RUN-ID>/*` and learns from the records which tasks finished without a
+//! change or failed, and from the branches what to merge.
+//!
+//! Network operations shell out to the `git` CLI (not git2), so the user's credential
+//! helpers, SSH agent, `insteadOf` rules and proxies work as they do for `git push`.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::Context as _;
+use git2::{BranchType, Oid, Repository};
+
+use crate::error::BadInput;
+use crate::report::Report;
+
+const RECORD_FILE: &str = "report.json";
+
+/// `shard-K-of-N`: a name no task id can have (task ids end in a hash).
+pub fn record_name(k: usize, n: usize) -> String {
+    format!("shard-{k}-of-{n}")
+}
+
+/// Writes the shard record of `report` on `branch` (replacing an earlier one).
+pub fn write_record(repo: &Repository, branch: &str, report: &Report) -> anyhow::Result<Oid> {
+    let json = serde_json::to_vec_pretty(report)?;
+    let blob = repo.blob(&json)?;
+    let mut tree = repo.treebuilder(None)?;
+    tree.insert(RECORD_FILE, blob, 0o100644)?;
+    let tree = repo.find_tree(tree.write()?)?;
+    let sig = super::signature(repo)?;
+    let message = format!(
+        "swarm: shard record of run {}\n\nSwarm-Run: {}\n",
+        report.run_id, report.run_id
+    );
+    let commit = repo.commit(None, &sig, &sig, &message, &tree, &[])?;
+    repo.reference(
+        &super::branch_ref(branch),
+        commit,
+        true,
+        "swarm: shard record",
+    )?;
+    Ok(commit)
+}
+
+/// The shard records of run `run_id` on local branches, with their branch names.
+pub fn read_records(repo: &Repository, run_id: &str) -> anyhow::Result<Vec<(String, Report)>> {
+    let prefix = format!("swarm/{run_id}/shard-");
+    let mut records = Vec::new();
+    for branch in repo.branches(Some(BranchType::Local))? {
+        let (branch, _) = branch?;
+        let Some(name) = branch.name()?.map(str::to_string) else {
+            continue;
+        };
+        if !name.starts_with(&prefix) {
+            continue;
+        }
+        let tree = branch.get().peel_to_tree()?;
+        let entry = tree
+            .get_name(RECORD_FILE)
+            .with_context(|| format!("branch {name} holds no {RECORD_FILE}"))?;
+        let blob = repo.find_blob(entry.id())?;
+        let report: Report = serde_json::from_slice(blob.content())
+            .with_context(|| format!("the shard record on {name} is not a swarm report"))?;
+        records.push((name, report));
+    }
+    records.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(records)
+}
+
+/// `git push --force REMOTE` of local branches `branches` (same names on the remote).
+pub fn push(workdir: &Path, remote: &str, branches: &[String], force: bool) -> anyhow::Result<()> {
+    if branches.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = Command::new("git");
+    cmd.current_dir(workdir).arg("push").arg("--quiet");
+    if force {
+        cmd.arg("--force");
+    }
+    cmd.arg(remote);
+    for b in branches {
+        cmd.arg(format!("refs/heads/{b}:refs/heads/{b}"));
+    }
+    run_git(cmd, &format!("git push {remote}"))
+}
+
+/// Fetches every `swarm/<RUN-ID>/*` branch of `remote` into the local branches of the same
+/// names.
+pub fn fetch_run(workdir: &Path, remote: &str, run_id: &str) -> anyhow::Result<()> {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(workdir)
+        .args(["fetch", "--quiet", "--no-tags", remote])
+        .arg(format!(
+            "+refs/heads/swarm/{run_id}/*:refs/heads/swarm/{run_id}/*"
+        ));
+    run_git(cmd, &format!("git fetch {remote}"))
+}
+
+fn run_git(mut cmd: Command, what: &str) -> anyhow::Result<()> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {what} (is git installed?)"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(BadInput::new(format!("{what} failed: {}", stderr.trim()))
+        .hint("check the remote's name/URL and your credentials (swarm uses git's own setup)")
+        .into())
+}

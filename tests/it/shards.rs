@@ -1,0 +1,240 @@
+//! Scale-out: `swarm plan`, shards run by `swarm run` in separate clones that push to a
+//! remote, and `swarm merge PLAN.json` in another clone.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::{Run, SED_FOO_BAR, TestRepo, count, hermetic, statuses};
+
+/// A bare remote next to `repo`, holding its `main`.
+fn remote_of(repo: &TestRepo) -> PathBuf {
+    let remote = repo.home.join("remote.git");
+    let out = repo
+        .git_cmd()
+        .args(["init", "-q", "--bare", "-b", "main"])
+        .arg(&remote)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
+    repo.git(&["push", "-q", "origin", "main"]);
+    remote
+}
+
+/// A fresh clone of `remote`, as a CI job would have.
+fn clone(repo: &TestRepo, remote: &Path, name: &str) -> PathBuf {
+    let dir = repo.home.join(name);
+    let out = repo
+        .git_cmd()
+        .args(["clone", "-q"])
+        .arg(remote)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+fn swarm_in(repo: &TestRepo, dir: &Path, args: &[&str]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_swarm"));
+    hermetic(&mut cmd, &repo.home);
+    Run::from(cmd.current_dir(dir).args(args).output().unwrap())
+}
+
+fn git_in(repo: &TestRepo, dir: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new("git");
+    hermetic(&mut cmd, &repo.home);
+    let out = cmd.current_dir(dir).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn seven_files() -> TestRepo {
+    TestRepo::with_files(&[
+        ("f1.txt", "foo 1\n"),
+        ("f2.txt", "foo 2\n"),
+        ("f3.txt", "foo 3\n"),
+        ("f4.txt", "foo 4\n"),
+        ("f5.txt", "foo 5\n"),
+        ("f6.txt", "no match\n"),
+        ("f7.txt", "foo 7\n"),
+    ])
+}
+
+fn write_plan(repo: &TestRepo) -> (PathBuf, serde_json::Value) {
+    let plan = repo.home.join("plan.json");
+    let made = repo.swarm(&[
+        "plan",
+        "foo to bar",
+        "*.txt",
+        "--exec",
+        SED_FOO_BAR,
+        "-o",
+        plan.to_str().unwrap(),
+    ]);
+    made.assert_code(0);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    (plan, json)
+}
+
+#[test]
+fn two_shards_in_two_clones_merge_in_a_third_as_on_one_machine() {
+    let repo = seven_files();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let remote = remote_of(&repo);
+    let (plan, json) = write_plan(&repo);
+    // Self-contained: base, tasks with ids and files, the instruction, the worker.
+    assert_eq!(json["base"], base);
+    assert_eq!(json["tasks"].as_array().unwrap().len(), 7);
+    assert_eq!(json["instruction"], "foo to bar");
+    assert_eq!(json["settings"]["exec"], SED_FOO_BAR);
+    // Writing a plan changes nothing in the repository.
+    assert!(repo.swarm_branches().is_empty());
+    let plan = plan.to_str().unwrap();
+
+    for (k, name) in [("1/2", "shard1"), ("2/2", "shard2")] {
+        let dir = clone(&repo, &remote, name);
+        let run = swarm_in(
+            &repo,
+            &dir,
+            &["run", plan, "--shard", k, "--push", "origin"],
+        );
+        run.assert_code(0);
+        assert_eq!(
+            git_in(&repo, &dir, &["rev-parse", "main"]),
+            base,
+            "a shard merges nothing"
+        );
+    }
+    let merger = clone(&repo, &remote, "merge");
+    let merged = swarm_in(
+        &repo,
+        &merger,
+        &["merge", plan, "--fetch", "origin", "--push", "origin"],
+    );
+    merged.assert_code(0);
+
+    // The same result as one machine: swarm refactor in the original repository.
+    let single = repo.swarm(&[
+        "refactor",
+        "foo to bar",
+        "*.txt",
+        "-y",
+        "--exec",
+        SED_FOO_BAR,
+    ]);
+    single.assert_code(0);
+    let tree = git_in(&repo, &merger, &["rev-parse", "main^{tree}"]);
+    assert_eq!(tree, repo.git(&["rev-parse", "main^{tree}"]));
+    assert_eq!(
+        git_in(
+            &repo,
+            &merger,
+            &["rev-list", "--merges", "--count", &format!("{base}..main")]
+        ),
+        "6"
+    );
+    // The shard records carried the task that needed no change.
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            merger
+                .join(".git/swarm/runs")
+                .join(json["run_id"].as_str().unwrap())
+                .join("report.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let st = statuses(&report);
+    assert_eq!(count(&st, "merged"), 6, "{st:?}");
+    assert_eq!(count(&st, "no_change"), 1, "{st:?}");
+    // --push sent the result.
+    assert_eq!(
+        git_in(&repo, &remote, &["rev-parse", "main"]),
+        git_in(&repo, &merger, &["rev-parse", "main"])
+    );
+    // Nothing of swarm is left in the merging clone.
+    assert_eq!(
+        git_in(&repo, &merger, &["branch", "--list", "swarm/*"]),
+        "",
+        "merged branches and shard records are removed"
+    );
+}
+
+#[test]
+fn a_missing_shard_is_reported_and_the_rest_merges() {
+    let repo = seven_files();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let remote = remote_of(&repo);
+    let (plan, json) = write_plan(&repo);
+    let plan = plan.to_str().unwrap();
+    let dir = clone(&repo, &remote, "shard1");
+    swarm_in(
+        &repo,
+        &dir,
+        &["run", plan, "--shard", "1/2", "--push", "origin"],
+    )
+    .assert_code(0);
+    // Shard 2/2 never ran.
+    let merger = clone(&repo, &remote, "merge");
+    let merged = swarm_in(&repo, &merger, &["merge", plan, "--fetch", "origin"]);
+    merged.assert_code(1);
+    assert!(merged.stderr.contains("3 missing"), "{}", merged.stderr);
+
+    // Shard 1/2 holds the tasks at positions 1, 3, 5, 7 of the plan.
+    let tasks = json["tasks"].as_array().unwrap();
+    let shard1: Vec<&str> = tasks
+        .iter()
+        .step_by(2)
+        .map(|t| t["files"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(shard1, ["f1.txt", "f3.txt", "f5.txt", "f7.txt"]);
+    let oracle = repo.oracle_tree(&base, &shard1, SED_FOO_BAR);
+    assert_eq!(
+        git_in(&repo, &merger, &["rev-parse", "main^{tree}"]),
+        oracle
+    );
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            merger
+                .join(".git/swarm/runs")
+                .join(json["run_id"].as_str().unwrap())
+                .join("report.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for t in report["tasks"].as_array().unwrap() {
+        let file = t["files"][0].as_str().unwrap();
+        if shard1.contains(&file) {
+            assert_eq!(t["status"], "merged", "{t}");
+        } else {
+            assert_eq!(t["status"], "skipped", "{t}");
+            assert!(t["error"].as_str().unwrap().starts_with("missing"), "{t}");
+        }
+    }
+}
+
+#[test]
+fn a_plan_whose_base_is_not_here_is_refused() {
+    let repo = seven_files();
+    let (plan, _) = write_plan(&repo);
+    let other = TestRepo::with_files(&[("x.txt", "x\n")]);
+    let run = other.swarm(&["run", plan.to_str().unwrap()]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("is not in this repository"),
+        "{}",
+        run.stderr
+    );
+    assert!(!other.swarm_dir().exists());
+}
