@@ -168,23 +168,25 @@ struct Line<'a> {
 }
 
 pub struct EventSink {
-    log: Mutex<Option<BufWriter<File>>>,
+    /// `events.jsonl` of the run, and the `--events` file if any.
+    logs: Mutex<Vec<BufWriter<File>>>,
     reporter: Box<dyn Reporter>,
 }
 
 impl EventSink {
     pub fn new(reporter: Box<dyn Reporter>) -> Self {
         Self {
-            log: Mutex::new(None),
+            logs: Mutex::new(Vec::new()),
             reporter,
         }
     }
 
-    /// Starts appending events to `path` (the run's `events.jsonl`).
+    /// Also appends every event to `path` as a JSON line (the run's `events.jsonl`, or the
+    /// file of `--events`).
     pub fn log_to(&self, path: &Path) -> std::io::Result<()> {
         let file = File::options().create(true).append(true).open(path)?;
-        if let Ok(mut log) = self.log.lock() {
-            *log = Some(BufWriter::new(file));
+        if let Ok(mut logs) = self.logs.lock() {
+            logs.push(BufWriter::new(file));
         }
         Ok(())
     }
@@ -194,16 +196,20 @@ impl EventSink {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or_default();
-        if let Ok(mut log) = self.log.lock()
-            && let Some(w) = log.as_mut()
-        {
-            // An event log that cannot be written must not stop the run; tracing says why.
-            let written = serde_json::to_writer(&mut *w, &Line { ts, event: &event })
-                .map_err(std::io::Error::from)
-                .and_then(|()| w.write_all(b"\n"))
-                .and_then(|()| w.flush());
-            if let Err(e) = written {
-                tracing::warn!("cannot append to events.jsonl: {e}");
+        if let Ok(mut logs) = self.logs.lock() {
+            let line = serde_json::to_vec(&Line { ts, event: &event });
+            for w in logs.iter_mut() {
+                // An event log that cannot be written must not stop the run; tracing says why.
+                let written = match &line {
+                    Ok(line) => w
+                        .write_all(line)
+                        .and_then(|()| w.write_all(b"\n"))
+                        .and_then(|()| w.flush()),
+                    Err(e) => Err(std::io::Error::other(e.to_string())),
+                };
+                if let Err(e) = written {
+                    tracing::warn!("cannot append an event: {e}");
+                }
             }
         }
         self.reporter.on_event(&event);

@@ -6,7 +6,7 @@ use std::path::Path;
 use clap::Args;
 use git2::Oid;
 
-use super::refactor::{check_dirty, check_sandbox, check_worker, execute};
+use super::refactor::{Output, check_dirty, check_sandbox, check_worker, execute};
 use super::resume::{ResumeArgs, continue_run};
 use super::run::{plan_base, read_plan};
 use crate::error::{BadInput, exit};
@@ -50,6 +50,9 @@ pub struct MergeArgs {
     /// Print the run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Also append every event to FILE as a JSON line while the run goes.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
 }
 
 pub async fn run(args: MergeArgs) -> anyhow::Result<i32> {
@@ -74,6 +77,7 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<i32> {
             keep: false,
             verify_merged: args.verify_merged,
             json: args.json,
+            events: args.events,
         },
         true,
     )
@@ -166,8 +170,11 @@ async fn merge_plan(args: MergeArgs) -> anyhow::Result<i32> {
                 merge_only: true,
             }),
         },
-        args.json,
-        true,
+        &Output {
+            json: args.json,
+            show_diffs: true,
+            events: args.events.clone(),
+        },
     )
     .await?;
     if code != exit::INTERRUPTED {

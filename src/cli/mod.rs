@@ -2,6 +2,7 @@
 
 mod clean;
 mod diff;
+mod github;
 mod merge;
 mod plan;
 mod refactor;

@@ -156,6 +156,11 @@ pub struct RefactorArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Also append every event to FILE as a JSON line while the run goes (besides the run's
+    /// own events.jsonl).
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
+
     /// Do not ask for confirmation (swarm asks only on a terminal).
     #[arg(short = 'y', long)]
     pub yes: bool,
@@ -306,19 +311,31 @@ async fn plan_and_run(
         resume: None,
     };
     if args.review {
-        return review_then_merge(request, args.json).await;
+        return review_then_merge(request, args.json, args.events.clone()).await;
     }
-    execute(request, args.json, true).await
+    execute(
+        request,
+        &Output {
+            json: args.json,
+            show_diffs: true,
+            events: args.events.clone(),
+        },
+    )
+    .await
 }
 
 /// `--review`: the workers run as for `--dry-run`, each finished task is shown and accepted
 /// or skipped, then the accepted ones are merged as `swarm merge` would.
-async fn review_then_merge(mut request: RunRequest, json: bool) -> anyhow::Result<i32> {
+async fn review_then_merge(
+    mut request: RunRequest,
+    json: bool,
+    events: Option<std::path::PathBuf>,
+) -> anyhow::Result<i32> {
     let common_dir = request.info.common_dir.clone();
     let run_id = request.plan.run_id.clone();
     let keep = request.keep;
     request.plan.settings.dry_run = true;
-    let outcome = run_on_terminal(request).await?;
+    let outcome = run_on_terminal(request, events.as_deref()).await?;
     let mut report = outcome.report;
     if outcome.interrupted {
         render::print_summary(&report, true);
@@ -344,18 +361,38 @@ async fn review_then_merge(mut request: RunRequest, json: bool) -> anyhow::Resul
             keep,
             verify_merged: None,
             json,
+            events,
         },
         true,
     )
     .await
 }
 
+/// How a run shows itself beyond the terminal.
+pub(super) struct Output {
+    /// `--json`: the report on stdout.
+    pub json: bool,
+    /// A dry run prints each task's diff on stdout.
+    pub show_diffs: bool,
+    /// `--events FILE`: every event as a JSON line, while the run goes.
+    pub events: Option<std::path::PathBuf>,
+}
+
 /// Runs a prepared run with the terminal's reporter and Ctrl-C handling.
-async fn run_on_terminal(request: RunRequest) -> anyhow::Result<orchestrator::RunOutcome> {
+async fn run_on_terminal(
+    request: RunRequest,
+    events: Option<&std::path::Path>,
+) -> anyhow::Result<orchestrator::RunOutcome> {
     let cancel = CancellationToken::new();
     spawn_signal_handler(cancel.clone());
     let reporter = render::reporter_for_terminal(request.plan.tasks.len());
     let sink = Arc::new(EventSink::new(reporter.boxed()));
+    if let Some(path) = events {
+        sink.log_to(path).map_err(|e| {
+            BadInput::new(format!("cannot write --events {}: {e}", path.display()))
+                .hint("pass a path in a directory that exists and is writable")
+        })?;
+    }
     let outcome = orchestrator::run(request, cancel, sink).await;
     reporter.finish();
     outcome
@@ -363,18 +400,18 @@ async fn run_on_terminal(request: RunRequest) -> anyhow::Result<orchestrator::Ru
 
 /// Runs a prepared run with the terminal's reporter and Ctrl-C handling, prints the summary
 /// (and the report with `--json`), and gives the exit code. Shared by `refactor` and `resume`.
-pub(super) async fn execute(
-    request: RunRequest,
-    json: bool,
-    show_diffs: bool,
-) -> anyhow::Result<i32> {
+pub(super) async fn execute(request: RunRequest, out: &Output) -> anyhow::Result<i32> {
+    let (json, show_diffs) = (out.json, out.show_diffs);
     let dry_run = request.plan.settings.dry_run;
     let common_dir = request.info.common_dir.clone();
-    let outcome = run_on_terminal(request).await?;
+    let outcome = run_on_terminal(request, out.events.as_deref()).await?;
     if dry_run && show_diffs && !json {
         print_dry_run(&common_dir, &outcome.report)?;
     }
     render::print_summary(&outcome.report, outcome.interrupted);
+    if super::github::enabled() {
+        super::github::publish(&outcome.report);
+    }
     if dry_run && show_diffs && !outcome.interrupted {
         eprintln!(
             "dry run: nothing merged; merge with: swarm merge {}",

@@ -3,7 +3,7 @@
 use clap::Args;
 use git2::Oid;
 
-use super::refactor::{check_dirty, check_sandbox, check_worker, execute};
+use super::refactor::{Output, check_dirty, check_sandbox, check_worker, execute};
 use super::status::resolve_run_id;
 use crate::error::{BadInput, exit};
 use crate::git::{merge, repo, worktree};
@@ -35,6 +35,9 @@ pub struct ResumeArgs {
     /// Print the run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Also append every event to FILE as a JSON line while the run goes.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
 }
 
 pub async fn run(args: ResumeArgs) -> anyhow::Result<i32> {
@@ -137,8 +140,11 @@ pub(super) async fn continue_run(args: ResumeArgs, merge_only: bool) -> anyhow::
                 merge_only,
             }),
         },
-        args.json,
-        true,
+        &Output {
+            json: args.json,
+            show_diffs: true,
+            events: args.events,
+        },
     )
     .await
 }

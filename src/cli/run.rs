@@ -6,7 +6,7 @@ use std::str::FromStr;
 use clap::Args;
 use git2::Oid;
 
-use super::refactor::{check_sandbox, check_worker, execute};
+use super::refactor::{Output, check_sandbox, check_worker, execute};
 use crate::error::{BadInput, exit};
 use crate::git::repo::{self, IntoTarget};
 use crate::git::shard;
@@ -50,6 +50,9 @@ pub struct RunArgs {
     /// Print the run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Also append every event to FILE as a JSON line while the run goes.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,8 +182,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
             api_key,
             resume: None,
         },
-        args.json,
-        false,
+        &Output {
+            json: args.json,
+            show_diffs: false,
+            events: args.events.clone(),
+        },
     )
     .await?;
     if code == exit::INTERRUPTED {

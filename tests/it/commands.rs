@@ -75,7 +75,25 @@ fn report_json_on_stdout_matches_the_schema() {
         assert!(t.get(key).is_some(), "missing tasks[].{key}");
     }
     assert_eq!(t["changed_files"][0], "a.txt");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["result"], repo.git(&["rev-parse", "main"]));
+    assert!(t["tokens"]["prompt"].is_u64() && t["tokens"]["completion"].is_u64());
+    for key in [
+        "tasks",
+        "merged",
+        "no_change",
+        "failed",
+        "conflict",
+        "tokens",
+        "duration_ms",
+    ] {
+        assert!(v["totals"].get(key).is_some(), "missing totals.{key}");
+    }
     assert_eq!(v["totals"]["merged"], 1);
+    assert!(
+        !run.stdout.contains("swarm:"),
+        "human output stays on stderr"
+    );
     let kinds: Vec<String> = repo
         .events(&run)
         .iter()

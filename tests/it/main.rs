@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bad_input;
+mod ci;
 mod commands;
 mod common;
 mod fake_model;
