@@ -55,6 +55,15 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "N", env = env_vars::SWARM_BATCH)]
     pub batch: Option<usize>,
 
+    /// How files become tasks: file (one task per file, or per --batch files) or llm (a
+    /// planner model groups them and writes each task's instruction) [default: file].
+    #[arg(long, value_name = "HOW", conflicts_with = "batch")]
+    pub split: Option<SplitMode>,
+
+    /// Model of --split llm [default: the worker model, --model].
+    #[arg(long, value_name = "NAME")]
+    pub planner_model: Option<String>,
+
     /// Worker command, run with `sh -c` in the task's worktree.
     #[arg(long, value_name = "CMD", env = env_vars::SWARM_EXEC)]
     pub exec: Option<String>,
@@ -259,7 +268,21 @@ async fn plan_and_run(
         }
         return Ok(exit::SUCCESS);
     }
-    let tasks = plan::make_tasks(selection.files, settings.batch);
+    let (tasks, planner_skipped) = match args.split {
+        Some(SplitMode::Llm) => {
+            let split =
+                split_with_model(&args, &settings, &repo, &base_tree, &selection.files).await?;
+            if split.tasks.is_empty() {
+                eprintln!("swarm: the planner found nothing to change; nothing to do");
+                return Ok(exit::SUCCESS);
+            }
+            (split.tasks, split.skipped)
+        }
+        Some(SplitMode::File) | None => (
+            plan::make_tasks(selection.files, settings.batch),
+            Vec::new(),
+        ),
+    };
 
     if plan_output.is_none() {
         check_dirty(&repo, &into, &tasks, settings.scope)?;
@@ -276,6 +299,7 @@ async fn plan_and_run(
         grep: args.grep.clone(),
         settings,
         tasks,
+        skipped: planner_skipped,
     };
     let file_count: usize = plan.tasks.iter().map(|t| t.files.len()).sum();
     if let Some(output) = plan_output {
@@ -322,6 +346,73 @@ async fn plan_and_run(
         },
     )
     .await
+}
+
+/// `--split`: how the selected files become tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SplitMode {
+    File,
+    Llm,
+}
+
+/// `--split llm`: the planner model groups `files` into tasks.
+async fn split_with_model(
+    args: &RefactorArgs,
+    settings: &Settings,
+    repo: &git2::Repository,
+    base_tree: &git2::Tree<'_>,
+    files: &[RepoPath],
+) -> anyhow::Result<plan::split::Split> {
+    let Some(model) = args
+        .planner_model
+        .clone()
+        .or_else(|| settings.model.name.clone())
+    else {
+        return Err(BadInput::new("--split llm needs a planner model, and none is configured")
+            .hint("pass --planner-model NAME (or --model NAME) with SWARM_API_KEY (or OPENAI_API_KEY) set")
+            .into());
+    };
+    let key = ApiKey::from_env();
+    if key.is_none() && !settings.model.is_local() {
+        return Err(BadInput::new(format!(
+            "no API key for the planner model '{model}' at {}",
+            settings.model.base_url
+        ))
+        .hint("set SWARM_API_KEY (or OPENAI_API_KEY); servers on localhost need none")
+        .into());
+    }
+    let candidates = plan::split::candidates(repo, base_tree, files)?;
+    eprintln!(
+        "swarm: asking the planner ({model}) to group {} file(s) into tasks",
+        candidates.len()
+    );
+    let client = crate::worker::llm::client::ChatClient::new(
+        &settings.model,
+        model,
+        key,
+        crate::worker::llm::limit::AdaptiveLimit::new(1),
+    )?;
+    let split = plan::split::split(&client, &args.instruction, &candidates).await?;
+    eprintln!(
+        "swarm: the planner made {} task(s){}",
+        split.tasks.len(),
+        if split.skipped.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " and skipped {} file(s) ({})",
+                split.skipped.len(),
+                split
+                    .skipped
+                    .iter()
+                    .take(5)
+                    .map(|s| format!("{}: {}", s.file.display(), s.reason))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        }
+    );
+    Ok(split)
 }
 
 /// `--review`: the workers run as for `--dry-run`, each finished task is shown and accepted

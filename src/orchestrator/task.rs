@@ -304,9 +304,10 @@ async fn run_worker(
             .context("no model for the built-in worker")?;
         return run_agent(shared, llm, idx, worktree, task_dir, &task.files, context).await;
     };
+    let instruction = shared.plan.instruction_for(idx);
     let ran = exec::run(ExecTask {
         command,
-        instruction: &shared.plan.instruction,
+        instruction: &instruction,
         run_id: &shared.plan.run_id,
         task_id: &task.id,
         files: &task.files,
@@ -402,10 +403,11 @@ async fn run_agent(
 ) -> anyhow::Result<WorkerResult> {
     let task = &shared.plan.tasks[idx];
     let settings = &shared.plan.settings;
+    let instruction = shared.plan.instruction_for(idx);
     let out = agent::run(AgentTask {
         shared: llm,
         events: &shared.sink,
-        instruction: &shared.plan.instruction,
+        instruction: &instruction,
         task_id: &task.id,
         files,
         worktree,

@@ -6,6 +6,7 @@
 
 mod pathspec;
 mod select;
+pub mod split;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,12 +32,38 @@ pub struct Plan {
     pub grep: Option<String>,
     pub settings: Settings,
     pub tasks: Vec<Task>,
+    /// Files the planner (`--split llm`) chose not to change, with its reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedFile>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
     pub id: String,
     pub files: Vec<RepoPath>,
+    /// What this task in particular does (written by the planner of `--split llm`, or by
+    /// hand in a plan file); workers get it after the run's instruction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedFile {
+    pub file: RepoPath,
+    pub reason: String,
+}
+
+impl Plan {
+    /// The instruction the workers of task `idx` get: the run's, verbatim, then the task's
+    /// own if it has one.
+    pub fn instruction_for(&self, idx: usize) -> std::borrow::Cow<'_, str> {
+        match self.tasks[idx].instruction.as_deref() {
+            Some(own) if !own.trim().is_empty() => {
+                format!("{}\n\nFor this task: {}", self.instruction, own.trim()).into()
+            }
+            _ => self.instruction.as_str().into(),
+        }
+    }
 }
 
 impl Task {
@@ -53,6 +80,7 @@ pub fn make_tasks(files: Vec<RepoPath>, batch: usize) -> Vec<Task> {
         .map(|chunk| Task {
             id: task_id(chunk),
             files: chunk.to_vec(),
+            instruction: None,
         })
         .collect()
 }

@@ -9,6 +9,7 @@ mod common;
 mod fake_model;
 mod llm;
 mod merging;
+mod planner;
 mod planning;
 mod recovery;
 mod refactor;
