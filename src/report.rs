@@ -120,6 +120,19 @@ pub struct Totals {
     pub duration_ms: u64,
 }
 
+impl Totals {
+    /// The counts of tasks that did not make it, by kind, with their labels.
+    pub fn problems(&self) -> [(usize, &'static str); 5] {
+        [
+            (self.failed, "failed"),
+            (self.conflict, "conflict"),
+            (self.timeout, "timeout"),
+            (self.excluded, "excluded"),
+            (self.skipped, "skipped/interrupted"),
+        ]
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub schema_version: u32,

@@ -108,13 +108,7 @@ fn summary(report: &Report) -> String {
         format!("**{} merged**", t.merged),
         format!("{} no change", t.no_change),
     ];
-    for (n, what) in [
-        (t.failed, "failed"),
-        (t.conflict, "conflict"),
-        (t.timeout, "timeout"),
-        (t.excluded, "excluded"),
-        (t.skipped, "skipped"),
-    ] {
+    for (n, what) in t.problems() {
         if n > 0 {
             counts.push(format!("**{n} {what}**"));
         }

@@ -282,13 +282,7 @@ pub fn print_summary(report: &Report, interrupted: bool) {
         format!("{} merged", t.merged),
         format!("{} no change", t.no_change),
     ];
-    for (n, what) in [
-        (t.failed, "failed"),
-        (t.conflict, "conflict"),
-        (t.timeout, "timeout"),
-        (t.excluded, "excluded"),
-        (t.skipped, "skipped/interrupted"),
-    ] {
+    for (n, what) in t.problems() {
         if n > 0 {
             counts.push(format!("{n} {what}"));
         }

@@ -91,57 +91,22 @@ impl MergeTrain {
             self.tip == expected_tip,
             "the integration branch moved while the conflict was being resolved"
         );
+        self.commit_merge(req, tree, "the model resolved the merge conflict")
+    }
+
+    /// Makes the task's `--no-ff` merge commit with `tree` (parents: the tip and the task's
+    /// tip) and moves the integration branch to it.
+    fn commit_merge(
+        &mut self,
+        req: &MergeRequest<'_>,
+        tree: Oid,
+        note: &str,
+    ) -> anyhow::Result<Oid> {
         let ours = self.repo.find_commit(self.tip)?;
         let theirs = self.repo.find_commit(req.tip)?;
         let tree = self.repo.find_tree(tree)?;
         let sig = super::signature(&self.repo)?;
-        let message = merge_message(req, "the model resolved the merge conflict");
-        let commit = self
-            .repo
-            .commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])?;
-        self.repo.reference_matching(
-            &self.result_ref,
-            commit,
-            true,
-            self.tip,
-            &format!("swarm: merge task {} (resolved)", req.task_id),
-        )?;
-        self.tip = commit;
-        Ok(commit)
-    }
-
-    pub fn merge(&mut self, req: &MergeRequest<'_>) -> anyhow::Result<MergeOutcome> {
-        let ours = self.repo.find_commit(self.tip)?;
-        let theirs = self.repo.find_commit(req.tip)?;
-        let start_tree = self.repo.find_commit(req.start)?.tree()?;
-        let ours_tree = ours.tree()?;
-        let theirs_tree = theirs.tree()?;
-
-        let changed = super::changed_paths(&self.repo, &start_tree, &theirs_tree)?;
-        let fast = if untouched_since_start(&changed, &start_tree, &ours_tree)? {
-            // A directory/file clash can still make the tree edit fail; the full merge below
-            // then decides.
-            apply_paths(&self.repo, &changed, &theirs_tree, &ours_tree).ok()
-        } else {
-            None
-        };
-        let (tree_id, fast_path) = match fast {
-            Some(tree) => (tree, true),
-            None => {
-                let mut opts = MergeOptions::new();
-                opts.find_renames(true);
-                let mut index = self.repo.merge_commits(&ours, &theirs, Some(&opts))?;
-                if index.has_conflicts() {
-                    return Ok(MergeOutcome::Conflict {
-                        paths: conflict_paths(&index)?,
-                    });
-                }
-                (index.write_tree_to(&self.repo)?, false)
-            }
-        };
-        let tree = self.repo.find_tree(tree_id)?;
-        let sig = super::signature(&self.repo)?;
-        let message = merge_message(req, "");
+        let message = merge_message(req, note);
         let commit = self
             .repo
             .commit(None, &sig, &sig, &message, &tree, &[&ours, &theirs])?;
@@ -153,14 +118,52 @@ impl MergeTrain {
             &format!("swarm: merge task {}", req.task_id),
         )?;
         self.tip = commit;
+        Ok(commit)
+    }
+
+    pub fn merge(&mut self, req: &MergeRequest<'_>) -> anyhow::Result<MergeOutcome> {
+        let (tree_id, fast_path, paths) = match self.merged_tree(req)? {
+            Ok(merged) => merged,
+            Err(paths) => return Ok(MergeOutcome::Conflict { paths }),
+        };
+        let commit = self.commit_merge(req, tree_id, "")?;
         tracing::debug!(
             task = req.task_id,
             fast_path,
-            paths = changed.len(),
+            paths,
             "merged as {}",
             super::commit::short(commit)
         );
         Ok(MergeOutcome::Merged { commit, fast_path })
+    }
+
+    /// The tree of the tip merged with the task: (tree, by the fast path?, paths the task
+    /// changed), or the conflicting paths.
+    fn merged_tree(
+        &self,
+        req: &MergeRequest<'_>,
+    ) -> anyhow::Result<Result<(Oid, bool, usize), Vec<RepoPath>>> {
+        let ours = self.repo.find_commit(self.tip)?;
+        let theirs = self.repo.find_commit(req.tip)?;
+        let start_tree = self.repo.find_commit(req.start)?.tree()?;
+        let ours_tree = ours.tree()?;
+        let theirs_tree = theirs.tree()?;
+
+        let changed = super::changed_paths(&self.repo, &start_tree, &theirs_tree)?;
+        if untouched_since_start(&changed, &start_tree, &ours_tree)? {
+            // A directory/file clash can still make the tree edit fail; the full merge below
+            // then decides.
+            if let Ok(tree) = apply_paths(&self.repo, &changed, &theirs_tree, &ours_tree) {
+                return Ok(Ok((tree, true, changed.len())));
+            }
+        }
+        let mut opts = MergeOptions::new();
+        opts.find_renames(true);
+        let mut index = self.repo.merge_commits(&ours, &theirs, Some(&opts))?;
+        if index.has_conflicts() {
+            return Ok(Err(conflict_paths(&index)?));
+        }
+        Ok(Ok((index.write_tree_to(&self.repo)?, false, changed.len())))
     }
 }
 

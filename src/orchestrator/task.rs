@@ -39,6 +39,27 @@ pub(super) struct Attempt {
     pub(super) resolved: Option<Resolved>,
 }
 
+impl Attempt {
+    /// An attempt that has not produced anything yet: `status` unless it does.
+    fn new(idx: usize, attempt: u32, start: Oid, status: TaskStatus) -> Self {
+        Self {
+            idx,
+            attempt,
+            start,
+            status,
+            tip: None,
+            changed: Vec::new(),
+            error: None,
+            summary: None,
+            output_tail: None,
+            duration: Duration::ZERO,
+            tokens: Tokens::default(),
+            turns: 0,
+            resolved: None,
+        }
+    }
+}
+
 /// The tree of a task's merge, resolved by the model on top of integration tip `on`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Resolved {
@@ -77,21 +98,7 @@ pub(super) async fn run_task(
     context: Option<String>,
 ) -> Attempt {
     let started = Instant::now();
-    let mut a = Attempt {
-        idx,
-        attempt,
-        start,
-        status: TaskStatus::Failed,
-        tip: None,
-        changed: Vec::new(),
-        error: None,
-        summary: None,
-        output_tail: None,
-        duration: Duration::ZERO,
-        tokens: Tokens::default(),
-        turns: 0,
-        resolved: None,
-    };
+    let mut a = Attempt::new(idx, attempt, start, TaskStatus::Failed);
     if let Err(e) = attempt_task(&shared, &mut a, context.as_deref()).await {
         a.status = TaskStatus::Failed;
         a.error = Some(format!("{e:#}"));
@@ -450,19 +457,9 @@ pub(super) struct ConflictRepair {
 pub(super) async fn repair_conflict(shared: Arc<Shared>, r: ConflictRepair) -> Attempt {
     let started = Instant::now();
     let mut a = Attempt {
-        idx: r.idx,
-        attempt: r.attempt,
-        start: r.task_start,
-        status: TaskStatus::Conflict,
         tip: Some(r.task_tip),
         changed: r.changed.clone(),
-        error: None,
-        summary: None,
-        output_tail: None,
-        duration: Duration::ZERO,
-        tokens: Tokens::default(),
-        turns: 0,
-        resolved: None,
+        ..Attempt::new(r.idx, r.attempt, r.task_start, TaskStatus::Conflict)
     };
     if let Err(e) = attempt_repair(&shared, &r, &mut a).await {
         a.status = TaskStatus::Conflict;

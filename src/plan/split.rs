@@ -225,19 +225,8 @@ pub async fn split(
                 BadInput::new(format!("the planner model failed: {e}"))
                     .hint("check --planner-model/--model, --base-url and the API key, or drop --split llm")
             })?;
-        let mut assistant = json!({"role": "assistant", "content": reply.content});
         let call = reply.tool_calls.iter().find(|c| c.name == "submit_plan");
-        if !reply.tool_calls.is_empty() {
-            assistant["tool_calls"] = reply
-                .tool_calls
-                .iter()
-                .map(|c| {
-                    json!({"id": c.id, "type": "function",
-                                "function": {"name": c.name, "arguments": c.arguments}})
-                })
-                .collect();
-        }
-        messages.push(assistant);
+        messages.push(reply.to_message());
         let parsed = match call {
             None => Err(vec!["the answer did not call submit_plan".to_string()]),
             Some(call) => serde_json::from_str::<Answer>(&call.arguments)

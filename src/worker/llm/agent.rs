@@ -163,17 +163,7 @@ async fn run_loop(
                 .tokens_used
                 .fetch_add(usage.prompt + usage.completion, Ordering::Relaxed);
         }
-        let mut assistant = json!({"role": "assistant", "content": reply.content});
-        if !reply.tool_calls.is_empty() {
-            assistant["tool_calls"] = reply
-                .tool_calls
-                .iter()
-                .map(|c| {
-                    json!({"id": c.id, "type": "function",
-                           "function": {"name": c.name, "arguments": c.arguments}})
-                })
-                .collect();
-        }
+        let assistant = reply.to_message();
         transcript.append(&assistant);
         messages.push(assistant);
 

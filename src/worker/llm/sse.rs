@@ -28,6 +28,24 @@ pub struct Reply {
     pub usage: Option<Tokens>,
 }
 
+impl Reply {
+    /// The answer as an assistant message of the conversation (its tool calls included).
+    pub fn to_message(&self) -> Value {
+        let mut message = serde_json::json!({"role": "assistant", "content": self.content});
+        if !self.tool_calls.is_empty() {
+            message["tool_calls"] = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    serde_json::json!({"id": c.id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect();
+        }
+        message
+    }
+}
+
 fn arguments_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
