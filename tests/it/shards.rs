@@ -57,6 +57,15 @@ fn git_in(repo: &TestRepo, dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// The report of the plan's run in the clone at `dir`.
+fn report_in(dir: &Path, plan: &serde_json::Value) -> serde_json::Value {
+    let path = dir
+        .join(".git/swarm/runs")
+        .join(plan["run_id"].as_str().unwrap())
+        .join("report.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 fn seven_files() -> TestRepo {
     TestRepo::with_files(&[
         ("f1.txt", "foo 1\n"),
@@ -144,16 +153,7 @@ fn two_shards_in_two_clones_merge_in_a_third_as_on_one_machine() {
         "6"
     );
     // The shard records carried the task that needed no change.
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            merger
-                .join(".git/swarm/runs")
-                .join(json["run_id"].as_str().unwrap())
-                .join("report.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let report = report_in(&merger, &json);
     let st = statuses(&report);
     assert_eq!(count(&st, "merged"), 6, "{st:?}");
     assert_eq!(count(&st, "no_change"), 1, "{st:?}");
@@ -203,16 +203,7 @@ fn a_missing_shard_is_reported_and_the_rest_merges() {
         git_in(&repo, &merger, &["rev-parse", "main^{tree}"]),
         oracle
     );
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            merger
-                .join(".git/swarm/runs")
-                .join(json["run_id"].as_str().unwrap())
-                .join("report.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let report = report_in(&merger, &json);
     for t in report["tasks"].as_array().unwrap() {
         let file = t["files"][0].as_str().unwrap();
         if shard1.contains(&file) {
