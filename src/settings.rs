@@ -321,6 +321,12 @@ impl Settings {
         Duration::from_secs(self.idle_timeout_secs)
     }
 
+    /// Does the run call a model: the built-in worker (no `--exec`), `--repair`, or
+    /// `--on-conflict repair`?
+    pub fn uses_model(&self) -> bool {
+        self.exec.is_none() || self.repair || self.on_conflict == OnConflict::Repair
+    }
+
     /// Resolves `overrides` over the repository's `swarm.toml` (in `repo_root`) and the
     /// user's config file.
     pub fn resolve(overrides: Overrides, repo_root: &Path) -> anyhow::Result<Settings> {

@@ -114,7 +114,7 @@ async fn merge_plan(args: MergeArgs) -> anyhow::Result<i32> {
     )?;
     plan.into = into.branch.clone();
     let into_start = into.tip.unwrap_or(base);
-    let report = gather(&repo, &plan, &into.branch, into_start)?;
+    let (report, records) = gather(&repo, &plan, &into.branch, into_start)?;
     let settings = &plan.settings;
     let repairs = settings.on_conflict == OnConflict::Repair;
     let api_key = if repairs {
@@ -151,10 +151,6 @@ async fn merge_plan(args: MergeArgs) -> anyhow::Result<i32> {
         }
     );
     let run_id = plan.run_id.clone();
-    let records: Vec<String> = shard::read_records(&repo, &run_id)?
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect();
     let code = execute(
         RunRequest {
             info: info.clone(),
@@ -185,21 +181,24 @@ async fn merge_plan(args: MergeArgs) -> anyhow::Result<i32> {
 }
 
 /// The report a plan's merge starts from: tasks with a branch are finished (`done`), tasks a
-/// shard record describes have the record's outcome, the others are missing.
+/// shard record describes have the record's outcome, the others are missing. Also the
+/// branches of the shard records.
 fn gather(
     repo: &git2::Repository,
     plan: &crate::plan::Plan,
     into: &str,
     into_start: Oid,
-) -> anyhow::Result<Report> {
+) -> anyhow::Result<(Report, Vec<String>)> {
     let mut report = new_report(plan, into, into_start);
     report.state = RunState::Interrupted;
     let records = shard::read_records(repo, &plan.run_id)?;
+    let recorded_tasks: std::collections::HashMap<&str, &crate::report::TaskReport> = records
+        .iter()
+        .flat_map(|(_, r)| &r.tasks)
+        .map(|t| (t.id.as_str(), t))
+        .collect();
     for t in &mut report.tasks {
-        let recorded = records
-            .iter()
-            .flat_map(|(_, r)| &r.tasks)
-            .find(|r| r.id == t.id);
+        let recorded = recorded_tasks.get(t.id.as_str()).copied();
         let tip = repo
             .find_branch(&t.branch, git2::BranchType::Local)
             .ok()
@@ -236,7 +235,8 @@ fn gather(
             }
         }
     }
-    Ok(report)
+    let names = records.into_iter().map(|(name, _)| name).collect();
+    Ok((report, names))
 }
 
 /// `--push`: the target if it moved, else the branch holding the result.

@@ -645,14 +645,14 @@ pub(super) fn check_worker(settings: &Settings) -> anyhow::Result<Option<ApiKey>
         .hint("pass --verify CMD (e.g. --verify 'cargo check'), or drop --repair")
         .into());
     }
-    let needs_model = if settings.exec.is_none() {
-        None
-    } else if settings.on_conflict == OnConflict::Repair {
-        Some("--on-conflict repair")
-    } else if settings.repair {
-        Some("--repair")
-    } else {
+    if !settings.uses_model() {
         return Ok(None);
+    }
+    // With --exec, what needs the model.
+    let needs_model = match (&settings.exec, settings.on_conflict) {
+        (None, _) => None,
+        (Some(_), OnConflict::Repair) => Some("--on-conflict repair"),
+        (Some(_), _) => Some("--repair"),
     };
     let Some(model) = &settings.model.name else {
         return Err(match needs_model {

@@ -21,7 +21,7 @@ use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::git::worktree::WorktreePool;
 use crate::plan::Plan;
 use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
-use crate::settings::{ApiKey, OnConflict};
+use crate::settings::ApiKey;
 use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
@@ -203,9 +203,7 @@ pub async fn run(
     let base = Oid::from_str(&plan.base)?;
     // The model serves the built-in worker, and with --exec, --repair and conflict repair.
     let settings = &plan.settings;
-    let uses_model =
-        settings.exec.is_none() || settings.repair || settings.on_conflict == OnConflict::Repair;
-    let model = match (&settings.model.name, uses_model) {
+    let model = match (&settings.model.name, settings.uses_model()) {
         (Some(name), true) => Some(Arc::new(LlmShared::new(
             settings,
             name.clone(),

@@ -278,13 +278,17 @@ pub(super) async fn verify_merged(
 /// The merges on the integration branch, oldest first.
 fn chain(sched: &Scheduler, train: &MergeTrain, into_start: Oid) -> anyhow::Result<Vec<Link>> {
     let merges = train.merges_since(into_start)?;
+    let by_id: HashMap<&str, usize> = sched
+        .report
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.id.as_str(), i))
+        .collect();
     let mut links = Vec::with_capacity(merges.len());
     for (task_id, merge, _) in merges {
-        let idx = sched
-            .report
-            .tasks
-            .iter()
-            .position(|t| t.id == task_id)
+        let idx = *by_id
+            .get(task_id.as_str())
             .with_context(|| format!("merge {merge} names task {task_id}, not in the plan"))?;
         links.push(Link { merge, idx });
     }

@@ -55,10 +55,10 @@ impl TestRepo {
     }
 
     /// A repository whose first commit holds `files`.
-    pub fn with_files(files: &[(&str, &str)]) -> Self {
+    pub fn with_files(files: &[(impl AsRef<str>, impl AsRef<str>)]) -> Self {
         let repo = Self::empty();
         for (path, content) in files {
-            repo.write(path, content);
+            repo.write(path.as_ref(), content.as_ref());
         }
         repo.commit_all("initial");
         repo

@@ -18,11 +18,7 @@ fn foo_repo(n: usize) -> TestRepo {
             )
         })
         .collect();
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    TestRepo::with_files(&refs)
+    TestRepo::with_files(&files)
 }
 
 fn llm_run(repo: &TestRepo, fake: &FakeModel, args: &[&str]) -> Run {

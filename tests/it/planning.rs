@@ -84,11 +84,7 @@ fn batch_groups_files_into_tasks() {
     let files: Vec<(String, String)> = (0..5)
         .map(|i| (format!("f{i}.txt"), "foo\n".into()))
         .collect();
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    let repo = TestRepo::with_files(&refs);
+    let repo = TestRepo::with_files(&files);
     let base = repo.git(&["rev-parse", "HEAD"]);
     let exec = r#"for f in $SWARM_FILES; do sed -i s/foo/bar/ "$f"; done"#;
     let run = repo.swarm(&["refactor", "x", "--batch", "2", "--exec", exec]);

@@ -14,11 +14,7 @@ fn python_repo(n: usize) -> TestRepo {
         files.push((format!("src/pkg{}/mod_{i}.py", i % 4), body));
     }
     files.push(("README.md".into(), "uses foo everywhere\n".into()));
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    TestRepo::with_files(&refs)
+    TestRepo::with_files(&files)
 }
 
 #[test]
@@ -196,11 +192,7 @@ fn worktrees_are_pooled_and_reset_between_tasks() {
         .map(|i| (format!("f{i:02}.txt"), "foo\n".to_string()))
         .collect();
     files.push((".gitignore".into(), "build/\n".into()));
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    let repo = TestRepo::with_files(&refs);
+    let repo = TestRepo::with_files(&files);
     // Each task records how many stray files of earlier tasks and how many ignored build
     // files it finds, then leaves one of each (the stray file is committed: --scope any).
     let exec = r#"{ ls stray-* 2>/dev/null | wc -l; ls build 2>/dev/null | wc -l; } > "$SWARM_FILE"; mkdir -p build; touch "build/$SWARM_TASK_ID" "stray-$SWARM_TASK_ID""#;
@@ -242,11 +234,7 @@ fn worktree_setup_runs_once_per_worktree_and_copy_brings_ignored_files() {
         "swarm.toml".into(),
         "[worktree]\ncopy = [\".env\"]\nsetup = \"echo setup >> \\\"$HOME/setups\\\"; mkdir -p build && echo ready > build/stamp\"\n".into(),
     ));
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    let repo = TestRepo::with_files(&refs);
+    let repo = TestRepo::with_files(&files);
     repo.write(".env", "TOKEN=local\n");
     let run = repo.swarm(&[
         "refactor",

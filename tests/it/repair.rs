@@ -34,11 +34,7 @@ fn a_codemod_whose_output_fails_verify_is_repaired_by_the_model() {
             )
         })
         .collect();
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    let repo = TestRepo::with_files(&refs);
+    let repo = TestRepo::with_files(&files);
     let base = repo.git(&["rev-parse", "HEAD"]);
     // The codemod does the bulk, but breaks m2.py.
     let codemod = r#"sed -i 's/foo/bar/g' "$SWARM_FILE"; [ "$SWARM_FILE" != src/m2.py ] || echo BROKEN >> "$SWARM_FILE""#;

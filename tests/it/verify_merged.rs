@@ -9,13 +9,10 @@ use crate::common::{TestRepo, count, statuses, task_of};
 const BUMP_BREAKING_F11: &str = r#"sed -i 's/value/val/' "$SWARM_FILE"; [ "$SWARM_FILE" != f11.txt ] || echo BROKEN >> "$SWARM_FILE""#;
 
 fn sixteen_files() -> (TestRepo, Vec<String>) {
-    let names: Vec<String> = (1..=16).map(|i| format!("f{i:02}.txt")).collect();
-    let contents: Vec<String> = (1..=16).map(|i| format!("value = {i}\n")).collect();
-    let files: Vec<(&str, &str)> = names
-        .iter()
-        .zip(&contents)
-        .map(|(n, c)| (n.as_str(), c.as_str()))
+    let files: Vec<(String, String)> = (1..=16)
+        .map(|i| (format!("f{i:02}.txt"), format!("value = {i}\n")))
         .collect();
+    let names = files.iter().map(|(n, _)| n.clone()).collect();
     (TestRepo::with_files(&files), names)
 }
 
@@ -152,33 +149,25 @@ fn a_check_that_fails_on_the_base_stops_without_blaming_a_task() {
 /// build of the rest.
 fn c_program() -> TestRepo {
     let mut files = vec![
-        ("lib.h", "int compute_total(int a, int b);\n".to_string()),
+        ("lib.h".to_string(), "int compute_total(int a, int b);\n".to_string()),
         (
-            "lib.c",
+            "lib.c".to_string(),
             "#include \"lib.h\"\nint compute_total(int a, int b) { return a + b; }\n".to_string(),
         ),
         (
-            "main.c",
+            "main.c".to_string(),
             "#include \"lib.h\"\nint use1(void);\nint use2(void);\nint use3(void);\nint use4(void);\n\
              int main(void) { return compute_total(use1() + use2(), use3() + use4()) == 10 ? 0 : 1; }\n"
                 .to_string(),
         ),
     ];
-    let uses: Vec<(String, String)> = (1..=4)
-        .map(|i| {
-            (
-                format!("use{i}.c"),
-                format!(
-                    "#include \"lib.h\"\nint use{i}(void) {{ return compute_total({i}, 0); }}\n"
-                ),
-            )
-        })
-        .collect();
-    for (n, c) in &uses {
-        files.push((n.as_str(), c.clone()));
+    for i in 1..=4 {
+        files.push((
+            format!("use{i}.c"),
+            format!("#include \"lib.h\"\nint use{i}(void) {{ return compute_total({i}, 0); }}\n"),
+        ));
     }
-    let refs: Vec<(&str, &str)> = files.iter().map(|(n, c)| (*n, c.as_str())).collect();
-    TestRepo::with_files(&refs)
+    TestRepo::with_files(&files)
 }
 
 /// Builds and runs the C program in `dir`: true when it compiles, links and exits 0.
