@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 
@@ -19,7 +20,7 @@ use crate::report::TaskStatus;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
     RunStarted {
-        run_id: String,
+        run_id: RunId,
         base: String,
         into: String,
         tasks: usize,
@@ -29,18 +30,18 @@ pub enum Event {
         worktree: String,
     },
     TaskStarted {
-        task: String,
+        task: TaskId,
         files: Vec<RepoPath>,
         attempt: u32,
         worktree: String,
     },
     /// A coarse step of a running task, for the live view ("setup", "running", "committing").
     TaskStep {
-        task: String,
+        task: TaskId,
         step: String,
     },
     TaskFinished {
-        task: String,
+        task: TaskId,
         status: TaskStatus,
         changed_files: Vec<RepoPath>,
         duration_ms: u64,
@@ -48,50 +49,50 @@ pub enum Event {
     },
     /// A request to the model (LLM worker).
     ModelRequest {
-        task: String,
+        task: TaskId,
         turn: u32,
     },
     /// A failed model request that will be tried again.
     ModelRetry {
-        task: String,
+        task: TaskId,
         attempt: u32,
         wait_ms: u64,
         reason: String,
     },
     /// The model called a tool (started).
     ToolCall {
-        task: String,
+        task: TaskId,
         tool: String,
         path: Option<String>,
     },
     /// A tool call finished; `ok` is false when its result was an `error:`.
     ToolResult {
-        task: String,
+        task: TaskId,
         tool: String,
         ok: bool,
     },
     /// A decision on a command the built-in worker asked to `run` (the audit trail).
     Approval {
-        task: String,
+        task: TaskId,
         command: String,
         allowed: bool,
         /// What allowed it (`--allow-run` or the matching `[sandbox] allow_run` pattern).
         rule: Option<String>,
     },
     Merged {
-        task: String,
+        task: TaskId,
         commit: String,
         /// Merged by applying the task's paths to the integration tree (no three-way merge
         /// was needed).
         fast_path: bool,
     },
     Conflict {
-        task: String,
+        task: TaskId,
         paths: Vec<RepoPath>,
         action: String,
     },
     Warning {
-        task: Option<String>,
+        task: Option<TaskId>,
         message: String,
     },
     /// One run of `--verify-merged` on a commit of the integration branch.
@@ -105,7 +106,7 @@ pub enum Event {
     },
     /// A merged task left out of the result because it breaks `--verify-merged`.
     Excluded {
-        task: String,
+        task: TaskId,
         reason: String,
     },
     TargetUpdated {
@@ -130,7 +131,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub fn task(&self) -> Option<&str> {
+    pub fn task(&self) -> Option<&TaskId> {
         match self {
             Event::TaskStarted { task, .. }
             | Event::TaskStep { task, .. }
@@ -143,7 +144,7 @@ impl Event {
             | Event::Merged { task, .. }
             | Event::Excluded { task, .. }
             | Event::Conflict { task, .. } => Some(task),
-            Event::Warning { task, .. } => task.as_deref(),
+            Event::Warning { task, .. } => task.as_ref(),
             Event::RunStarted { .. }
             | Event::WorktreeCreated { .. }
             | Event::VerifyMerged { .. }

@@ -11,6 +11,7 @@ pub mod env_vars;
 pub mod error;
 pub mod events;
 pub mod git;
+pub mod ids;
 pub mod orchestrator;
 pub mod plan;
 pub mod repo_path;

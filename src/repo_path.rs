@@ -32,6 +32,40 @@ impl RepoPath {
         Path::new(self.as_os_str())
     }
 
+    /// Is this a path git could store in a tree: relative, with no empty, `.`, `..` or `.git`
+    /// component and no NUL byte? `Err` says what is wrong. Paths from outside (plan files,
+    /// settings) are checked with this before swarm uses them.
+    pub fn check(&self) -> Result<(), String> {
+        let shown = self.display();
+        if self.0.is_empty() {
+            return Err("an empty path".into());
+        }
+        if self.0.contains(&0) {
+            return Err(format!("'{shown}' contains a NUL byte"));
+        }
+        if self.0.starts_with(b"/") {
+            return Err(format!(
+                "'{shown}' is absolute; paths are relative to the repository root"
+            ));
+        }
+        for part in self.0.split(|&b| b == b'/') {
+            match part {
+                b"" => return Err(format!("'{shown}' has an empty component")),
+                b"." | b".." => {
+                    return Err(format!(
+                        "'{shown}' uses '{}'",
+                        String::from_utf8_lossy(part)
+                    ));
+                }
+                p if p.eq_ignore_ascii_case(b".git") => {
+                    return Err(format!("'{shown}' is inside .git"));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// The path for display: lossy where the name is not UTF-8.
     pub fn display(&self) -> String {
         String::from_utf8_lossy(&self.0).into_owned()
@@ -83,6 +117,26 @@ impl<'de> Deserialize<'de> for RepoPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_from_outside_are_checked() {
+        for good in ["a.txt", "src/a b.py", ".gitignore", "x/.github/y"] {
+            assert!(RepoPath::from(good).check().is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../b",
+            "./a",
+            "a//b",
+            "a/",
+            ".git/config",
+            "x/.GIT/y",
+        ] {
+            assert!(RepoPath::from(bad).check().is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn non_utf8_round_trips_through_json() {

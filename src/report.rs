@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{RunBranch, RunId, TaskId};
 use crate::repo_path::RepoPath;
 
 pub const REPORT_SCHEMA_VERSION: u32 = 1;
@@ -71,9 +72,13 @@ pub struct Tokens {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskReport {
-    pub id: String,
+    pub id: TaskId,
     pub files: Vec<RepoPath>,
     pub status: TaskStatus,
+    /// `swarm/<RUN-ID>/<TASK-ID>`. Written for readers, never read back: a loaded report
+    /// gets it from the ids ([`Report::parse`]), so no report or shard record can name
+    /// another branch for swarm to merge or delete.
+    #[serde(skip_deserializing)]
     pub branch: String,
     /// The task's own commit (tip of its branch), if it changed anything.
     pub commit: Option<String>,
@@ -136,7 +141,7 @@ impl Totals {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub schema_version: u32,
-    pub run_id: String,
+    pub run_id: RunId,
     pub instruction: String,
     pub base: String,
     pub into: String,
@@ -146,6 +151,7 @@ pub struct Report {
     pub result: Option<String>,
     /// Was `into` moved to `result`? If not, `result_branch` holds the result.
     pub into_updated: bool,
+    /// `swarm/<RUN-ID>/result` when it holds the result (like `branch`, never read back).
     pub result_branch: Option<String>,
     pub state: RunState,
     pub started_at: String,
@@ -165,13 +171,26 @@ pub struct VerifyMergedReport {
     /// How many times the check ran.
     pub runs: u32,
     /// The tasks left out because they break the check.
-    pub excluded: Vec<String>,
+    pub excluded: Vec<TaskId>,
     /// Why the result was not verified (the check fails on the base, or leaving tasks out
     /// did not make it pass); the target is not moved then.
     pub problem: Option<String>,
 }
 
 impl Report {
+    /// A report from its JSON (report.json, a shard record): the ids are checked by their
+    /// types, and branch names are derived from them, never taken from the text.
+    pub fn parse(json: &[u8]) -> serde_json::Result<Report> {
+        let mut report: Report = serde_json::from_slice(json)?;
+        for t in &mut report.tasks {
+            t.branch = report.run_id.task_branch(&t.id);
+        }
+        if report.result_branch.is_some() {
+            report.result_branch = Some(report.run_id.branch(&RunBranch::Result));
+        }
+        Ok(report)
+    }
+
     pub fn compute_totals(&mut self, duration_ms: u64) {
         let mut t = Totals {
             tasks: self.tasks.len(),

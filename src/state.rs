@@ -1,19 +1,27 @@
-//! Where a run keeps its state (SPEC §2): `<git-common-dir>/swarm/runs/<RUN-ID>/`.
+//! Where a run keeps its state: `<git-common-dir>/swarm/runs/<RUN-ID>/`.
 //!
 //! ```text
 //! swarm/
 //!   runs/<RUN-ID>/plan.json, report.json, events.jsonl
-//!   runs/<RUN-ID>/tasks/<TASK-ID>/worker.log, TASK.md, result.json
+//!   runs/<RUN-ID>/tasks/<TASK-ID>/worker.log, TASK.md, verify.log, transcript.jsonl
 //!   worktrees/<RUN-ID>-<n>/          (pooled worktrees, removed at the end)
 //! ```
+//!
+//! Every path here is built from typed ids ([`RunId`], [`TaskId`]), so it stays under
+//! `swarm/`. Files are written without following symbolic links ([`create_file`],
+//! [`append_file`], [`write_json_atomic`]), and swarm deletes only what [`remove_owned`] accepts:
+//! paths under `swarm/`, removed without following links.
 
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::ids::{RunId, TaskId};
 use crate::report::Report;
 
 pub fn swarm_dir(common_dir: &Path) -> PathBuf {
@@ -34,9 +42,9 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    pub fn new(common_dir: &Path, run_id: &str) -> Self {
+    pub fn new(common_dir: &Path, run_id: &RunId) -> Self {
         Self {
-            path: runs_dir(common_dir).join(run_id),
+            path: runs_dir(common_dir).join(run_id.as_str()),
         }
     }
 
@@ -52,16 +60,20 @@ impl RunDir {
         self.path.join("events.jsonl")
     }
 
-    pub fn task_dir(&self, task_id: &str) -> PathBuf {
-        self.path.join("tasks").join(task_id)
+    pub fn task_dir(&self, task_id: &TaskId) -> PathBuf {
+        self.path.join("tasks").join(task_id.as_str())
     }
 
+    /// Is there a directory (not a symbolic link) for this run?
     pub fn exists(&self) -> bool {
-        self.path.is_dir()
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir())
     }
 
     pub fn load_report(&self) -> anyhow::Result<Report> {
-        read_json(&self.report())
+        let path = self.report();
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        Report::parse(&bytes).with_context(|| format!("{} is not valid", path.display()))
     }
 
     pub fn owner(&self) -> PathBuf {
@@ -95,6 +107,7 @@ impl RunLock {
             .create(true)
             .truncate(false)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(run.path.join("lock"))?;
         // SAFETY: flock on an fd we own.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -117,31 +130,13 @@ pub struct Owner {
     pub started_at: String,
 }
 
-/// A new run id: UTC start time to the second, then 4 hex digits, so ids sort by start time
-/// and two runs started in the same second still differ.
-pub fn new_run_id() -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs();
-    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    let noise = (u64::from(now.subsec_nanos()) ^ (u64::from(std::process::id()) << 7)) & 0xffff;
-    format!(
-        "{y:04}{mo:02}{d:02}-{:02}{:02}{:02}-{noise:04x}",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
-}
-
 /// The current time as an RFC 3339 UTC timestamp.
 pub fn now_rfc3339() -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let secs = now.as_secs();
-    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
+    let (y, mo, d) = crate::ids::civil_from_days((secs / 86_400) as i64);
     let rem = secs % 86_400;
     format!(
         "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
@@ -151,44 +146,33 @@ pub fn now_rfc3339() -> String {
     )
 }
 
-/// Days since 1970-01-01 to a (year, month, day) date (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// The ids of all runs with a directory, oldest first.
-pub fn list_runs(common_dir: &Path) -> anyhow::Result<Vec<String>> {
+/// The ids of all runs with a directory, oldest first. Entries whose names are not run ids
+/// are not runs.
+pub fn list_runs(common_dir: &Path) -> anyhow::Result<Vec<RunId>> {
     let dir = runs_dir(common_dir);
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
     };
-    let mut ids: Vec<String> = entries
+    let mut ids: Vec<RunId> = entries
         .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok()?.parse().ok())
         .collect();
     ids.sort();
     Ok(ids)
 }
 
-/// Writes `value` as pretty JSON to `path` atomically (a reader never sees half a file).
+/// Writes `value` as pretty JSON to `path` atomically (a reader never sees half a file; a
+/// symbolic link at `path` is replaced, not followed).
 pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir)
         .with_context(|| format!("cannot write in {}", dir.display()))?;
-    serde_json::to_writer_pretty(&mut tmp, value)?;
-    std::io::Write::write_all(&mut tmp, b"\n")?;
+    let mut text = serde_json::to_vec_pretty(value)?;
+    text.push(b'\n');
+    std::io::Write::write_all(&mut tmp, &text)?;
     tmp.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
@@ -199,20 +183,127 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     serde_json::from_slice(&text).with_context(|| format!("{} is not valid", path.display()))
 }
 
+/// Creates `path` afresh for writing: whatever is there (a file, a symbolic link a worker
+/// planted) is unlinked first, and the new file is created exclusively without following a
+/// link, so swarm never writes through a link.
+pub fn create_file(path: &Path) -> std::io::Result<File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    File::options()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Opens `path` for appending (creating it), refusing a symbolic link.
+pub fn append_file(path: &Path) -> std::io::Result<File> {
+    File::options()
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Writes `contents` to a file made by [`create_file`].
+pub fn write_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    std::io::Write::write_all(&mut create_file(path)?, contents)
+}
+
+/// Removes `path`, a directory (or file) swarm made under `<git-common-dir>/swarm/`, without
+/// following symbolic links: a link is removed, never what it points to. Anything else is
+/// refused: this is the only way swarm deletes a directory tree.
+pub fn remove_owned(common_dir: &Path, path: &Path) -> anyhow::Result<bool> {
+    let root = swarm_dir(common_dir);
+    let inside = path
+        .strip_prefix(&root)
+        .ok()
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .is_some_and(|rel| rel.components().all(|c| matches!(c, Component::Normal(_))));
+    anyhow::ensure!(
+        inside,
+        "refusing to remove {}: swarm removes only what it made under {}",
+        path.display(),
+        root.display()
+    );
+    // No directory between `swarm/` and `path` may be a link (that would lead elsewhere).
+    let mut dir = root.clone();
+    for c in path
+        .strip_prefix(&root)?
+        .parent()
+        .into_iter()
+        .flat_map(Path::components)
+    {
+        dir.push(c);
+        let meta = std::fs::symlink_metadata(&dir);
+        anyhow::ensure!(
+            meta.as_ref().is_ok_and(|m| m.is_dir()),
+            "refusing to remove {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        );
+    }
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", path.display())),
+    };
+    // `remove_dir_all` does not follow links inside the tree either.
+    let removed = if meta.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    removed.with_context(|| format!("cannot remove {}", path.display()))?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn dates_from_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_413), (2025, 11, 21));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    fn removal_is_confined_to_the_swarm_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let common = dir.path().join("repo/.git");
+        let victim = dir.path().join("victim");
+        std::fs::create_dir_all(runs_dir(&common)).unwrap();
+        std::fs::create_dir_all(&victim).unwrap();
+        std::fs::write(victim.join("keep"), "x").unwrap();
+        for bad in [
+            victim.clone(),
+            common.clone(),
+            swarm_dir(&common),
+            runs_dir(&common).join(".."),
+            runs_dir(&common).join("../../.."),
+        ] {
+            assert!(remove_owned(&common, &bad).is_err(), "{}", bad.display());
+        }
+        // A link planted under swarm/ is removed itself, not followed.
+        let link = runs_dir(&common).join("20261121-133952-5a75");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(remove_owned(&common, &link).unwrap());
+        assert!(victim.join("keep").exists());
+        // Nor is a path beneath a link.
+        std::os::unix::fs::symlink(&victim, runs_dir(&common).join("l")).unwrap();
+        assert!(remove_owned(&common, &runs_dir(&common).join("l/keep")).is_err());
+        assert!(victim.join("keep").exists());
     }
 
     #[test]
-    fn run_ids_sort_by_time() {
-        let id = new_run_id();
-        assert_eq!(id.len(), "20261121-133455-abcd".len(), "{id}");
+    fn created_files_replace_links_instead_of_following_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let log = dir.path().join("verify.log");
+        std::os::unix::fs::symlink(&victim, &log).unwrap();
+        write_file(&log, b"output").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "output");
+        std::os::unix::fs::symlink(&victim, dir.path().join("t.jsonl")).unwrap();
+        assert!(append_file(&dir.path().join("t.jsonl")).is_err());
     }
 }

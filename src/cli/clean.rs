@@ -5,15 +5,16 @@ use clap::Args;
 use super::status::resolve_run_id;
 use crate::error::{BadInput, exit};
 use crate::git::{finish, repo, worktree};
+use crate::ids::{RunId, RunSelector};
 use crate::state::{self, RunDir};
 
 /// Remove a run's worktrees, task branches and state (or those of every run with --all),
 /// including what a crashed run left behind.
 #[derive(Debug, Args)]
 pub struct CleanArgs {
-    /// The run to clean (an id or a unique prefix).
+    /// The run to clean (an id or a unique prefix: YYYYMMDD-HHMMSS-xxxx).
     #[arg(conflicts_with = "all")]
-    pub run_id: Option<String>,
+    pub run_id: Option<RunSelector>,
     /// Clean every swarm run of this repository.
     #[arg(long)]
     pub all: bool,
@@ -22,26 +23,26 @@ pub struct CleanArgs {
 pub fn run(args: CleanArgs) -> anyhow::Result<i32> {
     let info = repo::discover(&std::env::current_dir()?)?;
     let common = &info.common_dir;
-    let (run_id, branch_prefix) = match (&args.run_id, args.all) {
-        (Some(wanted), false) => {
-            // A run whose state is gone may still have branches or worktrees: accept its id.
-            let id = resolve_run_id(common, wanted).unwrap_or_else(|_| wanted.clone());
-            let prefix = format!("swarm/{id}/");
-            (Some(id), prefix)
-        }
-        (None, true) => (None, "swarm/".to_string()),
+    let run_id: Option<RunId> = match (&args.run_id, args.all) {
+        // A run whose state is gone may still have branches or worktrees: a whole id is
+        // accepted even without a run directory.
+        (Some(wanted), false) => Some(match wanted.exact() {
+            Some(id) => id,
+            None => resolve_run_id(common, wanted)?,
+        }),
+        (None, true) => None,
         _ => {
             return Err(BadInput::new("which run should be cleaned?")
                 .hint("pass a RUN-ID (see `swarm status`) or --all")
                 .into());
         }
     };
-    let runs: Vec<String> = match &run_id {
+    let runs: Vec<RunId> = match &run_id {
         Some(id) => vec![id.clone()],
         None => state::list_runs(common)?,
     };
     // Runs in progress are left alone.
-    let (busy, runs): (Vec<String>, Vec<String>) = runs
+    let (busy, runs): (Vec<RunId>, Vec<RunId>) = runs
         .into_iter()
         .partition(|id| RunDir::new(common, id).is_running());
     if let (Some(id), [_]) = (&run_id, busy.as_slice()) {
@@ -53,15 +54,12 @@ pub fn run(args: CleanArgs) -> anyhow::Result<i32> {
     match &run_id {
         Some(id) => {
             removed += worktree::remove_run_worktrees(common, id)?;
-            branches = finish::branches_under(common, &branch_prefix)?;
+            branches = finish::branches_under(common, &id.branch_prefix())?;
         }
         None => {
             // Everything of swarm's but what belongs to runs in progress.
             for name in finish::branches_under(common, "swarm/")? {
-                if !busy
-                    .iter()
-                    .any(|b| name.starts_with(&format!("swarm/{b}/")))
-                {
+                if !busy.iter().any(|b| name.starts_with(&b.branch_prefix())) {
                     branches.push(name);
                 }
             }
@@ -74,19 +72,14 @@ pub fn run(args: CleanArgs) -> anyhow::Result<i32> {
     }
     let mut dirs = 0;
     for id in &runs {
-        let dir = RunDir::new(common, id);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir.path)?;
+        if state::remove_owned(common, &RunDir::new(common, id).path)? {
             dirs += 1;
         }
     }
-    if dirs == 0 && removed == 0 && deleted == 0 && run_id.is_some() {
-        return Err(BadInput::new(format!(
-            "nothing to clean for run '{}'",
-            args.run_id.unwrap_or_default()
-        ))
-        .hint("`swarm status` lists the runs")
-        .into());
+    if let (0, 0, 0, Some(id)) = (dirs, removed, deleted, &run_id) {
+        return Err(BadInput::new(format!("nothing to clean for run '{id}'"))
+            .hint("`swarm status` lists the runs")
+            .into());
     }
     eprintln!(
         "swarm: removed {removed} worktree(s), {deleted} branch(es) and {dirs} run record(s)"

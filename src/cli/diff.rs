@@ -10,13 +10,14 @@ use similar::{ChangeTag, TextDiff};
 use super::status::resolve_run_id;
 use crate::error::{BadInput, exit};
 use crate::git::repo;
+use crate::ids::RunSelector;
 use crate::state::RunDir;
 
 /// Show the unified diff of a run (what it merged into the target) or of one task.
 #[derive(Debug, Args)]
 pub struct DiffArgs {
     /// The run (an id or a unique prefix).
-    pub run_id: String,
+    pub run_id: RunSelector,
     /// One task of the run (an id or a unique prefix); default: the whole run.
     pub task_id: Option<String>,
     /// Print only the changed paths with their status.
@@ -40,7 +41,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<i32> {
             let matching: Vec<_> = report
                 .tasks
                 .iter()
-                .filter(|t| t.id == *wanted || t.id.starts_with(wanted.as_str()))
+                .filter(|t| t.id.as_str().starts_with(wanted.as_str()))
                 .collect();
             let task = match matching.as_slice() {
                 [one] => *one,

@@ -142,7 +142,7 @@ fn summary(report: &Report) -> String {
             if v.excluded.is_empty() {
                 String::new()
             } else {
-                format!(", left out: {}", v.excluded.join(", "))
+                format!(", left out: {}", crate::ids::join(&v.excluded))
             }
         );
     }
@@ -189,7 +189,7 @@ fn outputs(report: &Report) -> String {
     let t = &report.totals;
     let mut out = String::new();
     for (k, v) in [
-        ("run-id", report.run_id.clone()),
+        ("run-id", report.run_id.to_string()),
         ("result", report.result.clone().unwrap_or_default()),
         ("into", report.into.clone()),
         ("into-updated", report.into_updated.to_string()),

@@ -11,6 +11,7 @@ use super::resume::{ResumeArgs, continue_run};
 use super::run::{plan_base, read_plan};
 use crate::error::{BadInput, exit};
 use crate::git::{repo, shard};
+use crate::ids::{RunId, RunSelector};
 use crate::orchestrator::{Resume, RunRequest, new_report};
 use crate::report::{Report, RunState, TaskStatus};
 use crate::settings::OnConflict;
@@ -65,14 +66,18 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<i32> {
             .hint("a run merges into the branch it was started for")
             .into());
     }
+    let selector: RunSelector = args.target.parse().map_err(|e: crate::ids::IdError| {
+        BadInput::new(e.to_string())
+            .hint("pass a RUN-ID (`swarm status` lists them) or a plan file")
+    })?;
     let info = repo::discover(&std::env::current_dir()?)?;
+    let id = super::status::resolve_run_id(&info.common_dir, &selector)?;
     if let Some(remote) = &args.fetch {
-        let id = super::status::resolve_run_id(&info.common_dir, &args.target)?;
         shard::fetch_run(&info.workdir, remote, &id)?;
     }
     let code = continue_run(
         ResumeArgs {
-            run_id: args.target.clone(),
+            run_id: selector,
             failed: false,
             keep: false,
             verify_merged: args.verify_merged,
@@ -82,7 +87,7 @@ pub async fn run(args: MergeArgs) -> anyhow::Result<i32> {
         true,
     )
     .await?;
-    push_result(&info, &args.target, args.push.as_deref(), code)
+    push_result(&info, &id, args.push.as_deref(), code)
 }
 
 /// Merges the branches of a plan's tasks, wherever they ran.
@@ -242,7 +247,7 @@ fn gather(
 /// `--push`: the target if it moved, else the branch holding the result.
 fn push_result(
     info: &repo::RepoInfo,
-    run: &str,
+    run: &RunId,
     remote: Option<&str>,
     code: i32,
 ) -> anyhow::Result<i32> {
@@ -252,8 +257,7 @@ fn push_result(
     if code == exit::INTERRUPTED {
         return Ok(code);
     }
-    let id = super::status::resolve_run_id(&info.common_dir, run)?;
-    let report = RunDir::new(&info.common_dir, &id).load_report()?;
+    let report = RunDir::new(&info.common_dir, run).load_report()?;
     let branch = match (&report.result, report.into_updated, &report.result_branch) {
         (None, _, _) => {
             eprintln!("swarm: nothing merged, nothing pushed");

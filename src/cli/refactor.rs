@@ -288,7 +288,7 @@ async fn plan_and_run(
         check_dirty(&repo, &into, &tasks, settings.scope)?;
     }
 
-    let run_id = state::new_run_id();
+    let run_id = crate::ids::RunId::new_now();
     let plan = Plan {
         schema_version: PLAN_SCHEMA_VERSION,
         run_id: run_id.clone(),
@@ -447,7 +447,7 @@ async fn review_then_merge(
     }
     super::resume::continue_run(
         super::resume::ResumeArgs {
-            run_id,
+            run_id: (&run_id).into(),
             failed: false,
             keep,
             verify_merged: None,

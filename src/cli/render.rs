@@ -54,7 +54,7 @@ impl TerminalReporter {
 pub struct Live {
     multi: MultiProgress,
     overall: ProgressBar,
-    workers: Mutex<HashMap<String, (ProgressBar, String)>>,
+    workers: Mutex<HashMap<crate::ids::TaskId, (ProgressBar, String)>>,
     counts: Mutex<HashMap<&'static str, usize>>,
 }
 
@@ -78,7 +78,7 @@ impl Live {
         }
     }
 
-    fn settle(&self, task: &str, status: &'static str) {
+    fn settle(&self, task: &crate::ids::TaskId, status: &'static str) {
         if let Some((bar, _)) = self.lock_workers().remove(task) {
             bar.finish_and_clear();
             self.multi.remove(&bar);
@@ -91,7 +91,9 @@ impl Live {
         self.overall.set_message(parts.join(", "));
     }
 
-    fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ProgressBar, String)>> {
+    fn lock_workers(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<crate::ids::TaskId, (ProgressBar, String)>> {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -171,7 +173,7 @@ impl Live {
             Event::Warning { task, message } => {
                 let _ = self.multi.println(format!(
                     "  warning{}: {message}",
-                    task.as_deref().map(|t| format!(" {t}")).unwrap_or_default()
+                    task.as_ref().map(|t| format!(" {t}")).unwrap_or_default()
                 ));
             }
             Event::TargetNotUpdated { into, reason, .. } => {
@@ -246,7 +248,7 @@ fn plain_text(event: &Event) -> Option<String> {
         }
         Event::Warning { task, message } => format!(
             "warning{}: {message}",
-            task.as_deref().map(|t| format!(" {t}")).unwrap_or_default()
+            task.as_ref().map(|t| format!(" {t}")).unwrap_or_default()
         ),
         Event::TargetNotUpdated {
             into,
@@ -313,7 +315,12 @@ pub fn print_summary(report: &Report, interrupted: bool) {
         .filter(|t| show_all || !t.status.is_success())
         .collect();
     if !rows.is_empty() {
-        let width = rows.iter().map(|t| t.id.len()).max().unwrap_or(4).max(4);
+        let width = rows
+            .iter()
+            .map(|t| t.id.as_str().len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
         eprintln!("  {:<11} {:<width$}  DETAIL", "STATUS", "TASK");
         for task in rows {
             let detail = match (&task.error, task.status) {
@@ -366,7 +373,7 @@ pub fn print_summary(report: &Report, interrupted: bool) {
                     format!(
                         ", {} task(s) left out: {}",
                         v.excluded.len(),
-                        v.excluded.join(", ")
+                        crate::ids::join(&v.excluded)
                     )
                 }
             ),

@@ -7,6 +7,7 @@ use super::refactor::{Output, check_dirty, check_sandbox, check_worker, execute}
 use super::status::resolve_run_id;
 use crate::error::{BadInput, exit};
 use crate::git::{merge, repo, worktree};
+use crate::ids::RunSelector;
 use crate::orchestrator::{Resume, RunRequest, result_branch};
 use crate::plan::Plan;
 use crate::report::{RunState, TaskStatus};
@@ -21,7 +22,7 @@ use crate::state::{self, RunDir};
 )]
 pub struct ResumeArgs {
     /// The run (an id or a unique prefix; `swarm status` lists them).
-    pub run_id: String,
+    pub run_id: RunSelector,
     /// Also run failed, timed-out and conflicted tasks again.
     #[arg(long)]
     pub failed: bool,

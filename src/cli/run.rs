@@ -10,7 +10,8 @@ use super::refactor::{Output, check_sandbox, check_worker, execute};
 use crate::error::{BadInput, exit};
 use crate::git::repo::{self, IntoTarget};
 use crate::git::shard;
-use crate::orchestrator::{RunRequest, helper_branch};
+use crate::ids::RunBranch;
+use crate::orchestrator::RunRequest;
 use crate::plan::{PLAN_SCHEMA_VERSION, Plan};
 use crate::report::TaskStatus;
 use crate::settings::SandboxMode;
@@ -93,6 +94,10 @@ pub(super) fn read_plan(path: &std::path::Path) -> anyhow::Result<Plan> {
     })?;
     let plan: Plan = serde_json::from_str(&text).map_err(|e| {
         BadInput::new(format!("{} is not a swarm plan: {e}", path.display()))
+            .hint("write one with swarm plan … -o PLAN.json (and keep its fields when editing it)")
+    })?;
+    plan.validate().map_err(|e| {
+        BadInput::new(format!("{} is not a valid swarm plan: {e}", path.display()))
             .hint("write one with swarm plan … -o PLAN.json (and keep its fields when editing it)")
     })?;
     if plan.schema_version != PLAN_SCHEMA_VERSION {
@@ -193,7 +198,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         return Ok(code);
     }
     let report = RunDir::new(&common_dir, &run_id).load_report()?;
-    let record = helper_branch(&run_id, &shard::record_name(shard.k, shard.n));
+    let record = run_id.branch(&RunBranch::Shard {
+        k: shard.k,
+        n: shard.n,
+    });
     shard::write_record(&repo, &record, &report)?;
     let Some(remote) = args.push else {
         eprintln!(

@@ -4,6 +4,7 @@ use clap::Args;
 
 use crate::error::{BadInput, exit};
 use crate::git::repo;
+use crate::ids::{RunId, RunSelector};
 use crate::report::Report;
 use crate::state::{self, RunDir};
 
@@ -11,7 +12,7 @@ use crate::state::{self, RunDir};
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// A run id (or a unique prefix of one); default: list all runs.
-    pub run_id: Option<String>,
+    pub run_id: Option<RunSelector>,
     /// Print the run's report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -84,7 +85,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
     let width = report
         .tasks
         .iter()
-        .map(|t| t.id.len())
+        .map(|t| t.id.as_str().len())
         .max()
         .unwrap_or(4)
         .max(4);
@@ -125,12 +126,12 @@ fn effective_state(run_dir: &RunDir, state: crate::report::RunState) -> &'static
 }
 
 /// A full run id, from an id or a unique prefix of one.
-pub fn resolve_run_id(common_dir: &std::path::Path, wanted: &str) -> anyhow::Result<String> {
+pub fn resolve_run_id(common_dir: &std::path::Path, wanted: &RunSelector) -> anyhow::Result<RunId> {
     let ids = state::list_runs(common_dir)?;
-    if ids.iter().any(|id| id == wanted) {
-        return Ok(wanted.to_string());
+    if let Some(id) = wanted.exact().filter(|id| ids.contains(id)) {
+        return Ok(id);
     }
-    let matches: Vec<&String> = ids.iter().filter(|id| id.starts_with(wanted)).collect();
+    let matches: Vec<&RunId> = ids.iter().filter(|id| wanted.matches(id)).collect();
     match matches.as_slice() {
         [one] => Ok((*one).clone()),
         [] => Err(

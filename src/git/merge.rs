@@ -17,6 +17,7 @@ use anyhow::Context as _;
 use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, MergeOptions, Oid, Repository, Tree};
 
+use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 
 pub enum MergeOutcome {
@@ -32,10 +33,10 @@ pub struct MergeTrain {
 
 /// One task ready to merge.
 pub struct MergeRequest<'a> {
-    pub task_id: &'a str,
+    pub task_id: &'a TaskId,
     pub files: &'a [RepoPath],
     pub instruction: &'a str,
-    pub run_id: &'a str,
+    pub run_id: &'a RunId,
     /// The commit the task started from.
     pub start: Oid,
     /// The task branch tip.
@@ -61,7 +62,7 @@ impl MergeTrain {
     }
 
     /// The task merges on the integration branch since `from` (see [`merges_between`]).
-    pub fn merges_since(&self, from: Oid) -> anyhow::Result<Vec<(String, Oid, Oid)>> {
+    pub fn merges_since(&self, from: Oid) -> anyhow::Result<Vec<(TaskId, Oid, Oid)>> {
         merges_between(&self.repo, from, self.tip)
     }
 
@@ -128,7 +129,7 @@ impl MergeTrain {
         };
         let commit = self.commit_merge(req, tree_id, "")?;
         tracing::debug!(
-            task = req.task_id,
+            task = req.task_id.as_str(),
             fast_path,
             paths,
             "merged as {}",
@@ -299,7 +300,7 @@ pub fn merges_between(
     repo: &Repository,
     from: Oid,
     tip: Oid,
-) -> anyhow::Result<Vec<(String, Oid, Oid)>> {
+) -> anyhow::Result<Vec<(TaskId, Oid, Oid)>> {
     let mut merged = Vec::new();
     let mut at = tip;
     while at != from {
@@ -308,8 +309,14 @@ pub fn merges_between(
             break;
         }
         let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
-        if let Some(task) = message.lines().find_map(|l| l.strip_prefix("Swarm-Task: ")) {
-            merged.push((task.trim().to_string(), at, commit.parent_id(1)?));
+        let task = message.lines().find_map(|l| {
+            l.strip_prefix("Swarm-Task: ")?
+                .trim()
+                .parse::<TaskId>()
+                .ok()
+        });
+        if let Some(task) = task {
+            merged.push((task, at, commit.parent_id(1)?));
         }
         at = commit.parent_id(0)?;
     }

@@ -16,14 +16,10 @@ use anyhow::Context as _;
 use git2::{BranchType, Oid, Repository};
 
 use crate::error::BadInput;
+use crate::ids::{RunBranch, RunId};
 use crate::report::Report;
 
 const RECORD_FILE: &str = "report.json";
-
-/// `shard-K-of-N`: a name no task id can have (task ids end in a hash).
-pub fn record_name(k: usize, n: usize) -> String {
-    format!("shard-{k}-of-{n}")
-}
 
 /// Writes the shard record of `report` on `branch` (replacing an earlier one).
 pub fn write_record(repo: &Repository, branch: &str, report: &Report) -> anyhow::Result<Oid> {
@@ -47,16 +43,22 @@ pub fn write_record(repo: &Repository, branch: &str, report: &Report) -> anyhow:
     Ok(commit)
 }
 
-/// The shard records of run `run_id` on local branches, with their branch names.
-pub fn read_records(repo: &Repository, run_id: &str) -> anyhow::Result<Vec<(String, Report)>> {
-    let prefix = format!("swarm/{run_id}/shard-");
+/// The shard records of run `run_id` on local branches (`swarm/<RUN-ID>/shard-K-of-N`),
+/// with their branch names. A record must be of this run: its ids are checked as any
+/// report's ([`Report::parse`]), and a record of another run is refused.
+pub fn read_records(repo: &Repository, run_id: &RunId) -> anyhow::Result<Vec<(String, Report)>> {
+    let prefix = run_id.branch_prefix();
     let mut records = Vec::new();
     for branch in repo.branches(Some(BranchType::Local))? {
         let (branch, _) = branch?;
         let Some(name) = branch.name()?.map(str::to_string) else {
             continue;
         };
-        if !name.starts_with(&prefix) {
+        let is_record = name
+            .strip_prefix(&prefix)
+            .and_then(RunBranch::parse_shard)
+            .is_some();
+        if !is_record {
             continue;
         }
         let tree = branch.get().peel_to_tree()?;
@@ -64,8 +66,13 @@ pub fn read_records(repo: &Repository, run_id: &str) -> anyhow::Result<Vec<(Stri
             .get_name(RECORD_FILE)
             .with_context(|| format!("branch {name} holds no {RECORD_FILE}"))?;
         let blob = repo.find_blob(entry.id())?;
-        let report: Report = serde_json::from_slice(blob.content())
+        let report = Report::parse(blob.content())
             .with_context(|| format!("the shard record on {name} is not a swarm report"))?;
+        anyhow::ensure!(
+            &report.run_id == run_id,
+            "the shard record on {name} is of another run ({})",
+            report.run_id
+        );
         records.push((name, report));
     }
     records.sort_by(|a, b| a.0.cmp(&b.0));
@@ -82,7 +89,7 @@ pub fn push(workdir: &Path, remote: &str, branches: &[String], force: bool) -> a
     if force {
         cmd.arg("--force");
     }
-    cmd.arg(remote);
+    cmd.args(["--end-of-options", remote]);
     for b in branches {
         cmd.arg(format!("refs/heads/{b}:refs/heads/{b}"));
     }
@@ -91,13 +98,12 @@ pub fn push(workdir: &Path, remote: &str, branches: &[String], force: bool) -> a
 
 /// Fetches every `swarm/<RUN-ID>/*` branch of `remote` into the local branches of the same
 /// names.
-pub fn fetch_run(workdir: &Path, remote: &str, run_id: &str) -> anyhow::Result<()> {
+pub fn fetch_run(workdir: &Path, remote: &str, run_id: &RunId) -> anyhow::Result<()> {
+    let prefix = run_id.branch_prefix();
     let mut cmd = Command::new("git");
     cmd.current_dir(workdir)
-        .args(["fetch", "--quiet", "--no-tags", remote])
-        .arg(format!(
-            "+refs/heads/swarm/{run_id}/*:refs/heads/swarm/{run_id}/*"
-        ));
+        .args(["fetch", "--quiet", "--no-tags", "--end-of-options", remote])
+        .arg(format!("+refs/heads/{prefix}*:refs/heads/{prefix}*"));
     run_git(cmd, &format!("git fetch {remote}"))
 }
 

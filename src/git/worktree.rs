@@ -14,6 +14,7 @@ use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
 use git2::{Oid, Repository, WorktreeAddOptions, WorktreePruneOptions};
 
+use crate::ids::{RunBranch, RunId};
 use crate::state;
 
 /// One worktree of the pool.
@@ -37,7 +38,7 @@ struct PoolState {
 
 pub struct WorktreePool {
     common_dir: PathBuf,
-    run_id: String,
+    run_id: RunId,
     /// Files copied from the user's checkout into each new worktree (`[worktree] copy`).
     copy: Vec<String>,
     user_workdir: PathBuf,
@@ -69,10 +70,10 @@ impl CreationLock {
 }
 
 impl WorktreePool {
-    pub fn new(common_dir: &Path, run_id: &str, copy: Vec<String>, user_workdir: &Path) -> Self {
+    pub fn new(common_dir: &Path, run_id: &RunId, copy: Vec<String>, user_workdir: &Path) -> Self {
         Self {
             common_dir: common_dir.to_path_buf(),
-            run_id: run_id.to_string(),
+            run_id: run_id.clone(),
             copy,
             user_workdir: user_workdir.to_path_buf(),
             state: Mutex::new(PoolState::default()),
@@ -111,13 +112,13 @@ impl WorktreePool {
     }
 
     fn create(&self, repo: &Repository, branch_ref: &git2::Reference<'_>) -> anyhow::Result<Slot> {
-        let (name, path) = {
+        let (name, path, n) = {
             let mut st = self.lock_state();
             let n = st.created.len() + 1;
             let name = format!("swarm-{}-{n}", self.run_id);
             let path = state::worktrees_dir(&self.common_dir).join(format!("{}-{n}", self.run_id));
             st.created.push((name.clone(), path.clone()));
-            (name, path)
+            (name, path, n)
         };
         std::fs::create_dir_all(state::worktrees_dir(&self.common_dir))?;
         // libgit2 creates `.git/worktrees` itself and fails if another process does so at the
@@ -129,7 +130,7 @@ impl WorktreePool {
             // branch at a commit with an empty tree (nothing to check out); the task's files
             // are checked out afterwards, in parallel with other creations.
             let _one_at_a_time = CreationLock::acquire(&self.common_dir)?;
-            let placeholder_name = format!("swarm/{}/{name}", self.run_id);
+            let placeholder_name = self.run_id.branch(&RunBranch::Placeholder(n));
             let empty = self.empty_commit(repo)?;
             let placeholder = repo
                 .branch(&placeholder_name, &repo.find_commit(empty)?, true)?
@@ -271,31 +272,30 @@ fn reset(path: &Path, branch_ref: &str, start: &git2::Commit<'_>) -> anyhow::Res
     Ok(())
 }
 
-/// Removes a worktree: its directory and its record in the git directory.
+/// Removes a worktree of swarm's: its record in the git directory, then its directory,
+/// which must be under `<git-common-dir>/swarm/worktrees/` (whatever the record says).
 pub fn remove_worktree(repo: &Repository, name: &str, path: &Path) -> anyhow::Result<()> {
     if let Ok(wt) = repo.find_worktree(name) {
         let _ = wt.unlock();
+        // The directory is removed below, by swarm, only where swarm puts worktrees.
         let mut opts = WorktreePruneOptions::new();
-        opts.valid(true).locked(true).working_tree(true);
+        opts.valid(true).locked(true).working_tree(false);
         wt.prune(Some(&mut opts))
             .with_context(|| format!("cannot remove worktree {name}"))?;
     }
-    if path.exists() {
-        std::fs::remove_dir_all(path)
-            .with_context(|| format!("cannot remove {}", path.display()))?;
-    }
+    state::remove_owned(repo.commondir(), path)?;
     Ok(())
 }
 
 /// Removes the worktrees of run `run_id`, including records whose directory is gone and
 /// directories left without a record (a crash between the two). Returns how many.
-pub fn remove_run_worktrees(common_dir: &Path, run_id: &str) -> anyhow::Result<usize> {
+pub fn remove_run_worktrees(common_dir: &Path, run_id: &RunId) -> anyhow::Result<usize> {
     let prefix = format!("{run_id}-");
     remove_worktrees_where(common_dir, |run_part| run_part.starts_with(&prefix))
 }
 
 /// Removes every swarm worktree except those of the runs in `keep` (runs in progress).
-pub fn remove_run_worktrees_except(common_dir: &Path, keep: &[String]) -> anyhow::Result<usize> {
+pub fn remove_run_worktrees_except(common_dir: &Path, keep: &[RunId]) -> anyhow::Result<usize> {
     remove_worktrees_where(common_dir, |run_part| {
         !keep
             .iter()
@@ -303,12 +303,22 @@ pub fn remove_run_worktrees_except(common_dir: &Path, keep: &[String]) -> anyhow
     })
 }
 
+/// Is `part` a `<RUN-ID>-<n>` (a worktree directory's name)?
+fn is_slot_name(part: &str) -> bool {
+    part.split_at_checked(20).is_some_and(|(run, n)| {
+        run.parse::<RunId>().is_ok()
+            && n.strip_prefix('-')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+    })
+}
+
 /// Worktree names are `swarm-<RUN-ID>-<n>` and directories `<RUN-ID>-<n>`; `select` gets the
-/// `<RUN-ID>-<n>` part.
+/// `<RUN-ID>-<n>` part. Names of any other shape are not swarm's.
 fn remove_worktrees_where(
     common_dir: &Path,
     select: impl Fn(&str) -> bool,
 ) -> anyhow::Result<usize> {
+    let select = |part: &str| is_slot_name(part) && select(part);
     let repo = Repository::open(common_dir)?;
     let mut removed = 0;
     for name in repo.worktrees()?.iter().flatten().flatten() {
@@ -318,17 +328,15 @@ fn remove_worktrees_where(
         if !select(run_part) {
             continue;
         }
-        let path = repo
-            .find_worktree(name)
-            .map(|w| w.path().to_path_buf())
-            .unwrap_or_default();
+        // The directory is where swarm puts it, not where the record says.
+        let path = state::worktrees_dir(common_dir).join(run_part);
         remove_worktree(&repo, name, &path)?;
         removed += 1;
     }
     if let Ok(entries) = std::fs::read_dir(state::worktrees_dir(common_dir)) {
         for entry in entries.flatten() {
             if select(&entry.file_name().to_string_lossy()) {
-                let _ = std::fs::remove_dir_all(entry.path());
+                let _ = state::remove_owned(common_dir, &entry.path());
             }
         }
     }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use git2::Oid;
 
-use super::{Shared, helper_branch, result_branch};
+use super::{Shared, result_branch};
 use crate::events::Event;
+use crate::ids::RunBranch;
 use crate::report::TaskStatus;
 
 /// Moves the target (unless interrupted), removes worktrees, deletes the branches that are no
@@ -93,8 +94,8 @@ pub(super) async fn finish(
     if report.result_branch.is_none() {
         delete.push(result_branch);
     }
-    delete.push(helper_branch(&run_id, "verify"));
-    delete.push(helper_branch(&run_id, "repair"));
+    delete.push(run_id.branch(&RunBranch::Verify));
+    delete.push(run_id.branch(&RunBranch::Repair));
     let removed_worktrees = if keep {
         0
     } else {

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::{Event, EventSink};
 use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::git::worktree::WorktreePool;
+use crate::ids::{RunBranch, RunId};
 use crate::plan::Plan;
 use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
 use crate::settings::ApiKey;
@@ -121,15 +122,8 @@ struct Shared {
     known_branches: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
-pub fn result_branch(run_id: &str) -> String {
-    helper_branch(run_id, "result")
-}
-
-/// A branch of the run that is not a task's: `result`, and the `verify` and `repair`
-/// branches of the worktrees that check the merged result and resolve conflicts. Task ids
-/// end in a hash, so none can be called like these.
-pub(crate) fn helper_branch(run_id: &str, name: &str) -> String {
-    format!("swarm/{run_id}/{name}")
+pub fn result_branch(run_id: &RunId) -> String {
+    run_id.branch(&RunBranch::Result)
 }
 
 /// The report of a run of `plan` that has not started: every task pending.

@@ -479,7 +479,7 @@ async fn attempt_repair(
         .model
         .clone()
         .context("--on-conflict repair needs a model")?;
-    let branch = super::helper_branch(&shared.plan.run_id, "repair");
+    let branch = shared.plan.run_id.branch(&crate::ids::RunBranch::Repair);
     let mut slot = {
         let (shared, branch, tip) = (shared.clone(), branch.clone(), r.tip);
         tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, tip)).await??

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use git2::Oid;
 
+use super::Shared;
 use super::scheduler::Scheduler;
 use super::task::set_up;
-use super::{Shared, helper_branch};
 use crate::events::Event;
 use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
 use crate::report::{TaskStatus, VerifyMergedReport};
@@ -83,7 +83,7 @@ impl Checker {
             return Ok(Some(known.clone()));
         }
         let shared = &self.shared;
-        let branch = helper_branch(&shared.plan.run_id, "verify");
+        let branch = shared.plan.run_id.branch(&crate::ids::RunBranch::Verify);
         let mut slot = {
             let shared = shared.clone();
             tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, commit)).await??
@@ -230,7 +230,7 @@ pub(super) async fn verify_merged(
                 "--verify-merged `{command}` still fails after leaving out {limit} task(s) \
                  ({}); the tasks may only work together (a rename split across files, say) or \
                  the check may be flaky, so none is left out and {} is not moved (output: {})",
-                outcome.excluded.join(", "),
+                crate::ids::join(&outcome.excluded),
                 shared.plan.into,
                 first.log.display()
             );

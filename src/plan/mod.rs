@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 pub use pathspec::Pathspec;
 pub use select::{SelectOptions, Selection, select_files};
 
+use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::settings::Settings;
 
@@ -22,7 +23,7 @@ pub const PLAN_SCHEMA_VERSION: u32 = 1;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Plan {
     pub schema_version: u32,
-    pub run_id: String,
+    pub run_id: RunId,
     pub instruction: String,
     /// The commit every task starts from.
     pub base: String,
@@ -39,7 +40,7 @@ pub struct Plan {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
-    pub id: String,
+    pub id: TaskId,
     pub files: Vec<RepoPath>,
     /// What this task in particular does (written by the planner of `--split llm`, or by
     /// hand in a plan file); workers get it after the run's instruction.
@@ -54,6 +55,40 @@ pub struct SkippedFile {
 }
 
 impl Plan {
+    /// Checks what the types cannot: every file path is one git could store, no file is in
+    /// two tasks, no two tasks share an id (and so a branch), and the target is a branch
+    /// name outside `swarm/`. `Err` says what is wrong, for a plan read from a file.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut ids = std::collections::HashSet::new();
+        let mut files = std::collections::HashSet::new();
+        for task in &self.tasks {
+            if !ids.insert(&task.id) {
+                return Err(format!("two tasks have the id {}", task.id));
+            }
+            if task.files.is_empty() {
+                return Err(format!("task {} has no files", task.id));
+            }
+            for f in &task.files {
+                f.check().map_err(|e| format!("task {}: {e}", task.id))?;
+                if !files.insert(f) {
+                    return Err(format!("{f} is in two tasks"));
+                }
+            }
+        }
+        let into_ok = git2::Branch::name_is_valid(&self.into).unwrap_or(false)
+            && !self.into.starts_with("swarm/");
+        if !into_ok {
+            return Err(format!(
+                "'{}' is not a branch name swarm can merge into",
+                self.into
+            ));
+        }
+        if git2::Oid::from_str(&self.base).is_err() {
+            return Err(format!("the base '{}' is not a commit id", self.base));
+        }
+        Ok(())
+    }
+
     /// The instruction the workers of task `idx` get: the run's, verbatim, then the task's
     /// own if it has one.
     pub fn instruction_for(&self, idx: usize) -> std::borrow::Cow<'_, str> {
@@ -68,8 +103,8 @@ impl Plan {
 
 impl Task {
     /// The task's branch name (without `refs/heads/`).
-    pub fn branch(&self, run_id: &str) -> String {
-        format!("swarm/{run_id}/{}", self.id)
+    pub fn branch(&self, run_id: &RunId) -> String {
+        run_id.task_branch(&self.id)
     }
 }
 
@@ -87,7 +122,7 @@ pub fn make_tasks(files: Vec<RepoPath>, batch: usize) -> Vec<Task> {
 
 /// A deterministic, ref-safe id: a readable slug of the first file's path and a hash of all
 /// the task's files, so the same files always get the same id whatever else is in the plan.
-pub fn task_id(files: &[RepoPath]) -> String {
+pub fn task_id(files: &[RepoPath]) -> TaskId {
     const SLUG_MAX: usize = 40;
     // FNV-1a, 64 bit: stable across Rust versions, unlike `DefaultHasher`.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -111,11 +146,11 @@ pub fn task_id(files: &[RepoPath]) -> String {
     let start = slug.len().saturating_sub(SLUG_MAX);
     let slug = slug[start..].trim_start_matches('-');
     let short = format!("{:08x}", hash >> 32);
-    if slug.is_empty() {
+    TaskId::from_generated(if slug.is_empty() {
         format!("t-{short}")
     } else {
         format!("{slug}-{short}")
-    }
+    })
 }
 
 #[cfg(test)]
@@ -126,9 +161,10 @@ mod tests {
     fn task_ids_are_stable_readable_and_ref_safe() {
         let a = task_id(&[RepoPath::from("src/My File.py")]);
         assert_eq!(a, task_id(&[RepoPath::from("src/My File.py")]));
-        assert!(a.starts_with("src-my-file-py-"), "{a}");
+        assert!(a.as_str().starts_with("src-my-file-py-"), "{a}");
         assert!(
-            a.chars()
+            a.as_str()
+                .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         );
         assert_ne!(
@@ -136,9 +172,9 @@ mod tests {
             task_id(&[RepoPath::from("src/My File.py"), RepoPath::from("b")])
         );
         let long = task_id(&[RepoPath::from(&*format!("{}/x.rs", "d".repeat(100)))]);
-        assert!(long.len() <= 40 + 9, "{long}");
+        assert!(long.as_str().len() <= 40 + 9, "{long}");
         let odd = task_id(&[RepoPath::from_bytes(b"\xe9.txt".to_vec())]);
-        assert!(odd.starts_with("txt-"), "{odd}");
+        assert!(odd.as_str().starts_with("txt-"), "{odd}");
     }
 
     #[test]

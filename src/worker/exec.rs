@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::process::{self, Exit, ProcessRequest};
 use crate::env_vars;
+use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::worker::Verdict;
 use crate::worker::sandbox::SandboxPolicy;
@@ -22,8 +23,8 @@ use crate::worker::sandbox::SandboxPolicy;
 pub struct ExecTask<'a> {
     pub command: &'a str,
     pub instruction: &'a str,
-    pub run_id: &'a str,
-    pub task_id: &'a str,
+    pub run_id: &'a RunId,
+    pub task_id: &'a TaskId,
     pub files: &'a [RepoPath],
     pub worktree: &'a Path,
     /// The task's directory in the run directory (log, TASK.md, result file).
@@ -78,8 +79,8 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         (env_vars::SWARM_FILE.into(), OsString::from_vec(first)),
         (env_vars::SWARM_FILES.into(), OsString::from_vec(all)),
         (env_vars::SWARM_INSTRUCTION.into(), task.instruction.into()),
-        (env_vars::SWARM_TASK_ID.into(), task.task_id.into()),
-        (env_vars::SWARM_RUN_ID.into(), task.run_id.into()),
+        (env_vars::SWARM_TASK_ID.into(), task.task_id.as_str().into()),
+        (env_vars::SWARM_RUN_ID.into(), task.run_id.as_str().into()),
         (env_vars::SWARM_WORKTREE.into(), task.worktree.into()),
         (env_vars::SWARM_TASK_FILE.into(), task_file.clone().into()),
         (

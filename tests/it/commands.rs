@@ -31,12 +31,20 @@ fn status_lists_runs_and_shows_tasks() {
     json.assert_code(0);
     let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(v["run_id"], id.as_str());
-    let missing = repo.swarm(&["status", "nope"]);
+    let missing = repo.swarm(&["status", "20991231"]);
     missing.assert_code(2);
     assert!(
         missing.stderr.contains("swarm status"),
         "{}",
         missing.stderr
+    );
+    // What is not a run id at all is refused with the grammar.
+    let bad = repo.swarm(&["status", "nope"]);
+    bad.assert_code(2);
+    assert!(
+        bad.stderr.contains("YYYYMMDD-HHMMSS-xxxx"),
+        "{}",
+        bad.stderr
     );
 }
 

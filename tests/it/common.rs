@@ -1,8 +1,11 @@
 //! The test environment: a temporary repository, a temporary HOME, no global git config, a
 //! fixed author, and no SWARM_*/OPENAI_* variables leaking in from the caller.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use std::os::unix::fs::PermissionsExt as _;
 
 use serde_json::Value;
 use tempfile::TempDir;
@@ -62,6 +65,41 @@ impl TestRepo {
         }
         repo.commit_all("initial");
         repo
+    }
+
+    /// The test's temporary directory: the repository, HOME and victims live in it, and
+    /// nothing a test does may touch anything outside it.
+    pub fn root(&self) -> &Path {
+        self._dir.path()
+    }
+
+    /// A directory outside the repository (in the test's temporary directory) holding
+    /// `keep.txt`, for attacks to aim at.
+    pub fn victim(&self) -> PathBuf {
+        let dir = self.root().join("victim");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("keep.txt"), "precious\n").unwrap();
+        dir
+    }
+
+    /// Everything under the test's directory, except what swarm itself may write in the git
+    /// directory (its state, objects, its own branches and worktrees' records) and the
+    /// test's own `plans/`.
+    pub fn outside(&self) -> Snapshot {
+        let git = self.path.join(".git");
+        Snapshot::of(
+            self.root(),
+            &[
+                git.join("swarm"),
+                git.join("objects"),
+                git.join("logs"),
+                git.join("refs/heads/swarm"),
+                git.join("worktrees"),
+                git.join("packed-refs"),
+                git.join("ORIG_HEAD"),
+                self.root().join("plans"),
+            ],
+        )
     }
 
     pub fn write(&self, rel: &str, content: &str) {
@@ -295,4 +333,64 @@ pub fn task_of<'a>(report: &'a Value, file: &str) -> &'a Value {
 /// How many tasks of `statuses(report)` have `status`.
 pub fn count(statuses: &[(String, String)], status: &str) -> usize {
     statuses.iter().filter(|(_, s)| s == status).count()
+}
+
+/// What is in a directory tree: each path with its type and content (links not followed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot(BTreeMap<PathBuf, String>);
+
+impl Snapshot {
+    pub fn of(dir: &Path, skip: &[PathBuf]) -> Self {
+        let mut entries = BTreeMap::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let Ok(read) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for entry in read.flatten() {
+                let path = entry.path();
+                if skip.iter().any(|s| path.starts_with(s)) {
+                    continue;
+                }
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                let what = if meta.is_symlink() {
+                    format!("link -> {}", std::fs::read_link(&path).unwrap().display())
+                } else if meta.is_dir() {
+                    stack.push(path.clone());
+                    "dir".to_string()
+                } else if meta.is_file() {
+                    let bytes = std::fs::read(&path).unwrap_or_default();
+                    format!(
+                        "file {:o} {}",
+                        meta.permissions().mode() & 0o777,
+                        String::from_utf8_lossy(&bytes)
+                    )
+                } else {
+                    "special".to_string()
+                };
+                entries.insert(path, what);
+            }
+        }
+        Self(entries)
+    }
+
+    /// Panics with the differences if `other` is not the same.
+    pub fn assert_same(&self, other: &Snapshot) {
+        let mut diff = Vec::new();
+        for (path, what) in &self.0 {
+            match other.0.get(path) {
+                Some(now) if now == what => {}
+                Some(now) => diff.push(format!("changed {}: {what:?} -> {now:?}", path.display())),
+                None => diff.push(format!("removed {}", path.display())),
+            }
+        }
+        for path in other.0.keys().filter(|p| !self.0.contains_key(*p)) {
+            diff.push(format!("added {}", path.display()));
+        }
+        assert!(
+            diff.is_empty(),
+            "outside the worktrees:\n{}",
+            diff.join("\n")
+        );
+    }
 }

@@ -21,6 +21,7 @@ use super::LlmShared;
 use super::client::RetryNotice;
 use super::tools::{self, FinishStatus, Outcome, Workspace};
 use crate::events::{Event, EventSink};
+use crate::ids::TaskId;
 use crate::repo_path::RepoPath;
 use crate::report::Tokens;
 use crate::settings::RunToolPolicy;
@@ -40,7 +41,7 @@ pub struct AgentTask<'a> {
     pub shared: &'a LlmShared,
     pub events: &'a EventSink,
     pub instruction: &'a str,
-    pub task_id: &'a str,
+    pub task_id: &'a TaskId,
     pub files: &'a [RepoPath],
     pub worktree: &'a Path,
     pub task_dir: &'a Path,
@@ -132,16 +133,16 @@ async fn run_loop(
         let turn = state.turns;
         shorten_old_results(&mut messages);
         task.events.emit(Event::TaskStep {
-            task: task.task_id.to_string(),
+            task: task.task_id.clone(),
             step: format!("turn {turn}: thinking"),
         });
         task.events.emit(Event::ModelRequest {
-            task: task.task_id.to_string(),
+            task: task.task_id.clone(),
             turn,
         });
         let on_retry = |n: &RetryNotice| {
             task.events.emit(Event::ModelRetry {
-                task: task.task_id.to_string(),
+                task: task.task_id.clone(),
                 attempt: n.attempt,
                 wait_ms: n.wait.as_millis() as u64,
                 reason: n.reason.clone(),
@@ -180,7 +181,7 @@ async fn run_loop(
                 .ok()
                 .and_then(|a| a.get("path").and_then(Value::as_str).map(str::to_string));
             task.events.emit(Event::TaskStep {
-                task: task.task_id.to_string(),
+                task: task.task_id.clone(),
                 step: format!(
                     "turn {turn}: {}{}",
                     call.name,
@@ -191,7 +192,7 @@ async fn run_loop(
                 ),
             });
             task.events.emit(Event::ToolCall {
-                task: task.task_id.to_string(),
+                task: task.task_id.clone(),
                 tool: call.name.clone(),
                 path: target.clone(),
             });
@@ -208,7 +209,7 @@ async fn run_loop(
                 }
             };
             task.events.emit(Event::ToolResult {
-                task: task.task_id.to_string(),
+                task: task.task_id.clone(),
                 tool: call.name.clone(),
                 ok: !content.starts_with("error:"),
             });
@@ -240,7 +241,7 @@ async fn run_loop(
             return Ok(Verdict::Done);
         };
         task.events.emit(Event::TaskStep {
-            task: task.task_id.to_string(),
+            task: task.task_id.clone(),
             step: "verify".into(),
         });
         match run_verify(verify, task).await? {
@@ -281,7 +282,7 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<St
     };
     let rule = task.run_tool.allows(&command);
     task.events.emit(Event::Approval {
-        task: task.task_id.to_string(),
+        task: task.task_id.clone(),
         command: command.clone(),
         allowed: rule.is_some(),
         rule: rule.clone(),
