@@ -16,6 +16,7 @@ pub mod orchestrator;
 pub mod plan;
 pub mod repo_path;
 pub mod report;
+pub mod secrets;
 pub mod settings;
 pub mod state;
 pub mod worker;

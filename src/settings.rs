@@ -4,6 +4,13 @@
 //!
 //! clap already gives flags precedence over their environment variables; every field of
 //! [`Overrides`] is an `Option` so that "not given" stays visible and the files can fill it.
+//!
+//! The repository's `swarm.toml` is written by whoever wrote the repository, so it cannot
+//! weaken the sandbox: `mode = "off"`, `network = true`, `writable`, `unhide` and `env` are
+//! taken only from the command line or the user's own config file; asked for in
+//! `swarm.toml` alone, they are ignored with a warning ([`Resolved::warnings`]). Nor can it
+//! send the API key elsewhere: its `[model] base_url` counts only for a server on this
+//! machine.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -117,6 +124,12 @@ pub struct SandboxTable {
     pub network: Option<bool>,
     /// More paths workers may write to (`~` is the home directory), e.g. a build cache.
     pub writable: Option<Vec<String>>,
+    /// More paths hidden from workers (besides the credential stores).
+    pub hide: Option<Vec<String>>,
+    /// Credential stores workers may read after all (user config only).
+    pub unhide: Option<Vec<String>>,
+    /// Secret environment variables passed to workers anyway (user config only).
+    pub env: Option<Vec<String>>,
     /// Command patterns the `run` tool may run without `--allow-run` (`*` matches anything).
     pub allow_run: Option<Vec<String>>,
 }
@@ -185,11 +198,12 @@ impl ModelSettings {
 
     /// Is the endpoint on this machine (where servers such as Ollama need no key)?
     pub fn is_local(&self) -> bool {
-        let rest = self
-            .base_url
-            .split_once("://")
-            .map(|(_, r)| r)
-            .unwrap_or(&self.base_url);
+        Self::url_is_local(&self.base_url)
+    }
+
+    /// Is `url` an endpoint on this machine?
+    pub fn url_is_local(url: &str) -> bool {
+        let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
         let host = rest.split(['/', ':']).next().unwrap_or("");
         let host = if rest.starts_with('[') {
             rest.split(']').next().unwrap_or("").trim_start_matches('[')
@@ -329,13 +343,12 @@ impl Settings {
 
     /// Resolves `overrides` over the repository's `swarm.toml` (in `repo_root`) and the
     /// user's config file.
-    pub fn resolve(overrides: Overrides, repo_root: &Path) -> anyhow::Result<Settings> {
+    pub fn resolve(overrides: Overrides, repo_root: &Path) -> anyhow::Result<Resolved> {
         let repo_file = load_file(&repo_root.join("swarm.toml"))?;
-        let user_file = match user_config_path() {
-            Some(path) => load_file(&path)?,
-            None => FileSettings::default(),
-        };
+        let user_file = load_user_file()?;
+        let mut warnings = Vec::new();
         let layers = [&repo_file, &user_file];
+        let sandbox = resolve_sandbox(&overrides, Some(&repo_file), &user_file, &mut warnings);
 
         let jobs = overrides
             .jobs
@@ -380,8 +393,29 @@ impl Settings {
                 .unwrap_or_default(),
             setup: layers.iter().find_map(|l| l.worktree.setup.clone()),
         };
+        for file in &worktree.copy {
+            crate::repo_path::RepoPath::from(file.as_str())
+                .check()
+                .map_err(|e| {
+                    BadInput::new(format!("[worktree] copy: {e}"))
+                        .hint("list files of your checkout by their path relative to its root, e.g. copy = [\".env\"]")
+                })?;
+        }
         let m = |f: fn(&ModelTable) -> Option<u64>| layers.iter().find_map(|l| f(&l.model));
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        // The repository's endpoint only if it is on this machine: the key goes where the
+        // endpoint is.
+        let repo_base_url = repo_file.model.base_url.clone().filter(|url| {
+            let local = ModelSettings::url_is_local(url);
+            if !local {
+                warnings.push(format!(
+                    "swarm.toml sets [model] base_url = \"{url}\"; ignored: the repository's own \
+                     file may only name a server on this machine (pass --base-url, or set it in \
+                     your config file)"
+                ));
+            }
+            local
+        });
         let model = ModelSettings {
             name: overrides
                 .model
@@ -389,7 +423,8 @@ impl Settings {
             base_url: overrides
                 .base_url
                 .or_else(|| env(env_vars::OPENAI_BASE_URL))
-                .or_else(|| layers.iter().find_map(|l| l.model.base_url.clone()))
+                .or(repo_base_url)
+                .or_else(|| user_file.model.base_url.clone())
                 .unwrap_or_else(|| ModelSettings::DEFAULT_BASE_URL.to_string())
                 .trim_end_matches('/')
                 .to_string(),
@@ -412,29 +447,7 @@ impl Settings {
         if idle_timeout_secs == 0 {
             return Err(BadInput::new("--idle-timeout must be at least 1 second").into());
         }
-        let mode = overrides
-            .sandbox
-            .or_else(|| layers.iter().find_map(|l| l.sandbox.mode))
-            .unwrap_or(SandboxMode::WorkspaceWrite);
-        let home = std::env::var_os(env_vars::HOME).map(PathBuf::from);
-        let writable = layers
-            .iter()
-            .find_map(|l| l.sandbox.writable.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|p| match (p.strip_prefix("~/"), &home) {
-                (Some(rest), Some(home)) => home.join(rest),
-                _ => PathBuf::from(p),
-            })
-            .collect();
-        let sandbox = SandboxPolicy {
-            enabled: mode == SandboxMode::WorkspaceWrite,
-            network: overrides
-                .network
-                .or_else(|| layers.iter().find_map(|l| l.sandbox.network))
-                .unwrap_or(false),
-            writable,
-        };
+
         let run_tool = RunToolPolicy {
             allow_all: overrides.allow_run.unwrap_or(false),
             patterns: layers
@@ -442,7 +455,7 @@ impl Settings {
                 .find_map(|l| l.sandbox.allow_run.clone())
                 .unwrap_or_default(),
         };
-        Ok(Settings {
+        let settings = Settings {
             jobs,
             timeout_secs,
             on_conflict,
@@ -469,7 +482,135 @@ impl Settings {
             sandbox,
             run_tool,
             dry_run: false,
-        })
+        };
+        Ok(Resolved { settings, warnings })
+    }
+}
+
+/// Resolved settings, and what the CLI should warn about.
+#[derive(Debug)]
+pub struct Resolved {
+    pub settings: Settings,
+    /// Settings that were asked for where they may not be set (the repository's
+    /// `swarm.toml` weakening the sandbox), and were ignored.
+    pub warnings: Vec<String>,
+}
+
+/// The sandbox of a plan read from a file (`swarm run PLAN.json`, `swarm merge PLAN.json`):
+/// a plan file may come from anywhere, so it is held to the same rule as the repository's
+/// `swarm.toml`. The sandbox is this machine's (`local`: the command line, the user's config,
+/// the defaults); what the plan asks for beyond it is ignored with a warning, and what it
+/// hides is hidden too.
+pub fn sandbox_for_plan(
+    plan: &SandboxPolicy,
+    mut local: SandboxPolicy,
+    warnings: &mut Vec<String>,
+) -> SandboxPolicy {
+    let mut refuse = |what: String| {
+        warnings.push(format!(
+            "the plan asks for {what}; ignored: weakening the sandbox must come from this \
+             command line or your own config file"
+        ))
+    };
+    if !plan.enabled && local.enabled {
+        refuse("--sandbox off".into());
+    }
+    if plan.network && !local.network {
+        refuse("--network".into());
+    }
+    let extra: Vec<String> = plan
+        .writable
+        .iter()
+        .filter(|p| !local.writable.contains(p))
+        .map(|p| p.display().to_string())
+        .collect();
+    if !extra.is_empty() {
+        refuse(format!("[sandbox] writable = {extra:?}"));
+    }
+    let extra: Vec<&String> = plan.env.iter().filter(|v| !local.env.contains(v)).collect();
+    if !extra.is_empty() {
+        refuse(format!("[sandbox] env = {extra:?}"));
+    }
+    local.hide.extend(plan.hide.iter().cloned());
+    local.hide.sort();
+    local.hide.dedup();
+    local
+}
+
+/// The sandbox from the command line (`sandbox`, `network`), the repository's file (which may
+/// only make it stricter), the user's file and the defaults.
+pub fn resolve_sandbox(
+    overrides: &Overrides,
+    repo_file: Option<&FileSettings>,
+    user_file: &FileSettings,
+    warnings: &mut Vec<String>,
+) -> SandboxPolicy {
+    let (repo, user) = (
+        repo_file.map(|f| &f.sandbox).cloned().unwrap_or_default(),
+        &user_file.sandbox,
+    );
+    let mut refuse = |what: String| {
+        warnings.push(format!(
+            "swarm.toml asks for [sandbox] {what}; ignored: weakening the sandbox must come \
+             from the command line or your own config file (~/.config/swarm/config.toml)"
+        ))
+    };
+    if repo.mode == Some(SandboxMode::Off) {
+        refuse("mode = \"off\"".into());
+    }
+    if repo.network == Some(true) {
+        refuse("network = true".into());
+    }
+    for (key, asked) in [
+        ("writable", &repo.writable),
+        ("unhide", &repo.unhide),
+        ("env", &repo.env),
+    ] {
+        if let Some(list) = asked.as_ref().filter(|l| !l.is_empty()) {
+            refuse(format!("{key} = {list:?}"));
+        }
+    }
+    let mode = overrides
+        .sandbox
+        .or(user.mode)
+        .or(repo.mode.filter(|m| *m == SandboxMode::WorkspaceWrite))
+        .unwrap_or(SandboxMode::WorkspaceWrite);
+    let network = overrides.network.or(user.network).unwrap_or(false);
+    let home = std::env::var_os(env_vars::HOME).map(PathBuf::from);
+    let expand = |p: &String| match (p.strip_prefix("~/"), &home) {
+        (Some(rest), Some(home)) => home.join(rest),
+        _ => PathBuf::from(p),
+    };
+    let unhide: Vec<PathBuf> = user.unhide.iter().flatten().map(expand).collect();
+    let mut hide: Vec<PathBuf> = home
+        .as_deref()
+        .map(SandboxPolicy::default_hidden)
+        .unwrap_or_default();
+    hide.extend(
+        user.hide
+            .iter()
+            .chain(repo.hide.iter())
+            .flatten()
+            .map(expand),
+    );
+    hide.retain(|p| !unhide.contains(p));
+    hide.sort();
+    hide.dedup();
+    SandboxPolicy {
+        enabled: mode == SandboxMode::WorkspaceWrite,
+        network,
+        writable: user.writable.iter().flatten().map(expand).collect(),
+        hide,
+        env: user.env.clone().unwrap_or_default(),
+    }
+}
+
+/// The user's own config file (`$SWARM_CONFIG`, else `$XDG_CONFIG_HOME/swarm/config.toml`,
+/// else `~/.config/swarm/config.toml`); empty settings when there is none.
+pub fn load_user_file() -> anyhow::Result<FileSettings> {
+    match user_config_path() {
+        Some(path) => load_file(&path),
+        None => Ok(FileSettings::default()),
     }
 }
 
@@ -483,7 +624,8 @@ fn user_config_path() -> Option<PathBuf> {
     Some(base.join("swarm").join("config.toml"))
 }
 
-fn load_file(path: &Path) -> anyhow::Result<FileSettings> {
+/// A settings file; empty settings when it does not exist.
+pub fn load_file(path: &Path) -> anyhow::Result<FileSettings> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileSettings::default()),
@@ -491,7 +633,7 @@ fn load_file(path: &Path) -> anyhow::Result<FileSettings> {
     };
     toml::from_str(&text).map_err(|e| {
         BadInput::new(format!("invalid settings in {}: {}", path.display(), e.message()))
-            .hint("fix the file; the tables are [run] (jobs, timeout, idle_timeout, on_conflict, scope, batch, exec, max_turns, max_tokens, verify, verify_merged, repair), [worktree] (copy, setup), [model] (name, base_url, stream, request_timeout, connect_timeout, max_retries) and [sandbox] (mode, network, writable, allow_run)")
+            .hint("fix the file; the tables are [run] (jobs, timeout, idle_timeout, on_conflict, scope, batch, exec, max_turns, max_tokens, verify, verify_merged, repair), [worktree] (copy, setup), [model] (name, base_url, stream, request_timeout, connect_timeout, max_retries) and [sandbox] (mode, network, writable, hide, unhide, env, allow_run)")
             .into()
     })
 }
@@ -515,7 +657,8 @@ mod tests {
             },
             dir.path(),
         )
-        .unwrap();
+        .unwrap()
+        .settings;
         assert_eq!(s.jobs, 3);
         assert_eq!(s.scope, Scope::Any);
         assert_eq!(s.timeout_secs, Settings::DEFAULT_TIMEOUT_SECS);

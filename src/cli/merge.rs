@@ -109,6 +109,8 @@ async fn merge_plan(args: MergeArgs) -> anyhow::Result<i32> {
         shard::fetch_run(&info.workdir, remote, &plan.run_id)?;
     }
     plan.settings.dry_run = false;
+    plan.settings.sandbox =
+        super::run::local_sandbox(&plan.settings.sandbox, None, None, &info.workdir)?;
     if let Some(check) = args.verify_merged.clone() {
         plan.settings.verify_merged = Some(check);
     }

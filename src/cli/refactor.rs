@@ -215,6 +215,10 @@ async fn plan_and_run(
         },
         &info.workdir,
     )?;
+    for warning in &settings.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let settings = settings.settings;
     // A plan runs elsewhere, later: the key and the sandbox are checked by `swarm run`.
     let api_key = match plan_output {
         None => {
@@ -587,7 +591,7 @@ pub(super) fn check_dirty(
 pub(super) async fn check_sandbox(settings: &Settings) -> anyhow::Result<()> {
     sandbox::probe(&settings.sandbox).await.map_err(|why| {
         BadInput::new(format!("cannot confine worker processes here: {why}"))
-            .hint("pass --sandbox off to run workers unconfined (or --network if only the network isolation fails)")
+            .hint("pass --sandbox off to run workers unconfined (no Landlock, no namespaces: see docs/SECURITY.md)")
             .into()
     })
 }

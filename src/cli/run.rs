@@ -14,8 +14,9 @@ use crate::ids::RunBranch;
 use crate::orchestrator::RunRequest;
 use crate::plan::{PLAN_SCHEMA_VERSION, Plan};
 use crate::report::TaskStatus;
-use crate::settings::SandboxMode;
+use crate::settings::{self, Overrides, SandboxMode};
 use crate::state::RunDir;
+use crate::worker::sandbox::SandboxPolicy;
 
 /// Run the tasks of a plan written by `swarm plan` (all, or one shard) and leave their
 /// branches, merging nothing; `--push` sends them to a remote for `swarm merge PLAN.json`.
@@ -42,9 +43,13 @@ pub struct RunArgs {
     /// Workers running at once [default: the plan's].
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
-    /// Worker confinement [default: the plan's].
+    /// Worker confinement [default: workspace-write]. A plan file cannot weaken the sandbox:
+    /// only this flag, --network or your own config file can.
     #[arg(long, value_name = "MODE")]
     pub sandbox: Option<SandboxMode>,
+    /// Let worker processes reach the network.
+    #[arg(long)]
+    pub network: bool,
     /// Keep the worktrees after the run.
     #[arg(long)]
     pub keep: bool,
@@ -112,6 +117,34 @@ pub(super) fn read_plan(path: &std::path::Path) -> anyhow::Result<Plan> {
     Ok(plan)
 }
 
+/// The sandbox of a plan read from a file, on this machine: the plan cannot weaken it (see
+/// [`settings::sandbox_for_plan`]); warnings go to stderr.
+pub(super) fn local_sandbox(
+    plan: &SandboxPolicy,
+    mode: Option<SandboxMode>,
+    network: Option<bool>,
+    workdir: &std::path::Path,
+) -> anyhow::Result<SandboxPolicy> {
+    let overrides = Overrides {
+        sandbox: mode,
+        network,
+        ..Overrides::default()
+    };
+    let repo_file = settings::load_file(&workdir.join("swarm.toml"))?;
+    let mut warnings = Vec::new();
+    let local = settings::resolve_sandbox(
+        &overrides,
+        Some(&repo_file),
+        &settings::load_user_file()?,
+        &mut warnings,
+    );
+    let policy = settings::sandbox_for_plan(plan, local, &mut warnings);
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(policy)
+}
+
 /// The plan's base commit, which must be in this repository.
 pub(super) fn plan_base(repo: &git2::Repository, plan: &Plan) -> anyhow::Result<Oid> {
     Oid::from_str(&plan.base)
@@ -146,9 +179,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         }
         plan.settings.jobs = jobs;
     }
-    if let Some(mode) = args.sandbox {
-        plan.settings.sandbox.enabled = mode == SandboxMode::WorkspaceWrite;
-    }
+    plan.settings.sandbox = local_sandbox(
+        &plan.settings.sandbox,
+        args.sandbox,
+        args.network.then_some(true),
+        &info.workdir,
+    )?;
     let run_dir = RunDir::new(&info.common_dir, &plan.run_id);
     if run_dir.is_running() {
         return Err(BadInput::new(format!(

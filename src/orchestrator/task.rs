@@ -9,7 +9,7 @@ use crate::worker::Verdict;
 use crate::worker::exec::{self, ExecTask};
 use crate::worker::llm::LlmShared;
 use crate::worker::llm::agent::{self, AgentTask};
-use crate::worker::process::{self, Exit, ProcessRequest};
+use crate::worker::process::{self, Exit, ProcessRequest, Program};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -265,7 +265,7 @@ pub(super) async fn set_up(
     }
     let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
     let ran = process::run(ProcessRequest {
-        command: setup,
+        program: Program::Shell(setup),
         cwd: &slot.path,
         env: Vec::new(),
         log: &log,
@@ -345,7 +345,7 @@ async fn run_worker(
         step: "verify".into(),
     });
     let ran = process::run(ProcessRequest {
-        command: verify,
+        program: Program::Shell(verify),
         cwd: worktree,
         env: Vec::new(),
         log: &task_dir.join("verify.log"),

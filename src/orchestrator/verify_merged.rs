@@ -29,7 +29,7 @@ use crate::events::Event;
 use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
 use crate::report::{TaskStatus, VerifyMergedReport};
 use crate::worker::Verdict;
-use crate::worker::process::{self, Exit, ProcessRequest};
+use crate::worker::process::{self, Exit, ProcessRequest, Program};
 
 /// The most tasks one run leaves out before concluding that leaving tasks out does not help
 /// (and never more than half of the merged tasks, see [`exclusion_limit`]).
@@ -97,7 +97,7 @@ impl Checker {
                 self.runs += 1;
                 let settings = &shared.plan.settings;
                 process::run(ProcessRequest {
-                    command: &self.command,
+                    program: Program::Shell(&self.command),
                     cwd: &slot.path,
                     env: Vec::new(),
                     log: &log,

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::process::{self, Exit, ProcessRequest};
+use super::process::{self, Exit, ProcessRequest, Program};
 use crate::env_vars;
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
@@ -89,7 +89,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         ),
     ];
     let outcome = process::run(ProcessRequest {
-        command: task.command,
+        program: Program::Shell(task.command),
         cwd: task.worktree,
         env,
         log: &log_path(task.task_dir),

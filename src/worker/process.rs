@@ -1,5 +1,6 @@
-//! Running one command as a worker process: `sh -c`, stdin from `/dev/null`, its own process
-//! group, swarm's own clock for the timeout, output to a capped log file.
+//! Running one command as a worker process: `sh -c` (or an argv), stdin from `/dev/null`, its
+//! own process group, confined in a jail (see [`super::sandbox`]), swarm's own clock for the
+//! timeout, output to a capped log file, secrets out of its environment and out of the log.
 //!
 //! - The timeout is measured by swarm, not trusted to the worker: at the limit the whole
 //!   process group gets SIGTERM, then SIGKILL after a grace period.
@@ -7,7 +8,8 @@
 //!   background child cannot write into the worktree after the worker "finished".
 //! - stdout and stderr share one pipe (so the log keeps their order) read by a plain thread
 //!   that writes the log up to [`LOG_CAP`] bytes and keeps only the last [`TAIL_BYTES`] in
-//!   memory. A worker printing gigabytes costs disk up to the cap and no memory.
+//!   memory. A worker printing gigabytes costs disk up to the cap and no memory. Known secret
+//!   values are redacted from the log and the tail ([`crate::secrets`]).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -22,8 +24,8 @@ use anyhow::Context as _;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-use super::sandbox::{self, Confinement, SandboxPolicy};
-use crate::env_vars;
+use super::sandbox::{self, SandboxPolicy, jail::JailSpec};
+use crate::{env_vars, secrets, state};
 
 /// Bytes of output written to a task's log before it is truncated.
 pub const LOG_CAP: u64 = 8 * 1024 * 1024;
@@ -31,8 +33,33 @@ pub const LOG_CAP: u64 = 8 * 1024 * 1024;
 pub const TAIL_BYTES: usize = 4096;
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(3);
 
+/// What a worker process runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Program<'a> {
+    /// A command line, run with `sh -c`.
+    Shell(&'a str),
+    /// A program and its arguments, run without a shell.
+    Argv(&'a [String]),
+}
+
+impl Program<'_> {
+    fn argv(&self) -> Vec<OsString> {
+        match self {
+            Program::Shell(command) => vec!["sh".into(), "-c".into(), (*command).into()],
+            Program::Argv(argv) => argv.iter().map(OsString::from).collect(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Program::Shell(command) => format!("sh -c {command}"),
+            Program::Argv(argv) => argv.join(" "),
+        }
+    }
+}
+
 pub struct ProcessRequest<'a> {
-    pub command: &'a str,
+    pub program: Program<'a>,
     pub cwd: &'a Path,
     pub env: Vec<(OsString, OsString)>,
     pub log: &'a Path,
@@ -68,23 +95,39 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
     let started = Instant::now();
     let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
     let writer_err = writer.try_clone()?;
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(req.command)
-        .current_dir(req.cwd)
+    let argv = req.program.argv();
+    // Confined processes run in a jail and write temporary files in a private directory.
+    let mut _tmp = None;
+    let mut cmd = match req.sandbox.filter(|p| p.enabled) {
+        Some(policy) => {
+            let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
+            let mut writable = vec![req.cwd.to_path_buf(), tmp.path().to_path_buf()];
+            writable.extend(req.also_writable.iter().map(|p| p.to_path_buf()));
+            writable.extend(policy.writable.iter().cloned());
+            let spec = JailSpec::new(&argv, req.cwd, &writable, &policy.hide, policy.network);
+            _tmp = Some(tmp);
+            spec.command()?
+        }
+        None => {
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..]);
+            cmd
+        }
+    };
+    cmd.current_dir(req.cwd)
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(writer_err)
         .process_group(0)
         .kill_on_drop(true);
-    // A worker's git commands must act on its worktree, not on whatever started swarm.
-    for var in [
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_OBJECT_DIRECTORY",
-    ] {
-        cmd.env_remove(var);
+    // Swarm's environment without its secrets, nor the variables that would point the
+    // worker's git at another repository.
+    let pass = req.sandbox.map(|p| p.env.as_slice()).unwrap_or_default();
+    cmd.env_clear().envs(secrets::worker_env(pass));
+    if let Some(tmp) = &_tmp {
+        for var in ["TMPDIR", "TMP", "TEMP"] {
+            cmd.env(var, tmp.path());
+        }
     }
     for (k, v) in no_background_git() {
         cmd.env(k, v);
@@ -92,25 +135,11 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
     for (k, v) in &req.env {
         cmd.env(k, v);
     }
-    // Confined processes write temporary files in a private directory of their own.
-    let mut _tmp = None;
-    if let Some(policy) = req.sandbox.filter(|p| p.enabled) {
-        let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
-        for var in ["TMPDIR", "TMP", "TEMP"] {
-            cmd.env(var, tmp.path());
-        }
-        let mut roots = vec![req.cwd, tmp.path()];
-        roots.extend_from_slice(req.also_writable);
-        Confinement::prepare(policy, &roots)
-            .context("cannot prepare the sandbox")?
-            .install(&mut cmd);
-        _tmp = Some(tmp);
-    }
-    let log =
-        File::create(req.log).with_context(|| format!("cannot create {}", req.log.display()))?;
+    let log = state::create_file(req.log)
+        .with_context(|| format!("cannot create {}", req.log.display()))?;
     let mut child = cmd
         .spawn()
-        .with_context(|| format!("cannot start `sh -c {}`", req.command))?;
+        .with_context(|| format!("cannot start `{}`", req.program.describe()))?;
     // Our copies of the pipe's write end must go, or the reader never sees end-of-file.
     drop(cmd);
     let pgid = child.id().map(|p| p as i32);
@@ -287,17 +316,23 @@ fn no_background_git() -> Vec<(String, String)> {
 }
 
 /// Copies the pipe into the log (up to the cap) and returns the tail and the byte count.
+/// Known secrets are redacted first; bytes that might begin a secret wait for the next read.
 fn capture(
     mut reader: std::io::PipeReader,
     log: File,
     last_activity: &AtomicU64,
     started: Instant,
 ) -> (String, u64) {
-    let mut log = BufWriter::new(log);
+    let redactor = secrets::redactor();
+    let mut out = CappedLog {
+        log: BufWriter::new(log),
+        tail: Vec::with_capacity(2 * TAIL_BYTES),
+        written: 0,
+        ok: true,
+    };
     let mut buf = vec![0u8; 64 * 1024];
-    let mut tail: Vec<u8> = Vec::with_capacity(2 * TAIL_BYTES);
+    let mut pending: Vec<u8> = Vec::new();
     let mut total: u64 = 0;
-    let mut log_ok = true;
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) => break,
@@ -306,28 +341,56 @@ fn capture(
             Err(_) => break,
         };
         last_activity.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-        let chunk = &buf[..n];
-        if log_ok && total < LOG_CAP {
-            let room = (LOG_CAP - total).min(n as u64) as usize;
-            log_ok = log.write_all(&chunk[..room]).is_ok();
-        }
         total += n as u64;
-        tail.extend_from_slice(&chunk[n.saturating_sub(TAIL_BYTES)..]);
-        if tail.len() > 2 * TAIL_BYTES {
-            tail.drain(..tail.len() - TAIL_BYTES);
+        if redactor.is_empty() {
+            out.push(&buf[..n]);
+            continue;
+        }
+        pending.extend_from_slice(&buf[..n]);
+        let mut clean = redactor.redact_bytes(&pending).into_owned();
+        let hold = redactor.partial_tail(&clean);
+        pending = clean.split_off(clean.len() - hold);
+        out.push(&clean);
+    }
+    out.push(&redactor.redact_bytes(&pending));
+    out.finish(total)
+}
+
+/// The log file up to [`LOG_CAP`], and the last [`TAIL_BYTES`] in memory.
+struct CappedLog {
+    log: BufWriter<File>,
+    tail: Vec<u8>,
+    written: u64,
+    ok: bool,
+}
+
+impl CappedLog {
+    fn push(&mut self, chunk: &[u8]) {
+        if self.ok && self.written < LOG_CAP {
+            let room = (LOG_CAP - self.written).min(chunk.len() as u64) as usize;
+            self.ok = self.log.write_all(&chunk[..room]).is_ok();
+        }
+        self.written += chunk.len() as u64;
+        self.tail
+            .extend_from_slice(&chunk[chunk.len().saturating_sub(TAIL_BYTES)..]);
+        if self.tail.len() > 2 * TAIL_BYTES {
+            self.tail.drain(..self.tail.len() - TAIL_BYTES);
         }
     }
-    if total > LOG_CAP {
-        let _ = writeln!(
-            log,
-            "\n[swarm: output truncated at {} bytes; {} bytes not logged]",
-            LOG_CAP,
-            total - LOG_CAP
-        );
+
+    fn finish(mut self, total: u64) -> (String, u64) {
+        if self.written > LOG_CAP {
+            let _ = writeln!(
+                self.log,
+                "\n[swarm: output truncated at {} bytes; {} bytes not logged]",
+                LOG_CAP,
+                self.written - LOG_CAP
+            );
+        }
+        let _ = self.log.flush();
+        if self.tail.len() > TAIL_BYTES {
+            self.tail.drain(..self.tail.len() - TAIL_BYTES);
+        }
+        (String::from_utf8_lossy(&self.tail).into_owned(), total)
     }
-    let _ = log.flush();
-    if tail.len() > TAIL_BYTES {
-        tail.drain(..tail.len() - TAIL_BYTES);
-    }
-    (String::from_utf8_lossy(&tail).into_owned(), total)
 }

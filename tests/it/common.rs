@@ -374,6 +374,17 @@ impl Snapshot {
         Self(entries)
     }
 
+    /// The contents of every file, for searching.
+    pub fn texts(&self) -> Vec<String> {
+        self.0.values().cloned().collect()
+    }
+
+    /// Leaves out `paths` (and what is under them).
+    pub fn forget(&mut self, paths: &[PathBuf]) {
+        self.0
+            .retain(|p, _| !paths.iter().any(|f| p.starts_with(f)));
+    }
+
     /// Panics with the differences if `other` is not the same.
     pub fn assert_same(&self, other: &Snapshot) {
         let mut diff = Vec::new();

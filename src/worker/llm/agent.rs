@@ -26,7 +26,7 @@ use crate::repo_path::RepoPath;
 use crate::report::Tokens;
 use crate::settings::RunToolPolicy;
 use crate::worker::Verdict;
-use crate::worker::process::{self, Exit, ProcessRequest};
+use crate::worker::process::{self, Exit, ProcessRequest, Program};
 use crate::worker::sandbox::SandboxPolicy;
 
 /// Characters of conversation above which old tool results are shortened.
@@ -298,7 +298,7 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<St
         ));
     }
     let ran = process::run(ProcessRequest {
-        command: &command,
+        program: Program::Shell(&command),
         cwd: task.worktree,
         env: Vec::new(),
         log: &task.task_dir.join("run.log"),
@@ -324,7 +324,7 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<St
 /// Runs `--verify` in the worktree; `None` when it passes, else its output tail.
 pub async fn run_verify(command: &str, task: &AgentTask<'_>) -> anyhow::Result<Option<String>> {
     let ran = process::run(ProcessRequest {
-        command,
+        program: Program::Shell(command),
         cwd: task.worktree,
         env: Vec::new(),
         log: &task.task_dir.join("verify.log"),

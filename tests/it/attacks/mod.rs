@@ -7,4 +7,5 @@
 //! directory, the test's HOME, the test repository), so a regression cannot damage the
 //! machine running the tests.
 
+mod confinement;
 mod data_loss;

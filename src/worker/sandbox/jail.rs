@@ -1,0 +1,437 @@
+//! The jail of one worker process, set up by swarm re-executing itself
+//! (`swarm __swarm-jail SPEC`), so the setup is ordinary Rust code in a fresh, single-threaded
+//! process rather than async-signal-safe code between `fork` and `exec`.
+//!
+//! ```text
+//! swarm ── jail (this process; in swarm's process group; dies with swarm: PDEATHSIG)
+//!            │ unshare: user (own uid/gid), PID, mount, IPC and, unless --network, network
+//!            └─ init (PID 1 of the new PID namespace; dies with the jail)
+//!                 │ /proc remounted (only this namespace's processes), credential stores
+//!                 │ hidden (empty mounts), Landlock (writes, signals, abstract sockets)
+//!                 └─ the worker: `sh -c CMD` (or an argv), and everything it starts
+//! ```
+//!
+//! When the worker exits, init exits, and the kernel kills every process left in the PID
+//! namespace, daemons that left the process group with `setsid` included, before init's exit
+//! is reported: nothing of a task outlives it. When swarm dies (even by `kill -9`), the jail
+//! gets SIGKILL, init with it, and the namespace with init. Processes inside see only their
+//! own namespace in `/proc` and cannot name, let alone signal, swarm or another task's
+//! processes (Landlock's signal scoping says the same where the kernel has it).
+//!
+//! The jail's exit status is the worker's (a signal is re-raised), so swarm reads it like a
+//! plain child's. A jail that cannot be set up prints why and exits [`JAIL_FAILED`] before
+//! the worker runs: nothing runs unconfined.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+
+/// The argument that makes swarm a jail.
+pub const ARG: &str = "__swarm-jail";
+/// Exit status of a jail that could not be set up (the worker did not run).
+pub const JAIL_FAILED: u8 = 125;
+
+/// An argument or a path: text when it is UTF-8, bytes otherwise (they need not be).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Bytes {
+    Text(String),
+    Raw(Vec<u8>),
+}
+
+impl Bytes {
+    fn of(s: &std::ffi::OsStr) -> Self {
+        match s.to_str() {
+            Some(text) => Bytes::Text(text.to_string()),
+            None => Bytes::Raw(s.as_bytes().to_vec()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Bytes::Text(text) => text.as_bytes(),
+            Bytes::Raw(raw) => raw,
+        }
+    }
+}
+
+/// What one jail runs, and how it confines it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JailSpec {
+    /// The program and its arguments (`sh -c CMD` for a command line).
+    pub argv: Vec<Bytes>,
+    pub cwd: Bytes,
+    /// Writable roots (Landlock); everything else is read-only.
+    pub writable: Vec<Bytes>,
+    /// Paths whose content is hidden (an empty directory, or an empty file).
+    pub hide: Vec<Bytes>,
+    /// Keep the network (no network namespace).
+    pub network: bool,
+    /// swarm's pid: if the jail's parent is not swarm any more, swarm has died.
+    pub parent: u32,
+}
+
+impl JailSpec {
+    pub fn new(
+        argv: &[OsString],
+        cwd: &Path,
+        writable: &[PathBuf],
+        hide: &[PathBuf],
+        network: bool,
+    ) -> Self {
+        Self {
+            argv: argv.iter().map(|a| Bytes::of(a)).collect(),
+            cwd: Bytes::of(cwd.as_os_str()),
+            writable: writable.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
+            hide: hide.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
+            network,
+            parent: std::process::id(),
+        }
+    }
+
+    /// The command that runs this spec in a jail.
+    pub fn command(&self) -> anyhow::Result<tokio::process::Command> {
+        let mut cmd = tokio::process::Command::new("/proc/self/exe");
+        cmd.arg(ARG).arg(serde_json::to_string(self)?);
+        Ok(cmd)
+    }
+}
+
+/// When this process was started as a jail: sets it up and runs the worker (returning only
+/// if that failed). `None` for an ordinary swarm command line.
+pub fn main_if_jail() -> Option<ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != ARG {
+        return None;
+    }
+    let error = match args
+        .next()
+        .map(|a| serde_json::from_slice::<JailSpec>(a.as_bytes()))
+    {
+        Some(Ok(spec)) => run(&spec),
+        Some(Err(e)) => anyhow::anyhow!("unreadable jail spec: {e}"),
+        None => anyhow::anyhow!("no jail spec"),
+    };
+    eprintln!("swarm: cannot confine the worker process: {error:#}");
+    Some(ExitCode::from(JAIL_FAILED))
+}
+
+fn path(bytes: &Bytes) -> PathBuf {
+    PathBuf::from(OsString::from_vec(bytes.as_bytes().to_vec()))
+}
+
+fn errno(what: &str) -> anyhow::Error {
+    anyhow::anyhow!("{what}: {}", std::io::Error::last_os_error())
+}
+
+/// The jail process: namespaces, then init. Returns only on failure.
+fn run(spec: &JailSpec) -> anyhow::Error {
+    match jail(spec) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+enum Never {}
+
+fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
+    // SAFETY: prctl/getppid have no memory effects.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(errno("prctl(PR_SET_PDEATHSIG)"));
+        }
+        if libc::getppid() as u32 != spec.parent {
+            bail!("swarm has exited");
+        }
+    }
+    let argv: Vec<CString> = spec
+        .argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .context("an argument contains a NUL byte")?;
+    anyhow::ensure!(!argv.is_empty(), "nothing to run");
+    let (uid, gid) = (
+        // SAFETY: getuid/getgid cannot fail.
+        unsafe { libc::getuid() },
+        unsafe { libc::getgid() },
+    );
+    let mut flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+    if !spec.network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: this process is single-threaded (a fresh exec), as unshare(CLONE_NEWUSER) needs.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return Err(errno(
+            "cannot create namespaces (user, PID, mount, network)",
+        ));
+    }
+    // The caller's own uid and gid inside: files keep their owner, git sees no "dubious
+    // ownership".
+    std::fs::write("/proc/self/setgroups", "deny").context("/proc/self/setgroups")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).context("uid_map")?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).context("gid_map")?;
+
+    let status = pipe()?;
+    let lifeline = pipe()?;
+    // SAFETY: single-threaded; the child only runs `init`.
+    let init = unsafe { libc::fork() };
+    if init < 0 {
+        return Err(errno("fork"));
+    }
+    if init == 0 {
+        // SAFETY: closing fds this process owns.
+        unsafe {
+            libc::close(status[0]);
+            libc::close(lifeline[1]);
+        }
+        let e = match init_main(spec, &argv, status[1], lifeline[0]) {
+            Ok(never) => match never {},
+            Err(e) => e,
+        };
+        eprintln!("swarm: cannot confine the worker process: {e:#}");
+        // SAFETY: leaving the child without running the parent's destructors.
+        unsafe { libc::_exit(i32::from(JAIL_FAILED)) };
+    }
+    // SAFETY: closing our copies; the signals the worker gets directly (same process group)
+    // must not end the jail before the worker has had its grace period.
+    unsafe {
+        libc::close(status[1]);
+        libc::close(lifeline[0]);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
+    let init_status = wait_for(init)?;
+    // The worker's status, as init saw it; nothing if init itself was killed.
+    let mut buf = [0u8; 4];
+    // SAFETY: reading into a local buffer.
+    let n = unsafe { libc::read(status[0], buf.as_mut_ptr().cast(), buf.len()) };
+    let worker_status = if n == 4 {
+        i32::from_ne_bytes(buf)
+    } else {
+        init_status
+    };
+    exit_like(worker_status)
+}
+
+/// PID 1 of the new namespace: mounts, Landlock, then the worker; reaps orphans, passes
+/// signals on, and exits when the worker does (which ends every process left inside).
+fn init_main(
+    spec: &JailSpec,
+    argv: &[CString],
+    status_fd: i32,
+    lifeline_fd: i32,
+) -> anyhow::Result<Never> {
+    // SAFETY: prctl and poll on our own fd.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(errno("prctl(PR_SET_PDEATHSIG)"));
+        }
+        // The jail may have died before PDEATHSIG was set: its end of the lifeline is gone.
+        let mut fd = libc::pollfd {
+            fd: lifeline_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if libc::poll(&mut fd, 1, 0) > 0 && fd.revents & libc::POLLHUP != 0 {
+            libc::_exit(i32::from(JAIL_FAILED));
+        }
+    }
+    mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .context("cannot make the mounts private")?;
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )
+    .context("cannot mount /proc for the new PID namespace")?;
+    for p in &spec.hide {
+        hide(&path(p))?;
+    }
+    let writable: Vec<PathBuf> = spec.writable.iter().map(path).collect();
+    super::restrict_writes(&writable).context("Landlock")?;
+
+    // SAFETY: handlers only store the signal number in an atomic.
+    unsafe {
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            // No SA_RESTART: waitpid returns EINTR, and the signal is passed on.
+            action.sa_flags = 0;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+    let cwd = CString::new(spec.cwd.as_bytes()).context("the directory contains a NUL byte")?;
+    // SAFETY: init is single-threaded; the child only calls chdir/execvp/_exit.
+    let worker = unsafe { libc::fork() };
+    if worker < 0 {
+        return Err(errno("fork"));
+    }
+    if worker == 0 {
+        // SAFETY: syscalls on prepared C strings; _exit on failure.
+        unsafe {
+            libc::close(status_fd);
+            libc::close(lifeline_fd);
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                eprintln!(
+                    "swarm: cannot enter {}: {}",
+                    path(&spec.cwd).display(),
+                    std::io::Error::last_os_error()
+                );
+                libc::_exit(127);
+            }
+            let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+            ptrs.push(std::ptr::null());
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            eprintln!(
+                "swarm: cannot run {}: {}",
+                argv[0].to_string_lossy(),
+                std::io::Error::last_os_error()
+            );
+            libc::_exit(127);
+        }
+    }
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: waitpid into a local.
+        let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
+        if pid == worker {
+            let bytes = st.to_ne_bytes();
+            // SAFETY: writing a local buffer to our pipe, then leaving: the kernel ends
+            // every other process of the namespace.
+            unsafe {
+                libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(0);
+            }
+        }
+        if pid < 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => {
+                    let sig = PENDING.swap(0, Ordering::SeqCst);
+                    if sig != 0 {
+                        // Every process of the namespace but init, setsid'd ones included.
+                        // SAFETY: kill only sends a signal.
+                        unsafe { libc::kill(-1, sig) };
+                    }
+                }
+                // SAFETY: nothing left to wait for (cannot happen before the worker ends).
+                _ => unsafe { libc::_exit(0) },
+            }
+        }
+    }
+}
+
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    PENDING.store(sig, Ordering::SeqCst);
+}
+
+/// Hides `p` from the worker: an empty read-only directory over a directory, the empty
+/// `/dev/null` over a file. A missing path needs nothing.
+fn hide(p: &Path) -> anyhow::Result<()> {
+    let meta = match std::fs::metadata(p) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("cannot hide {}", p.display())),
+    };
+    let target = p.to_str().context("a path to hide that is not UTF-8")?;
+    let mounted = if meta.is_dir() {
+        mount(
+            Some("tmpfs"),
+            target,
+            Some("tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("size=4k,mode=0700"),
+        )
+    } else {
+        mount(Some("/dev/null"), target, None, libc::MS_BIND, None)
+    };
+    mounted.with_context(|| format!("cannot hide {}", p.display()))
+}
+
+fn mount(
+    source: Option<&str>,
+    target: &str,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> anyhow::Result<()> {
+    let c = |s: &str| CString::new(s).context("NUL byte");
+    let (source, target) = (source.map(c).transpose()?, c(target)?);
+    let (fstype, data) = (fstype.map(c).transpose()?, data.map(c).transpose()?);
+    let ptr = |s: &Option<CString>| s.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: valid C strings or null pointers.
+    let rc = unsafe {
+        libc::mount(
+            ptr(&source),
+            target.as_ptr(),
+            ptr(&fstype),
+            flags,
+            ptr(&data).cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(errno(&format!("mount {}", target.to_string_lossy())));
+    }
+    Ok(())
+}
+
+fn pipe() -> anyhow::Result<[i32; 2]> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a local array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(errno("pipe"));
+    }
+    Ok(fds)
+}
+
+fn wait_for(pid: i32) -> anyhow::Result<i32> {
+    loop {
+        let mut st = 0;
+        // SAFETY: waitpid into a local.
+        let rc = unsafe { libc::waitpid(pid, &mut st, 0) };
+        if rc == pid {
+            return Ok(st);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(errno("waitpid"));
+        }
+    }
+}
+
+/// Ends this process the way the worker ended: the same exit code, or the same signal.
+fn exit_like(status: i32) -> ! {
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        // SAFETY: resetting our own dispositions and signalling ourselves; no core dump.
+        unsafe {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            libc::signal(sig, libc::SIG_DFL);
+            libc::kill(libc::getpid(), sig);
+        }
+        std::process::exit(128 + sig);
+    }
+    std::process::exit(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        1
+    })
+}

@@ -1,0 +1,168 @@
+//! Confinement of worker processes (`--sandbox workspace-write`, the default), and of swarm's
+//! own writes into worktrees.
+//!
+//! Every process swarm starts for a task (the `--exec` command, `--verify`, worktree `setup`,
+//! `--verify-merged`, the built-in worker's `run` tool) runs in a [`jail`]:
+//!
+//! - writes: Landlock; read and execute everywhere, write only beneath the task's worktree,
+//!   a private temporary directory (its `TMPDIR`), a few devices and `[sandbox] writable`;
+//! - processes: a PID namespace of its own, whose init ends every process of the task when the
+//!   worker ends and dies with swarm; `/proc` shows only the task's processes, and signals
+//!   cannot reach swarm or other tasks (Landlock's signal scoping, where the kernel has it);
+//! - network: a network namespace with only a loopback that is down, unless `--network`;
+//! - secrets: the user's credential stores (`~/.ssh`, `~/.aws`…, [`DEFAULT_HIDDEN`]) are
+//!   covered by empty mounts, and secret variables are not in the environment
+//!   ([`crate::secrets`]).
+//!
+//! Where the jail cannot be set up, [`probe`] fails and swarm refuses to start rather than run
+//! workers unconfined.
+//!
+//! swarm's own code also writes into worktrees (resetting a pooled worktree, copying
+//! `[worktree] copy` files), where a worker may have left symbolic links pointing anywhere.
+//! That code runs in a thread confined by the same Landlock rules ([`confined`]), so a write
+//! through such a link fails instead of landing outside.
+
+pub mod jail;
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope, path_beneath_rules,
+};
+use serde::{Deserialize, Serialize};
+
+/// Devices any program may need to write to.
+const WRITABLE_DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+
+/// Credential stores hidden from workers, relative to the home directory.
+pub const DEFAULT_HIDDEN: &[&str] = &[
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/hub",
+    ".config/git/credentials",
+    ".git-credentials",
+    ".netrc",
+    ".docker/config.json",
+    ".gnupg",
+    ".kube",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".password-store",
+    ".local/share/keyrings",
+];
+
+/// What confines worker processes in a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxPolicy {
+    /// Confine at all? (`--sandbox off` turns it off.)
+    pub enabled: bool,
+    /// May workers reach the network (`--network`)?
+    pub network: bool,
+    /// More writable paths (`[sandbox] writable`), e.g. a tool's cache directory.
+    pub writable: Vec<PathBuf>,
+    /// Paths hidden from workers (the credential stores, `[sandbox] hide`, minus `unhide`).
+    #[serde(default)]
+    pub hide: Vec<PathBuf>,
+    /// Secret variables passed to workers anyway (`[sandbox] env`).
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+impl SandboxPolicy {
+    /// The default hidden paths under `home`.
+    pub fn default_hidden(home: &Path) -> Vec<PathBuf> {
+        DEFAULT_HIDDEN.iter().map(|p| home.join(p)).collect()
+    }
+}
+
+/// Confines the calling thread (and what it starts) to writing beneath `writable` and the
+/// devices, and, where the kernel has them, to signalling and reaching abstract sockets of its
+/// own Landlock domain only. Irreversible for the thread.
+pub fn restrict_writes(writable: &[PathBuf]) -> anyhow::Result<()> {
+    let abi = ABI::V6;
+    // A writable path that does not exist (yet) grants nothing.
+    let writable: Vec<&PathBuf> = writable.iter().filter(|p| p.exists()).collect();
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(abi))?
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)?
+        .create()?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
+        .add_rules(path_beneath_rules(writable, AccessFs::from_all(abi)))?
+        .add_rules(path_beneath_rules(
+            WRITABLE_DEVICES,
+            AccessFs::from_all(abi),
+        ))?
+        .restrict_self()?;
+    anyhow::ensure!(
+        status.ruleset != RulesetStatus::NotEnforced,
+        "Landlock is not available in this kernel"
+    );
+    Ok(())
+}
+
+/// Runs `work` in a thread of its own that may write only beneath `writable` (Landlock), for
+/// swarm's own writes into places a worker controlled. Where Landlock is not available the
+/// work runs unconfined (its callers also refuse to follow links themselves).
+pub fn confined<T: Send>(
+    writable: &[PathBuf],
+    work: impl FnOnce() -> anyhow::Result<T> + Send,
+) -> anyhow::Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            if let Err(e) = restrict_writes(writable) {
+                tracing::debug!("swarm's own writes are not confined: {e:#}");
+            }
+            work()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("a confined thread of swarm panicked")))
+    })
+}
+
+/// Checks that workers can be confined on this system, by running `true` in a jail with this
+/// policy. `Err` says what is missing.
+pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
+    if !policy.enabled {
+        return Ok(());
+    }
+    if !cfg!(target_os = "linux") {
+        return Err("worker confinement needs Linux (Landlock and namespaces)".into());
+    }
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let spec = jail::JailSpec::new(
+        &["true".into()],
+        dir.path(),
+        &[dir.path().to_path_buf()],
+        &policy.hide,
+        policy.network,
+    );
+    let mut cmd = spec.command().map_err(|e| e.to_string())?;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let out = cmd.output().await.map_err(|e| e.to_string())?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let why = String::from_utf8_lossy(&out.stderr)
+        .trim()
+        .trim_start_matches("swarm: cannot confine the worker process: ")
+        .to_string();
+    Err(if why.is_empty() {
+        format!("a confined test process failed ({})", out.status)
+    } else {
+        why
+    })
+}
+
+/// A private temporary directory for one worker process, deleted when dropped.
+pub fn private_tmp() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix("swarm-tmp-").tempdir()
+}
