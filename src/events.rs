@@ -182,14 +182,23 @@ impl EventSink {
         }
     }
 
-    /// Also appends every event to `path` as a JSON line (the run's `events.jsonl`, or the
-    /// file of `--events`).
+    /// Also appends every event to `path` as a JSON line: the file of `--events`, where the
+    /// user wants it.
     pub fn log_to(&self, path: &Path) -> std::io::Result<()> {
-        let file = File::options().create(true).append(true).open(path)?;
+        self.log_to_file(File::options().create(true).append(true).open(path)?);
+        Ok(())
+    }
+
+    /// Also appends every event to the run's own `events.jsonl` (never through a link).
+    pub fn log_to_run_file(&self, path: &Path) -> std::io::Result<()> {
+        self.log_to_file(crate::state::append_file(path)?);
+        Ok(())
+    }
+
+    fn log_to_file(&self, file: File) {
         if let Ok(mut logs) = self.logs.lock() {
             logs.push(BufWriter::new(file));
         }
-        Ok(())
     }
 
     pub fn emit(&self, event: Event) {

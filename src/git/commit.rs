@@ -9,8 +9,14 @@
 //! A worker that committed by itself is fine as long as its commits sit on the task branch on
 //! top of the start commit; one that moved HEAD elsewhere or rewrote the branch has broken
 //! the task.
+//!
+//! The worktree is read as git would: a tracked path below a symbolic link (or below a file)
+//! no longer exists, however the link resolves, so nothing outside the worktree is read into
+//! a commit; a type change (file to folder, folder to link) is a removal and an addition.
 
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
 
 use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, Oid, Repository, Status, StatusOptions};
@@ -27,30 +33,33 @@ pub struct Committed {
     pub worker_commits: usize,
     /// Paths that could not be staged (e.g. a nested repository), left out of the commit.
     pub skipped: Vec<RepoPath>,
+    /// Where the worker had moved HEAD (another branch, a detached commit). swarm put HEAD
+    /// back on the task branch and committed the worktree there, so the work is kept, but
+    /// the task has failed.
+    pub moved_head: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
-    #[error("the worker moved HEAD away from its task branch (HEAD is now {0})")]
-    MovedHead(String),
-    #[error("the worker rewrote the task branch: {0} no longer descends from the start commit")]
-    RewroteBranch(String),
+    /// The branch now points at this commit, which does not contain the start commit.
+    #[error("the worker rewrote the task branch: {} no longer descends from the start commit", short(*.0))]
+    RewroteBranch(Oid),
     #[error(transparent)]
     Git(#[from] git2::Error),
 }
 
-/// Commits the worktree's changes on `branch` (which must be HEAD). Blocking.
+/// Commits the changes of the worktree `repo` (opened through its administrative directory,
+/// see [`super::worktree::WorktreePool::open`]) on `branch` (which must be HEAD). Blocking.
 pub fn commit_task(
-    worktree: &Path,
+    repo: &Repository,
     branch: &str,
     start: Oid,
     message: &str,
 ) -> Result<Committed, CommitError> {
-    let repo = Repository::open(worktree)?;
     let wanted = super::branch_ref(branch);
     let head = repo.find_reference("HEAD")?;
     let head_target = head.symbolic_target().ok().flatten();
-    if head_target != Some(wanted.as_str()) {
+    let moved_head = if head_target != Some(wanted.as_str()) {
         let now = match head_target {
             Some(t) => t.trim_start_matches("refs/heads/").to_string(),
             None => head
@@ -58,33 +67,39 @@ pub fn commit_task(
                 .map(|o| format!("detached at {}", short(o)))
                 .unwrap_or_else(|| "unreadable".into()),
         };
-        return Err(CommitError::MovedHead(now));
-    }
+        // Back on the task branch: what the worker changed (committed elsewhere or not) is
+        // committed there, relative to the task's own history.
+        repo.set_head(&wanted)?;
+        Some(now)
+    } else {
+        None
+    };
     let mut tip = repo.refname_to_id(&wanted)?;
     let mut worker_commits = 0;
     if tip != start {
         if !repo.graph_descendant_of(tip, start)? {
-            return Err(CommitError::RewroteBranch(short(tip)));
+            return Err(CommitError::RewroteBranch(tip));
         }
         worker_commits = repo.graph_ahead_behind(tip, start)?.0;
     }
 
     let tip_commit = repo.find_commit(tip)?;
     let tip_tree = tip_commit.tree()?;
-    let (tree_id, skipped) = stage_changes(&repo, &tip_tree)?;
+    let (tree_id, skipped) = stage_changes(repo, &tip_tree)?;
     if tree_id != tip_tree.id() {
         let tree = repo.find_tree(tree_id)?;
-        let sig = super::signature(&repo)?;
+        let sig = super::signature(repo)?;
         tip = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&tip_commit])?;
     }
     let start_tree = repo.find_commit(start)?.tree()?;
     let new_tree = repo.find_commit(tip)?.tree()?;
-    let changed = super::changed_paths(&repo, &start_tree, &new_tree)?;
+    let changed = super::changed_paths(repo, &start_tree, &new_tree)?;
     Ok(Committed {
         tip,
         changed,
         worker_commits,
         skipped,
+        moved_head,
     })
 }
 
@@ -117,19 +132,55 @@ fn stage_changes(
     let changed_count = paths.len();
     let workdir = repo.workdir().unwrap_or(Path::new("."));
     let mut index = repo.index()?;
+    let mut dirs = RealDirs::new(workdir);
+    // Removals first, in the index and in the tree, so that a path that changed type (file to
+    // folder, folder to link) can be added where the old entries were.
+    let (present, gone): (Vec<RepoPath>, Vec<RepoPath>) = paths
+        .into_iter()
+        .map(RepoPath::from_bytes)
+        .partition(|rel| dirs.holds_file(rel));
+    let mut removals: BTreeSet<PathBuf> = BTreeSet::new();
+    for rel in &gone {
+        // Deleted (the index may not have it if the worker staged the deletion).
+        let _ = index.remove_path(rel.as_path());
+        if head_tree.get_path(rel.as_path()).is_ok() {
+            removals.insert(rel.as_path().to_path_buf());
+        }
+    }
+    for rel in &present {
+        // An entry standing where a folder now is, or the entries of a folder replaced by a
+        // file or a link.
+        let _ = index.remove_path(rel.as_path());
+        let _ = index.remove_dir(rel.as_path(), 0);
+        if let Ok(entry) = head_tree.get_path(rel.as_path())
+            && entry.kind() == Some(git2::ObjectType::Tree)
+        {
+            removals.insert(rel.as_path().to_path_buf());
+        }
+        for parent in rel.as_path().ancestors().skip(1) {
+            if parent.as_os_str().is_empty() {
+                break;
+            }
+            if let Ok(entry) = head_tree.get_path(parent)
+                && entry.kind() != Some(git2::ObjectType::Tree)
+            {
+                let _ = index.remove_path(parent);
+                removals.insert(parent.to_path_buf());
+            }
+        }
+    }
+    // A folder removed whole takes what is below it along.
+    let mut remove = TreeUpdateBuilder::new();
+    for path in &removals {
+        let below_another = path.ancestors().skip(1).any(|a| removals.contains(a));
+        if !below_another {
+            remove.remove(path.as_os_str().as_bytes());
+        }
+    }
+    let base_tree = repo.find_tree(remove.create_updated(repo, head_tree)?)?;
     let mut update = TreeUpdateBuilder::new();
     let mut skipped = Vec::new();
-    for path in paths {
-        let rel = RepoPath::from_bytes(path);
-        let exists = workdir.join(rel.as_path()).symlink_metadata().is_ok();
-        if !exists {
-            // Deleted (the index may not have it if the worker staged the deletion).
-            let _ = index.remove_path(rel.as_path());
-            if head_tree.get_path(rel.as_path()).is_ok() {
-                update.remove(rel.as_bytes());
-            }
-            continue;
-        }
+    for rel in present {
         if let Err(e) = index.add_path(rel.as_path()) {
             tracing::warn!("cannot stage {rel}: {}", e.message());
             skipped.push(rel);
@@ -149,7 +200,45 @@ fn stage_changes(
     }
     index.write()?;
     tracing::debug!("staged {} changed path(s)", changed_count - skipped.len());
-    Ok((update.create_updated(repo, head_tree)?, skipped))
+    Ok((update.create_updated(repo, &base_tree)?, skipped))
+}
+
+/// Which directories of a worktree are real directories (not links, not files), looked up
+/// once each with `lstat`.
+struct RealDirs {
+    root: PathBuf,
+    known: HashMap<PathBuf, bool>,
+}
+
+impl RealDirs {
+    fn new(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            known: HashMap::new(),
+        }
+    }
+
+    /// Is `rel` a file or a link in the worktree, reached through real directories only (as
+    /// git sees it; a path below a link does not exist)?
+    fn holds_file(&mut self, rel: &RepoPath) -> bool {
+        let path = rel.as_path();
+        let parents_real = path
+            .parent()
+            .into_iter()
+            .flat_map(Path::ancestors)
+            .filter(|p| !p.as_os_str().is_empty())
+            .all(|dir| self.is_real_dir(dir));
+        parents_real && std::fs::symlink_metadata(self.root.join(path)).is_ok_and(|m| !m.is_dir())
+    }
+
+    fn is_real_dir(&mut self, rel: &Path) -> bool {
+        if let Some(known) = self.known.get(rel) {
+            return *known;
+        }
+        let real = std::fs::symlink_metadata(self.root.join(rel)).is_ok_and(|m| m.is_dir());
+        self.known.insert(rel.to_path_buf(), real);
+        real
+    }
 }
 
 pub fn short(oid: Oid) -> String {

@@ -255,9 +255,9 @@ fn merge_message(req: &MergeRequest<'_>, note: &str) -> String {
 /// Prepares a worktree (checked out at `ours`) for a conflict to be resolved by hand: the
 /// merge of `theirs` is written into its files, conflicted ones with diff3-style markers
 /// (ours, the common ancestor, theirs), while its index stays at `ours`, so every
-/// difference from HEAD is part of the resolution. Returns the conflicted paths.
-pub fn write_conflicts(worktree: &Path, ours: Oid, theirs: Oid) -> anyhow::Result<Vec<RepoPath>> {
-    let repo = Repository::open(worktree)?;
+/// difference from HEAD is part of the resolution. Returns the conflicted paths. `repo` is
+/// the worktree, opened through its administrative directory.
+pub fn write_conflicts(repo: &Repository, ours: Oid, theirs: Oid) -> anyhow::Result<Vec<RepoPath>> {
     let ours_commit = repo.find_commit(ours)?;
     let theirs_commit = repo.find_commit(theirs)?;
     let mut opts = MergeOptions::new();
@@ -279,12 +279,15 @@ pub fn write_conflicts(worktree: &Path, ours: Oid, theirs: Oid) -> anyhow::Resul
     Ok(paths)
 }
 
-/// Paths among `paths` (in `worktree`) that still hold conflict markers.
+/// Paths among `paths` (in `worktree`) that still hold conflict markers (regular files only:
+/// a link is not followed).
 pub fn with_conflict_markers(worktree: &Path, paths: &[RepoPath]) -> Vec<RepoPath> {
     paths
         .iter()
         .filter(|p| {
-            std::fs::read(worktree.join(p.as_path())).is_ok_and(|bytes| {
+            let path = worktree.join(p.as_path());
+            let file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+            file && std::fs::read(&path).is_ok_and(|bytes| {
                 bytes
                     .split(|&b| b == b'\n')
                     .any(|line| line.starts_with(b"<<<<<<< ") || line.starts_with(b">>>>>>> "))

@@ -6,7 +6,21 @@
 //! task's start commit, HEAD points at it, and a forced checkout with `remove_untracked`
 //! rewrites only what the previous task changed. Ignored files (build output) survive, so
 //! incremental builds stay warm. A worktree is locked while a worker uses it.
+//!
+//! A worker controls its worktree's files, the `.git` file among them, so swarm never takes
+//! their word for anything:
+//!
+//! - a worktree is opened through the administrative directory swarm created
+//!   (`.git/worktrees/<name>`), never through its `.git` file ([`WorktreePool::open`]), and
+//!   a worktree whose `.git` file or administrative record changed is reported
+//!   ([`WorktreePool::check_intact`]) and thrown away ([`WorktreePool::discard`]);
+//! - a reset first removes every symbolic link standing on the paths it writes, and runs in a
+//!   thread that Landlock lets write only in the worktree and its administrative directory
+//!   ([`crate::worker::sandbox::confined`]): a link a worker planted is never followed out.
+//!   A reset that fails anyway throws the worktree away; the task gets a new one.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -15,7 +29,9 @@ use git2::build::CheckoutBuilder;
 use git2::{Oid, Repository, WorktreeAddOptions, WorktreePruneOptions};
 
 use crate::ids::{RunBranch, RunId};
+use crate::repo_path::RepoPath;
 use crate::state;
+use crate::worker::sandbox;
 
 /// One worktree of the pool.
 #[derive(Debug)]
@@ -27,6 +43,8 @@ pub struct Slot {
     pub set_up: bool,
     /// Was it created by this acquire (rather than reused)?
     pub fresh: bool,
+    /// The worktree's `.git` file as libgit2 wrote it.
+    gitlink: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -56,10 +74,12 @@ struct CreationLock(#[allow(dead_code)] std::fs::File);
 impl CreationLock {
     fn acquire(common_dir: &Path) -> std::io::Result<Self> {
         use std::os::fd::AsRawFd as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
         let file = std::fs::File::options()
             .create(true)
             .truncate(false)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(state::swarm_dir(common_dir).join("worktrees.lock"))?;
         // SAFETY: flock on an fd we own; blocks until the lock is ours.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
@@ -94,12 +114,25 @@ impl WorktreePool {
         let branch_ref_name = super::branch_ref(branch);
 
         let idle = self.lock_state().idle.pop();
-        let mut slot = match idle {
-            Some(mut slot) => {
-                reset(&slot.path, &branch_ref_name, &commit)?;
-                slot.fresh = false;
-                slot
-            }
+        let reused = match idle {
+            Some(mut slot) => match self.reset(&slot, &branch_ref_name, &commit) {
+                Ok(()) => {
+                    slot.fresh = false;
+                    Some(slot)
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot reset worktree {}; it is replaced by a new one: {e:#}",
+                        slot.name
+                    );
+                    self.discard(slot);
+                    None
+                }
+            },
+            None => None,
+        };
+        let slot = match reused {
+            Some(slot) => slot,
             None => self.create(&repo, &branch_ref)?,
         };
         let wt = repo.find_worktree(&slot.name)?;
@@ -107,8 +140,74 @@ impl WorktreePool {
         if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
             tracing::debug!("cannot lock worktree {}: {e}", slot.name);
         }
-        slot.path = slot.path.canonicalize().unwrap_or(slot.path);
         Ok(slot)
+    }
+
+    /// The administrative directory of worktree `name`: `.git/worktrees/<name>`.
+    fn admin_dir(&self, name: &str) -> PathBuf {
+        self.common_dir.join("worktrees").join(name)
+    }
+
+    /// Opens a worktree of the pool through its administrative directory, which no worker can
+    /// write, so a `.git` file rewritten by a worker (say, to point at the user's repository)
+    /// changes nothing. Blocking.
+    pub fn open(&self, slot: &Slot) -> anyhow::Result<Repository> {
+        open_worktree(&self.common_dir, &slot.name, &slot.path)
+    }
+
+    /// `Err` (saying what) when a worker changed the worktree's link to the repository: its
+    /// `.git` file, or the administrative record that points back at it.
+    pub fn check_intact(&self, slot: &Slot) -> Result<(), String> {
+        let dot_git = slot.path.join(".git");
+        let file_ok = std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file())
+            && std::fs::read(&dot_git).is_ok_and(|b| b == slot.gitlink);
+        if !file_ok {
+            return Err(format!(
+                "the worker changed the worktree's .git file ({}), which ties it to the \
+                 repository; nothing of it is committed",
+                describe_gitlink(&dot_git)
+            ));
+        }
+        let back = std::fs::read(self.admin_dir(&slot.name).join("gitdir")).unwrap_or_default();
+        let back = PathBuf::from(OsStr::from_bytes(back.trim_ascii_end()));
+        if back.canonicalize().ok() != dot_git.canonicalize().ok() {
+            return Err("the worktree's record in the git directory was changed".into());
+        }
+        Ok(())
+    }
+
+    /// Removes a worktree that must not be used again (its worker tampered with it, or it
+    /// could not be reset); the pool makes a new one when it needs one.
+    pub fn discard(&self, slot: Slot) {
+        self.lock_state()
+            .created
+            .retain(|(name, _)| *name != slot.name);
+        let removed = Repository::open(&self.common_dir)
+            .map_err(anyhow::Error::from)
+            .and_then(|repo| remove_worktree(&repo, &slot.name, &slot.path));
+        if let Err(e) = removed {
+            tracing::warn!("cannot remove worktree {}: {e:#}", slot.name);
+        }
+    }
+
+    /// Runs `work` on the worktree of `slot`, opened through its administrative directory, in
+    /// a thread that may write only in the worktree and that directory: swarm's own writes
+    /// into a worktree a worker has had. Blocking.
+    pub fn write_in<T: Send>(
+        &self,
+        slot: &Slot,
+        work: impl FnOnce(&Repository) -> anyhow::Result<T> + Send,
+    ) -> anyhow::Result<T> {
+        let writable = [slot.path.clone(), self.admin_dir(&slot.name)];
+        sandbox::confined(&writable, || work(&self.open(slot)?))
+    }
+
+    /// Points an idle worktree's HEAD at `branch_ref` and makes its files those of `start`.
+    fn reset(&self, slot: &Slot, branch_ref: &str, start: &git2::Commit<'_>) -> anyhow::Result<()> {
+        let start = start.id();
+        self.write_in(slot, |wt| {
+            reset(wt, &slot.path, branch_ref, &wt.find_commit(start)?)
+        })
     }
 
     fn create(&self, repo: &Repository, branch_ref: &git2::Reference<'_>) -> anyhow::Result<Slot> {
@@ -139,7 +238,7 @@ impl WorktreePool {
             opts.reference(Some(&placeholder));
             repo.worktree(&name, &path, Some(&opts))
                 .with_context(|| format!("cannot create worktree {}", path.display()))?;
-            let wt = Repository::open(&path)?;
+            let wt = Repository::open(self.admin_dir(&name))?;
             wt.set_head(
                 branch_ref
                     .name()
@@ -149,30 +248,30 @@ impl WorktreePool {
             repo.find_branch(&placeholder_name, git2::BranchType::Local)?
                 .delete()?;
         }
-        let wt = Repository::open(&path)?;
-        let mut checkout = CheckoutBuilder::new();
-        checkout.force();
-        wt.checkout_head(Some(&mut checkout))
-            .with_context(|| format!("cannot check out worktree {}", path.display()))?;
-        for rel in &self.copy {
-            let from = self.user_workdir.join(rel);
-            let to = path.join(rel);
-            if from.is_file() {
-                if let Some(parent) = to.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                std::fs::copy(&from, &to)
-                    .with_context(|| format!("cannot copy {} into the worktree", from.display()))?;
-            } else {
-                tracing::warn!("[worktree] copy: {} is not a file; skipped", from.display());
-            }
-        }
-        Ok(Slot {
+        let path = path.canonicalize()?;
+        let gitlink = std::fs::read(path.join(".git"))?;
+        let slot = Slot {
             name,
             path,
             set_up: false,
             fresh: true,
-        })
+            gitlink,
+        };
+        self.write_in(&slot, |wt| {
+            let mut checkout = CheckoutBuilder::new();
+            checkout.force();
+            wt.checkout_head(Some(&mut checkout))
+                .with_context(|| format!("cannot check out worktree {}", slot.path.display()))?;
+            for rel in &self.copy {
+                copy_into(
+                    &self.user_workdir,
+                    &slot.path,
+                    &RepoPath::from(rel.as_str()),
+                )?;
+            }
+            Ok(())
+        })?;
+        Ok(slot)
     }
 
     /// A parentless commit with an empty tree (made once per pool).
@@ -191,7 +290,12 @@ impl WorktreePool {
     /// Returns a worktree to the pool: HEAD detached (so its branch can be moved or deleted)
     /// and unlocked.
     pub fn release(&self, slot: Slot) -> anyhow::Result<()> {
-        let wt_repo = Repository::open(&slot.path)?;
+        if let Err(why) = self.check_intact(&slot) {
+            tracing::warn!("worktree {} is not used again: {why}", slot.name);
+            self.discard(slot);
+            return Ok(());
+        }
+        let wt_repo = self.open(&slot)?;
         let head = wt_repo.head()?.peel_to_commit()?.id();
         wt_repo.set_head_detached(head)?;
         let repo = Repository::open(&self.common_dir)?;
@@ -229,46 +333,150 @@ impl WorktreePool {
     }
 }
 
-/// Points an idle worktree's HEAD at `branch` and makes its files those of `start`.
+/// Points the idle worktree `wt` (at `path`) at `branch_ref` and makes its files those of
+/// `start`.
 ///
 /// When the worktree is clean (its files and index are exactly its HEAD commit, as they are
 /// after swarm committed a task), only the paths that differ between that commit and `start`
 /// are checked out: proportional to the previous task's change. Otherwise (a worker left
-/// something behind that was not committed) a forced checkout of everything, removing
-/// untracked files; ignored files survive either way.
-fn reset(path: &Path, branch_ref: &str, start: &git2::Commit<'_>) -> anyhow::Result<()> {
-    let wt = Repository::open(path)
-        .with_context(|| format!("cannot open worktree {}", path.display()))?;
-    let clean_at = match super::commit::dirty_paths(&wt)?.is_empty() {
-        true => wt.head().ok().and_then(|h| h.peel_to_tree().ok()),
-        false => None,
-    };
+/// something behind that was not committed) the paths that differ from HEAD are put back
+/// too, untracked files removed; ignored files survive either way. Paths are literal (no
+/// pathspec patterns), and links standing on them are removed first.
+fn reset(
+    wt: &Repository,
+    path: &Path,
+    branch_ref: &str,
+    start: &git2::Commit<'_>,
+) -> anyhow::Result<()> {
+    let dirty = super::commit::dirty_paths(wt)?;
+    let head_tree = wt.head().ok().and_then(|h| h.peel_to_tree().ok());
     tracing::debug!(
         worktree = %path.display(),
-        clean = clean_at.is_some(),
+        clean = dirty.is_empty(),
         "reset for {}",
         branch_ref
     );
+    let mut paths: Vec<RepoPath> = match &head_tree {
+        Some(tree) => super::changed_paths(wt, tree, &start.tree()?)?,
+        None => Vec::new(),
+    };
+    paths.extend(dirty.iter().map(|p| RepoPath::from_bytes(p.clone())));
+    paths.sort();
+    paths.dedup();
+    wt.set_head(branch_ref)?;
+    if paths.is_empty() && head_tree.is_some() {
+        return Ok(());
+    }
+    clear_links(path, &paths)?;
     let mut checkout = CheckoutBuilder::new();
-    checkout.force();
-    match &clean_at {
-        Some(tree) => {
-            let paths = super::changed_paths(&wt, tree, &start.tree()?)?;
-            wt.set_head(branch_ref)?;
-            if paths.is_empty() {
-                return Ok(());
-            }
-            for p in &paths {
-                checkout.path(p.as_bytes());
-            }
+    checkout.force().disable_pathspec_match(true);
+    if head_tree.is_some() {
+        for p in &paths {
+            checkout.path(p.as_bytes());
         }
-        None => {
-            wt.set_head(branch_ref)?;
-            checkout.remove_untracked(true);
-        }
+    }
+    if !dirty.is_empty() {
+        checkout.remove_untracked(true);
     }
     wt.checkout_head(Some(&mut checkout))
         .with_context(|| format!("cannot reset worktree {}", path.display()))?;
+    Ok(())
+}
+
+/// Opens worktree `name` of the repository whose git directory is `common_dir` through its
+/// administrative directory, checking that it is the worktree at `path`.
+pub fn open_worktree(common_dir: &Path, name: &str, path: &Path) -> anyhow::Result<Repository> {
+    let repo = Repository::open(common_dir.join("worktrees").join(name))
+        .with_context(|| format!("cannot open worktree {name}"))?;
+    let workdir = repo
+        .workdir()
+        .map(|w| w.canonicalize().unwrap_or(w.to_path_buf()));
+    anyhow::ensure!(
+        workdir.as_deref() == Some(path),
+        "the record of worktree {name} does not point at {}",
+        path.display()
+    );
+    Ok(repo)
+}
+
+/// What the `.git` file at `path` is now, for a message.
+fn describe_gitlink(path: &Path) -> String {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => "it is gone".into(),
+        Ok(m) if m.is_symlink() => "it is now a symbolic link".into(),
+        Ok(m) if m.is_dir() => "it is now a directory".into(),
+        Ok(_) => match std::fs::read(path) {
+            Ok(text) => format!(
+                "it now says {:?}",
+                String::from_utf8_lossy(text.trim_ascii())
+            ),
+            Err(e) => format!("it cannot be read: {e}"),
+        },
+    }
+}
+
+/// Removes every symbolic link (and every file where a folder belongs) standing on `paths`
+/// under `root`, so that writing them cannot go through a link a worker planted.
+fn clear_links(root: &Path, paths: &[RepoPath]) -> std::io::Result<()> {
+    for p in paths {
+        let parts: Vec<&[u8]> = p.as_bytes().split(|b| *b == b'/').collect();
+        let mut at = root.to_path_buf();
+        for (i, part) in parts.iter().enumerate() {
+            at.push(OsStr::from_bytes(part));
+            let meta = match std::fs::symlink_metadata(&at) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) => return Err(e),
+            };
+            let last = i + 1 == parts.len();
+            if meta.is_symlink() || (!last && !meta.is_dir()) {
+                std::fs::remove_file(&at)?;
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copies `rel` (`[worktree] copy`) from the user's checkout into a new worktree: a regular
+/// file reached through real directories on both sides (no link is followed, so a link in the
+/// checkout cannot bring in a file from elsewhere, nor one in the worktree send it out).
+fn copy_into(checkout: &Path, worktree: &Path, rel: &RepoPath) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let real_dirs = |root: &Path| {
+        rel.as_path()
+            .parent()
+            .into_iter()
+            .flat_map(Path::ancestors)
+            .filter(|a| !a.as_os_str().is_empty())
+            .all(|a| std::fs::symlink_metadata(root.join(a)).is_ok_and(|m| m.is_dir()))
+    };
+    let from = checkout.join(rel.as_path());
+    let is_file = std::fs::symlink_metadata(&from).is_ok_and(|m| m.is_file());
+    if !is_file || !real_dirs(checkout) {
+        tracing::warn!("[worktree] copy: {rel} is not a file of your checkout; skipped");
+        return Ok(());
+    }
+    let mut source = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&from)
+        .with_context(|| format!("cannot read {}", from.display()))?;
+    let to = worktree.join(rel.as_path());
+    if let Some(parent) = rel.as_path().parent() {
+        clear_links(
+            worktree,
+            &[RepoPath::from_bytes(parent.as_os_str().as_bytes().to_vec())],
+        )?;
+        std::fs::create_dir_all(worktree.join(parent))?;
+    }
+    anyhow::ensure!(
+        real_dirs(worktree),
+        "[worktree] copy: cannot place {rel} in the worktree"
+    );
+    let mut target =
+        state::create_file(&to).with_context(|| format!("cannot copy {rel} into the worktree"))?;
+    std::io::copy(&mut source, &mut target)?;
     Ok(())
 }
 

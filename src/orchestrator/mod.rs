@@ -193,7 +193,7 @@ pub async fn run(
         },
     )?;
     state::write_json_atomic(&run_dir.plan(), &plan)?;
-    sink.log_to(&run_dir.events())?;
+    sink.log_to_run_file(&run_dir.events())?;
     let base = Oid::from_str(&plan.base)?;
     // The model serves the built-in worker, and with --exec, --repair and conflict repair.
     let settings = &plan.settings;

@@ -1,7 +1,7 @@
 //! One attempt at one task: a pooled worktree, the worker, the commit, the scope check.
 
 use crate::git::commit::{self, CommitError};
-use crate::git::worktree::Slot;
+use crate::git::worktree::{self, Slot};
 use crate::git::{finish, merge};
 use crate::report::Tokens;
 use crate::settings::Scope;
@@ -167,34 +167,7 @@ async fn attempt_task(
     a.tokens = result.tokens;
     a.turns = result.turns;
 
-    step("committing");
-    let committed = {
-        let path = slot.path.clone();
-        let (branch, start) = (branch.clone(), a.start);
-        let message = format!(
-            "swarm: {}\n\n{}\n\nSwarm-Run: {run_id}\nSwarm-Task: {}\n",
-            task.id,
-            shared.plan.instruction.trim(),
-            task.id
-        );
-        tokio::task::spawn_blocking(move || commit::commit_task(&path, &branch, start, &message))
-            .await?
-    };
-    {
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
-    }
-    let committed = match committed {
-        Ok(c) => c,
-        Err(e @ (CommitError::MovedHead(_) | CommitError::RewroteBranch(_))) => {
-            a.status = TaskStatus::Failed;
-            a.error = Some(e.to_string());
-            return Ok(());
-        }
-        Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
-    };
-    a.tip = Some(committed.tip);
-    a.changed = committed.changed;
+    // Branches the worker made, whatever else it did.
     let created = {
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || new_user_branches(&shared)).await??
@@ -207,6 +180,61 @@ async fn attempt_task(
                 created.join(", ")
             ),
         });
+    }
+    // A worktree whose link to the repository the worker changed is neither committed nor
+    // used again.
+    if let Err(why) = shared.pool.check_intact(&slot) {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || shared.pool.discard(slot)).await?;
+        a.status = TaskStatus::Failed;
+        a.error = Some(why);
+        return Ok(());
+    }
+
+    step("committing");
+    let (slot, committed) = {
+        let shared = shared.clone();
+        let (branch, start) = (branch.clone(), a.start);
+        let message = format!(
+            "swarm: {}\n\n{}\n\nSwarm-Run: {run_id}\nSwarm-Task: {}\n",
+            task.id,
+            shared.plan.instruction.trim(),
+            task.id
+        );
+        tokio::task::spawn_blocking(move || {
+            let committed = shared
+                .pool
+                .open(&slot)
+                .map_err(|e| CommitError::Git(git2::Error::from_str(&format!("{e:#}"))))
+                .and_then(|repo| commit::commit_task(&repo, &branch, start, &message));
+            (slot, committed)
+        })
+        .await?
+    };
+    {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
+    }
+    let committed = match committed {
+        Ok(c) => c,
+        Err(e @ CommitError::RewroteBranch(tip)) => {
+            // Kept for inspection, like any failed task's branch.
+            a.tip = Some(tip);
+            a.status = TaskStatus::Failed;
+            a.error = Some(e.to_string());
+            return Ok(());
+        }
+        Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
+    };
+    a.tip = Some(committed.tip);
+    a.changed = committed.changed;
+    if let Some(now) = committed.moved_head {
+        a.status = TaskStatus::Failed;
+        a.error = Some(format!(
+            "the worker moved HEAD away from its task branch (to {now}); its changes are kept \
+             on the task branch"
+        ));
+        return Ok(());
     }
     for path in &committed.skipped {
         shared.sink.emit(Event::Warning {
@@ -480,21 +508,33 @@ async fn attempt_repair(
         .clone()
         .context("--on-conflict repair needs a model")?;
     let branch = shared.plan.run_id.branch(&crate::ids::RunBranch::Repair);
-    let mut slot = {
+    let slot = {
         let (shared, branch, tip) = (shared.clone(), branch.clone(), r.tip);
         tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, tip)).await??
     };
-    let conflicted = {
-        let (path, tip, theirs) = (slot.path.clone(), r.tip, r.task_tip);
-        tokio::task::spawn_blocking(move || merge::write_conflicts(&path, tip, theirs)).await?
+    let (slot_back, conflicted) = {
+        let (shared, tip, theirs) = (shared.clone(), r.tip, r.task_tip);
+        tokio::task::spawn_blocking(move || {
+            let written = shared
+                .pool
+                .write_in(&slot, |repo| merge::write_conflicts(repo, tip, theirs));
+            (slot, written)
+        })
+        .await?
     };
+    let mut slot = slot_back;
     let outcome = match (conflicted, set_up(shared, &mut slot).await) {
         (Ok(conflicted), Ok(None)) => {
-            resolve_in(shared, &llm, r, &slot.path, &branch, conflicted, a).await
+            resolve_in(shared, &llm, r, &slot, &branch, conflicted, a).await
         }
         (Ok(_), Ok(Some((verdict, _)))) => Err(anyhow::anyhow!(verdict.describe())),
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
+    if let Err(why) = shared.pool.check_intact(&slot) {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || shared.pool.discard(slot)).await?;
+        return Err(anyhow::anyhow!(why)).context(format!("task {}", task.id));
+    }
     {
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
@@ -510,12 +550,13 @@ async fn resolve_in(
     shared: &Arc<Shared>,
     llm: &LlmShared,
     r: &ConflictRepair,
-    worktree: &std::path::Path,
+    slot: &Slot,
     branch: &str,
     conflicted: Vec<RepoPath>,
     a: &mut Attempt,
 ) -> anyhow::Result<()> {
     let task = &shared.plan.tasks[r.idx];
+    let worktree = slot.path.as_path();
     shared.sink.emit(Event::TaskStarted {
         task: task.id.clone(),
         files: task.files.clone(),
@@ -586,12 +627,18 @@ async fn resolve_in(
         ));
         return Ok(());
     }
+    shared.pool.check_intact(slot).map_err(anyhow::Error::msg)?;
     let committed = {
-        let (path, branch, tip) = (worktree.to_path_buf(), branch.to_string(), r.tip);
+        let (branch, tip) = (branch.to_string(), r.tip);
+        let (common_dir, name, path) = (
+            shared.common_dir.clone(),
+            slot.name.clone(),
+            slot.path.clone(),
+        );
         let message = format!("swarm: resolve the merge of {}\n", task.id);
         tokio::task::spawn_blocking(move || {
-            let c = commit::commit_task(&path, &branch, tip, &message)?;
-            let repo = git2::Repository::open(&path)?;
+            let repo = worktree::open_worktree(&common_dir, &name, &path)?;
+            let c = commit::commit_task(&repo, &branch, tip, &message)?;
             Ok::<_, anyhow::Error>(repo.find_commit(c.tip)?.tree_id())
         })
         .await??

@@ -2,7 +2,9 @@
 //!
 //! Any program that edits files works here: `sed`, `ruff --fix`, `comby`, or a coding agent
 //! CLI (`claude -p`, `codex exec`). It gets the task through environment variables and a
-//! TASK.md outside the worktree, and may leave a verdict in `SWARM_RESULT_FILE`.
+//! TASK.md outside the worktree (in the run's task directory, which it may read but not
+//! write), and may leave a verdict in `SWARM_RESULT_FILE`, in a private directory of its
+//! own that swarm reads back without following links.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt as _;
@@ -14,11 +16,11 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::process::{self, Exit, ProcessRequest, Program};
-use crate::env_vars;
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::worker::Verdict;
 use crate::worker::sandbox::SandboxPolicy;
+use crate::{env_vars, state};
 
 pub struct ExecTask<'a> {
     pub command: &'a str,
@@ -55,14 +57,23 @@ pub fn log_path(task_dir: &Path) -> PathBuf {
     task_dir.join("worker.log")
 }
 
+/// The most of a result file swarm reads.
+const RESULT_FILE_CAP: u64 = 64 * 1024;
+
 pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
     std::fs::create_dir_all(task.task_dir)
         .with_context(|| format!("cannot create {}", task.task_dir.display()))?;
     let task_file = task.task_dir.join("TASK.md");
-    std::fs::write(&task_file, task_markdown(&task))
-        .with_context(|| format!("cannot write {}", task_file.display()))?;
-    let result_file = task.task_dir.join("result.json");
-    let _ = std::fs::remove_file(&result_file);
+    state::write_file(
+        &task_file,
+        crate::secrets::redact(&task_markdown(&task)).as_bytes(),
+    )
+    .with_context(|| format!("cannot write {}", task_file.display()))?;
+    let result_dir = tempfile::Builder::new()
+        .prefix("swarm-result-")
+        .tempdir()
+        .context("cannot create a directory for the result file")?;
+    let result_file = result_dir.path().join("result.json");
 
     let first = task
         .files
@@ -96,15 +107,14 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         timeout: task.timeout,
         idle_timeout: Some(task.idle_timeout),
         sandbox: Some(task.sandbox),
-        // Its result file (and TASK.md) live in the task's directory of the run.
-        also_writable: &[task.task_dir],
+        // The result file's directory; nothing of swarm's.
+        also_writable: &[result_dir.path()],
         cancel: task.cancel,
     })
     .await?;
 
-    let reported: Option<ResultFile> = std::fs::read(&result_file)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
+    let reported: Option<ResultFile> =
+        read_result(&result_file).and_then(|b| serde_json::from_slice(&b).ok());
     let summary = reported.as_ref().and_then(|r| r.summary.clone());
     let verdict = match outcome.exit {
         Exit::TimedOut => Verdict::Timeout(format!(
@@ -132,6 +142,24 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         summary,
         output_tail: outcome.output_tail,
     })
+}
+
+/// The worker's result file: a regular file (no link followed, no FIFO waited on), at most
+/// [`RESULT_FILE_CAP`] bytes of it.
+fn read_result(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(RESULT_FILE_CAP).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 fn task_markdown(task: &ExecTask<'_>) -> String {

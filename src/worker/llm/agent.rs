@@ -408,7 +408,7 @@ struct Transcript {
 
 impl Transcript {
     fn create(path: &Path) -> std::io::Result<Self> {
-        let file = File::options().create(true).append(true).open(path)?;
+        let file = crate::state::append_file(path)?;
         Ok(Self {
             out: Some(BufWriter::new(file)),
         })

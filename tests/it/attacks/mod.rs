@@ -9,3 +9,4 @@
 
 mod confinement;
 mod data_loss;
+mod worktrees;
