@@ -10,13 +10,13 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
     RunStarted {
@@ -201,7 +201,9 @@ impl EventSink {
         }
     }
 
+    /// Writes `event` to the event logs and shows it, secrets redacted from both.
     pub fn emit(&self, event: Event) {
+        let event = crate::secrets::redact_value(&event).unwrap_or(event);
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())

@@ -168,6 +168,24 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     redactor().redact(text)
 }
 
+/// `bytes` with the secrets of swarm's environment replaced.
+pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
+    redactor().redact_bytes(bytes)
+}
+
+/// `value` with the secrets in its strings replaced, when it holds any (a JSON round trip;
+/// values without secrets, the usual case, cost one serialization).
+pub fn redact_value<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> Option<T> {
+    if redactor().is_empty() {
+        return None;
+    }
+    let json = serde_json::to_string(value).ok()?;
+    match redactor().redact(&json) {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(clean) => serde_json::from_str(&clean).ok(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -278,7 +278,8 @@ pub struct Settings {
 }
 
 /// What the built-in worker's `run` tool may run: nothing by default, the commands matching
-/// `[sandbox] allow_run`, or anything with `--allow-run` (still confined).
+/// `[sandbox] allow_run`, or anything with `--allow-run` (still confined). The matching is
+/// [`crate::worker::llm::approval`]'s.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunToolPolicy {
     pub allow_all: bool,
@@ -289,38 +290,6 @@ impl RunToolPolicy {
     pub fn enabled(&self) -> bool {
         self.allow_all || !self.patterns.is_empty()
     }
-
-    /// The pattern that allows `command`, or `None` (denied). `*` in a pattern matches any
-    /// text, and a pattern must match the whole command.
-    pub fn allows(&self, command: &str) -> Option<String> {
-        if self.allow_all {
-            return Some("--allow-run".into());
-        }
-        let command = command.trim();
-        self.patterns
-            .iter()
-            .find(|p| wildcard_match(p.trim(), command))
-            .cloned()
-    }
-}
-
-fn wildcard_match(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || !text[first.len()..].ends_with(last) {
-        return false;
-    }
-    let mut rest = &text[first.len()..text.len() - last.len()];
-    for part in &parts[1..parts.len() - 1] {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    true
 }
 
 impl Settings {
@@ -663,20 +632,6 @@ mod tests {
         assert_eq!(s.scope, Scope::Any);
         assert_eq!(s.timeout_secs, Settings::DEFAULT_TIMEOUT_SECS);
         assert_eq!(s.worktree.setup.as_deref(), Some("true"));
-    }
-
-    #[test]
-    fn run_patterns() {
-        let p = RunToolPolicy {
-            allow_all: false,
-            patterns: vec!["cargo check*".into(), "pytest * -q".into(), "ls".into()],
-        };
-        assert!(p.allows("cargo check --all").is_some());
-        assert!(p.allows("pytest tests/a.py -q").is_some());
-        assert!(p.allows("ls").is_some());
-        assert!(p.allows("ls -la").is_none());
-        assert!(p.allows("rm -rf /").is_none());
-        assert!(p.allows("pytest tests -q; rm -rf /").is_none());
     }
 
     #[test]

@@ -172,7 +172,8 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> anyhow::Result
         .with_context(|| format!("cannot write in {}", dir.display()))?;
     let mut text = serde_json::to_vec_pretty(value)?;
     text.push(b'\n');
-    std::io::Write::write_all(&mut tmp, &text)?;
+    // No state file holds a secret (docs/SECURITY.md).
+    std::io::Write::write_all(&mut tmp, &crate::secrets::redact_bytes(&text))?;
     tmp.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())

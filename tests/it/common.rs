@@ -301,6 +301,39 @@ impl Run {
     }
 }
 
+/// Runs `cmd` to the end, reading the peak memory (VmHWM) of the process it starts: its own
+/// address space, reset at exec (unlike wait4's rusage, which inherits the test's peak).
+pub fn run_measuring_peak(cmd: &mut Command) -> (Run, u64) {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
+    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kb = 0u64;
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(&status_file)
+            && let Some(line) = text.lines().find(|l| l.starts_with("VmHWM:"))
+        {
+            peak_kb = peak_kb.max(line.split_whitespace().nth(1).unwrap().parse().unwrap());
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert!(peak_kb > 1000, "no memory reading");
+    let run = Run {
+        code: status.code().unwrap_or(-1),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    };
+    (run, peak_kb)
+}
+
 pub const SED_FOO_BAR: &str = r#"sed -i 's/\bfoo\b/bar/g' "$SWARM_FILE""#;
 
 /// Status of each task in a report, by its first file.

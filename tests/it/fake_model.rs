@@ -27,6 +27,10 @@ pub enum Reply {
     Drop,
     /// Answer after a delay.
     After(Duration, Box<Reply>),
+    /// A stream of content deltas that never finishes (until the client hangs up, or 2 GB).
+    Endless,
+    /// A stream whose first line never ends (until the client hangs up, or 2 GB).
+    EndlessLine,
 }
 
 /// A request as the fake received it.
@@ -253,6 +257,27 @@ fn write_reply(out: &mut TcpStream, reply: Reply) -> bool {
             }
             head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
             out.write_all(head.as_bytes()).is_ok() && out.write_all(body.as_bytes()).is_ok()
+        }
+        Reply::Endless | Reply::EndlessLine => {
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            let _ = out.write_all(head.as_bytes());
+            let piece = match reply {
+                Reply::Endless => format!(
+                    "data: {}\n\n",
+                    json!({"choices": [{"index": 0, "delta": {"content": "x".repeat(4000)}}]})
+                ),
+                _ => "x".repeat(4096),
+            };
+            if matches!(reply, Reply::EndlessLine) {
+                let _ = out.write_all(b"data: ");
+            }
+            let mut sent = 0usize;
+            while sent < 2_000_000_000 && out.write_all(piece.as_bytes()).is_ok() {
+                sent += piece.len();
+            }
+            let _ = out.shutdown(std::net::Shutdown::Both);
+            false
         }
         Reply::Stream(answer) => {
             let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";

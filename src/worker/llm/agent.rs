@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::LlmShared;
+use super::approval::{self, Approval};
 use super::client::RetryNotice;
 use super::tools::{self, FinishStatus, Outcome, Workspace};
 use crate::events::{Event, EventSink};
@@ -117,12 +118,17 @@ async fn run_loop(
     transcript: &mut Transcript,
 ) -> anyhow::Result<Verdict> {
     let workspace = Workspace::new(task.worktree, task.scope_task.then_some(task.files))?;
-    let agents_md = std::fs::read_to_string(task.worktree.join("AGENTS.md")).ok();
+    let agents_md = workspace.read_text("AGENTS.md");
     let definitions = tools::definitions(task.run_tool.enabled());
+    let first = super::prompt::task_message(
+        task.instruction,
+        task.files,
+        task.context,
+        agents_md.as_deref(),
+    );
     let mut messages = vec![
         json!({"role": "system", "content": super::prompt::system(task.scope_task)}),
-        json!({"role": "user", "content": super::prompt::task_message(
-            task.instruction, task.files, task.context, agents_md.as_deref())}),
+        json!({"role": "user", "content": crate::secrets::redact(&first)}),
     ];
     for m in &messages {
         transcript.append(m);
@@ -201,8 +207,9 @@ async fn run_loop(
             } else {
                 workspace.call(&call.name, &call.arguments)
             };
+            // What a tool read or ran never carries a secret to the model.
             let content = match &outcome {
-                Outcome::Result(text) => text.clone(),
+                Outcome::Result(text) => crate::secrets::redact(text).into_owned(),
                 Outcome::Finish { status, summary } => {
                     finished = Some((*status, summary.clone()));
                     "finish recorded".to_string()
@@ -247,10 +254,11 @@ async fn run_loop(
         match run_verify(verify, task).await? {
             None => return Ok(Verdict::Done),
             Some(output) => {
-                let text = format!(
+                let text = crate::secrets::redact(&format!(
                     "The check `{verify}` failed after your change:\n\n{output}\n\nFix the problem \
                      (within this task's files), then call finish again."
-                );
+                ))
+                .into_owned();
                 verify_failure = Some(output);
                 let message = json!({"role": "user", "content": text});
                 transcript.append(&message);
@@ -280,25 +288,28 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<St
     let Some(command) = command.filter(|c| !c.trim().is_empty()) else {
         return Ok("error: run needs {\"command\": \"...\"}".into());
     };
-    let rule = task.run_tool.allows(&command);
+    let approval = approval::decide(task.run_tool, &command);
+    let (program, rule) = match &approval {
+        Approval::Shell { rule } => (Program::Shell(&command), rule.clone()),
+        Approval::Argv { rule, argv } => (Program::Argv(argv), rule.clone()),
+        Approval::Denied(why) => {
+            task.events.emit(Event::Approval {
+                task: task.task_id.clone(),
+                command: command.clone(),
+                allowed: false,
+                rule: None,
+            });
+            return Ok(format!("error: {why}"));
+        }
+    };
     task.events.emit(Event::Approval {
         task: task.task_id.clone(),
         command: command.clone(),
-        allowed: rule.is_some(),
-        rule: rule.clone(),
+        allowed: true,
+        rule: Some(rule),
     });
-    if rule.is_none() {
-        let allowed = if task.run_tool.patterns.is_empty() {
-            "no command is allowed".to_string()
-        } else {
-            format!("allowed: {}", task.run_tool.patterns.join(", "))
-        };
-        return Ok(format!(
-            "error: the command `{command}` is not allowed ({allowed}); do without it"
-        ));
-    }
     let ran = process::run(ProcessRequest {
-        program: Program::Shell(&command),
+        program,
         cwd: task.worktree,
         env: Vec::new(),
         log: &task.task_dir.join("run.log"),
@@ -416,6 +427,7 @@ impl Transcript {
 
     fn append(&mut self, message: &Value) {
         let Some(out) = self.out.as_mut() else { return };
+        let message = &crate::secrets::redact_value(message).unwrap_or_else(|| message.clone());
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())

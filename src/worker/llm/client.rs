@@ -14,7 +14,7 @@ use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
 use super::limit::AdaptiveLimit;
-use super::sse::{self, Reply, StreamAssembler};
+use super::sse::{self, MAX_ANSWER, Reply, StreamAssembler, StreamError};
 use crate::settings::{ApiKey, ModelSettings};
 
 #[derive(Debug, Clone)]
@@ -187,7 +187,14 @@ impl ChatClient {
     }
 
     async fn attempt(&self, body: &Value, turn: u32) -> Result<Reply, AttemptError> {
-        let mut request = self.http.post(&self.url).json(body);
+        // No secret swarm knows leaves in a request body (docs/SECURITY.md).
+        let body = serde_json::to_vec(body).map_err(|e| AttemptError::Invalid(e.to_string()))?;
+        let body = crate::secrets::redact_bytes(&body).into_owned();
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
         if let Some(key) = &self.key {
             request = request.bearer_auth(key.expose());
         }
@@ -200,11 +207,11 @@ impl ChatClient {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .map(|s| Duration::from_secs_f64(s.clamp(0.0, 300.0)));
-            let text = response.text().await.unwrap_or_default();
+            let text = read_capped(response, 64 * 1024).await.unwrap_or_default();
             return Err(AttemptError::Status {
                 code: status.as_u16(),
                 retry_after,
-                body: text.chars().take(500).collect(),
+                body: String::from_utf8_lossy(&text).chars().take(500).collect(),
             });
         }
         let is_stream = response
@@ -217,12 +224,21 @@ impl ChatClient {
             let mut bytes = response.bytes_stream();
             while let Some(chunk) = bytes.next().await {
                 let chunk = chunk.map_err(classify)?;
-                assembler.feed(&chunk).map_err(AttemptError::Interrupted)?;
+                assembler.feed(&chunk).map_err(|e| match e {
+                    StreamError::Broken(e) => AttemptError::Interrupted(e),
+                    StreamError::TooLarge(e) => AttemptError::Invalid(e),
+                })?;
             }
             assembler.finish(turn).map_err(AttemptError::Interrupted)
         } else {
             // Also what servers that ignore `stream: true` send.
-            let bytes = response.bytes().await.map_err(classify)?;
+            let bytes = read_capped(response, MAX_ANSWER).await?;
+            if bytes.len() > MAX_ANSWER {
+                return Err(AttemptError::Invalid(format!(
+                    "the answer is larger than {} MiB; swarm stops reading it",
+                    MAX_ANSWER / (1024 * 1024)
+                )));
+            }
             let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
                 AttemptError::Invalid(format!(
                     "the answer is not JSON ({e}): {}",
@@ -235,6 +251,22 @@ impl ChatClient {
             sse::parse_whole(&value, turn).map_err(AttemptError::Invalid)
         }
     }
+}
+
+/// The body of `response`, read up to `cap` bytes (and one byte more, so that the caller can
+/// tell a body that is too large).
+async fn read_capped(response: reqwest::Response, cap: usize) -> Result<Vec<u8>, AttemptError> {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(classify)?;
+        let room = (cap + 1).saturating_sub(body.len());
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() > cap {
+            break;
+        }
+    }
+    Ok(body)
 }
 
 fn classify(e: reqwest::Error) -> AttemptError {

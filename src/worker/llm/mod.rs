@@ -6,6 +6,7 @@
 //! - [`agent`]: the loop: turns, budgets, `finish`, `--verify`, the transcript.
 
 pub mod agent;
+pub mod approval;
 pub mod client;
 pub mod limit;
 pub mod prompt;

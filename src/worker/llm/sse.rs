@@ -13,6 +13,20 @@ use serde_json::Value;
 
 use crate::report::Tokens;
 
+/// The longest line of an event stream (one `data:` chunk) swarm reads.
+pub const MAX_LINE: usize = 1024 * 1024;
+/// The most bytes of one answer (streamed or whole) swarm reads.
+pub const MAX_ANSWER: usize = 16 * 1024 * 1024;
+
+/// Why an answer could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamError {
+    /// The stream is broken (a chunk that is not JSON, an error event).
+    Broken(String),
+    /// The answer is larger than swarm reads ([`MAX_LINE`], [`MAX_ANSWER`]).
+    TooLarge(String),
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolCall {
     pub id: String,
@@ -126,6 +140,8 @@ struct PartialCall {
 #[derive(Default)]
 pub struct StreamAssembler {
     pending: Vec<u8>,
+    /// Bytes fed so far.
+    total: usize,
     content: String,
     saw_content: bool,
     calls: BTreeMap<u64, PartialCall>,
@@ -135,13 +151,28 @@ pub struct StreamAssembler {
 }
 
 impl StreamAssembler {
-    /// Feeds raw bytes of the event stream.
-    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), String> {
+    /// Feeds raw bytes of the event stream. Memory is bounded: a line longer than
+    /// [`MAX_LINE`] or an answer longer than [`MAX_ANSWER`] is an error.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), StreamError> {
+        self.total += bytes.len();
+        if self.total > MAX_ANSWER {
+            return Err(StreamError::TooLarge(format!(
+                "the answer is larger than {} MiB; swarm stops reading it",
+                MAX_ANSWER / (1024 * 1024)
+            )));
+        }
         self.pending.extend_from_slice(bytes);
         while let Some(pos) = self.pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.pending.drain(..=pos).collect();
             let line = String::from_utf8_lossy(&line);
-            self.line(line.trim_end_matches(['\n', '\r']))?;
+            self.line(line.trim_end_matches(['\n', '\r']))
+                .map_err(StreamError::Broken)?;
+        }
+        if self.pending.len() > MAX_LINE {
+            return Err(StreamError::TooLarge(format!(
+                "a line of the event stream is longer than {} KiB; swarm stops reading it",
+                MAX_LINE / 1024
+            )));
         }
         Ok(())
     }
@@ -277,6 +308,32 @@ mod tests {
                 completion: 7
             })
         );
+    }
+
+    #[test]
+    fn endless_lines_and_answers_are_cut_off() {
+        let mut a = StreamAssembler::default();
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut fed = 0;
+        let err = loop {
+            match a.feed(&chunk) {
+                Ok(()) => fed += chunk.len(),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, StreamError::TooLarge(_)), "{err:?}");
+        assert!(fed <= MAX_LINE, "{fed}");
+        let mut a = StreamAssembler::default();
+        let line = b"data: {\"choices\":[{\"delta\":{\"content\":\"xxxxxxxxxxxxxxxxxx\"}}]}\n\n";
+        let mut fed = 0;
+        let err = loop {
+            match a.feed(line) {
+                Ok(()) => fed += line.len(),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, StreamError::TooLarge(_)), "{err:?}");
+        assert!(fed <= MAX_ANSWER, "{fed}");
     }
 
     #[test]

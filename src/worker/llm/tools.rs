@@ -160,6 +160,22 @@ impl Workspace {
         }
     }
 
+    /// The text of file `rel` of the worktree (such as AGENTS.md), if it is one there and not
+    /// a link leading elsewhere; at most [`RESULT_CHARS`] bytes of it.
+    pub fn read_text(&self, rel: &str) -> Option<String> {
+        use std::io::Read as _;
+        let path = self.resolve(rel).ok()?;
+        let file = std::fs::File::open(path).ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
+        let mut text = String::new();
+        file.take(RESULT_CHARS as u64)
+            .read_to_string(&mut text)
+            .ok()?;
+        Some(text)
+    }
+
     /// The absolute path of `rel` if it stays inside the worktree (and outside `.git`).
     fn resolve(&self, rel: &str) -> Result<PathBuf, String> {
         let rel_path = Path::new(rel);

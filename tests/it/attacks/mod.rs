@@ -9,4 +9,6 @@
 
 mod confinement;
 mod data_loss;
+mod limits;
+mod model;
 mod worktrees;
