@@ -117,6 +117,8 @@ pub enum Event {
         into: String,
         result_branch: String,
         reason: String,
+        /// How to merge the result by hand.
+        hint: String,
     },
     Cleanup {
         removed_worktrees: usize,

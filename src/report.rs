@@ -153,6 +153,10 @@ pub struct Report {
     pub into_updated: bool,
     /// `swarm/<RUN-ID>/result` when it holds the result (like `branch`, never read back).
     pub result_branch: Option<String>,
+    /// When the target was not moved: the commands that merge the result by hand, for the
+    /// target as it was at the end of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_hint: Option<String>,
     pub state: RunState,
     pub started_at: String,
     pub tasks: Vec<TaskReport>,

@@ -555,8 +555,8 @@ fn print_dry_run(
     Ok(())
 }
 
-/// Refuses uncommitted changes (staged or not) in files the run may change, when the target
-/// is the checked-out branch.
+/// Refuses uncommitted changes (staged or not) in files the run may change, and a merge (or
+/// rebase…) in progress, when the target is the checked-out branch.
 pub(super) fn check_dirty(
     repo: &git2::Repository,
     into: &repo::IntoTarget,
@@ -565,6 +565,13 @@ pub(super) fn check_dirty(
 ) -> anyhow::Result<()> {
     if !into.checked_out_here {
         return Ok(());
+    }
+    if let Some(what) = crate::git::checkout::operation_in_progress(repo) {
+        return Err(BadInput::new(format!(
+            "{what} is in progress in your checkout, so swarm could not update it at the end"
+        ))
+        .hint("finish or abort it first, or pass --into <new-branch>")
+        .into());
     }
     let dirty = repo::dirty_paths(repo)?;
     let touched: Vec<&RepoPath> = match scope {

@@ -254,6 +254,7 @@ fn plain_text(event: &Event) -> Option<String> {
             into,
             result_branch,
             reason,
+            ..
         } => format!("{into} not updated: {reason}; the result is on branch {result_branch}"),
         Event::VerifyMerged {
             commit,
@@ -390,10 +391,9 @@ pub fn print_summary(report: &Report, interrupted: bool) {
                 report.into,
                 &result[..10]
             );
-            eprintln!(
-                "  merge it with: git checkout {} && git merge --ff-only {branch}",
-                report.into
-            );
+            if let Some(hint) = &report.merge_hint {
+                eprintln!("  merge it with: {hint}");
+            }
         }
         _ => eprintln!("result: nothing merged; {} unchanged", report.into),
     }

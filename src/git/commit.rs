@@ -203,6 +203,11 @@ fn stage_changes(
     Ok((update.create_updated(repo, &base_tree)?, skipped))
 }
 
+/// `bytes` (a path as git stores it) as a path.
+pub(crate) fn as_path(bytes: &[u8]) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(bytes))
+}
+
 /// Which directories of a worktree are real directories (not links, not files), looked up
 /// once each with `lstat`.
 struct RealDirs {

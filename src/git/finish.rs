@@ -2,19 +2,21 @@
 
 use std::path::Path;
 
-use git2::build::CheckoutBuilder;
 use git2::{BranchType, ErrorCode, Oid, Repository};
 
+use super::checkout::NotMoved;
 use super::repo::{IntoTarget, RepoInfo};
 
-/// Moves `into` from `into_start` to `result`. A checked-out target gets a safe checkout that
-/// never overwrites local changes. `Err(reason)` means the target was left as it was.
+/// Moves `into` from `into_start` to `result`. A checked-out target moves with its files and
+/// index, all or nothing ([`super::checkout`]); `staging` is a directory swarm may use for
+/// that. `Err(NotMoved)` means the target was left exactly as it was.
 pub fn update_target(
     info: &RepoInfo,
     into: &IntoTarget,
     into_start: Oid,
     result: Oid,
-) -> anyhow::Result<Result<(), String>> {
+    staging: &Path,
+) -> anyhow::Result<Result<(), NotMoved>> {
     let repo = info.open()?;
     let into_ref = super::branch_ref(&into.branch);
     let message = "swarm: merge result";
@@ -22,63 +24,55 @@ pub fn update_target(
         let commit = repo.find_commit(result)?;
         return Ok(match repo.branch(&into.branch, &commit, false) {
             Ok(_) => Ok(()),
-            Err(e) => Err(format!(
-                "cannot create branch {}: {}",
-                into.branch,
-                e.message()
-            )),
+            Err(e) => Err(NotMoved {
+                reason: format!("cannot create branch {}: {}", into.branch, e.message()),
+                first: None,
+            }),
         });
     };
     match repo.refname_to_id(&into_ref) {
         Ok(now) if now == into_start => {}
         Ok(now) => {
-            return Ok(Err(format!(
-                "branch {} moved during the run (it is now at {})",
-                into.branch,
-                super::commit::short(now)
-            )));
+            return Ok(Err(NotMoved {
+                reason: format!(
+                    "branch {} moved during the run (it is now at {})",
+                    into.branch,
+                    super::commit::short(now)
+                ),
+                first: None,
+            }));
         }
         Err(e) => {
-            return Ok(Err(format!(
-                "cannot read branch {}: {}",
-                into.branch,
-                e.message()
-            )));
+            return Ok(Err(NotMoved {
+                reason: format!("cannot read branch {}: {}", into.branch, e.message()),
+                first: None,
+            }));
         }
     }
     let head = repo.find_reference("HEAD")?;
-    let still_checked_out = head.symbolic_target().ok().flatten() == Some(into_ref.as_str());
-    if still_checked_out {
-        let tree = repo.find_commit(result)?.tree()?;
-        let mut checkout = CheckoutBuilder::new();
-        checkout.safe();
-        if let Err(e) = repo.checkout_tree(tree.as_object(), Some(&mut checkout)) {
-            let reason = if e.code() == ErrorCode::Conflict {
-                format!(
-                    "updating your checkout would overwrite local changes ({})",
-                    e.message()
-                )
-            } else {
-                format!("cannot update your checkout: {}", e.message())
-            };
-            return Ok(Err(reason));
-        }
+    let checked_out = head.symbolic_target().ok().flatten() == Some(into_ref.as_str());
+    if checked_out {
+        std::fs::create_dir_all(staging)?;
+        let updated = super::checkout::update_checkout(
+            &repo,
+            &info.git_dir,
+            staging,
+            &into_ref,
+            into_start,
+            result,
+        );
+        let _ = std::fs::remove_dir_all(staging);
+        return updated;
     }
-    if let Err(e) = repo.reference_matching(&into_ref, result, true, into_start, message) {
-        if still_checked_out {
-            // Put the files back as they were so the checkout matches its unmoved branch.
-            let tree = repo.find_commit(into_start)?.tree()?;
-            let mut checkout = CheckoutBuilder::new();
-            checkout.safe();
-            repo.checkout_tree(tree.as_object(), Some(&mut checkout))?;
-        }
-        return Ok(Err(format!(
-            "cannot move branch {}: {}",
-            into.branch,
-            e.message()
-        )));
-    }
-    Ok(Ok(()))
+    Ok(
+        match repo.reference_matching(&into_ref, result, true, into_start, message) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(NotMoved {
+                reason: format!("cannot move branch {}: {}", into.branch, e.message()),
+                first: None,
+            }),
+        },
+    )
 }
 
 /// Deletes local branches by short name; returns how many were deleted.

@@ -4,9 +4,11 @@
 //! - [`worktree`]: the pool of reusable worktrees, one per running worker.
 //! - [`commit`]: committing what a worker changed on its task branch.
 //! - [`merge`]: the merge train, in memory, onto the integration branch.
-//! - [`finish`]: moving the target branch once, and cleanup.
+//! - [`finish`]: moving the target branch once, and cleanup; [`checkout`]: the user's
+//!   checkout moving with it, all or nothing.
 //! - [`shard`]: shard records, and `git fetch`/`git push` (the only git processes).
 
+pub mod checkout;
 pub mod commit;
 pub mod finish;
 pub mod merge;
@@ -56,7 +58,38 @@ pub fn changed_paths(
     Ok(paths)
 }
 
+/// A pathspec for libgit2 that matches exactly `path` (and what is below it): every character
+/// its pattern parser or `fnmatch` would read specially is escaped. (libgit2's
+/// `DISABLE_PATHSPEC_MATCH` still parses the pattern, and then misses names with a
+/// backslash.)
+pub fn literal_pathspec(path: &RepoPath) -> Vec<u8> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() + 4);
+    for (i, &b) in bytes.iter().enumerate() {
+        let leading = i == 0 && matches!(b, b'!' | b'#');
+        if leading || matches!(b, b'\\' | b'*' | b'?' | b'[' | b']') || b.is_ascii_whitespace() {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out
+}
+
 /// Full ref name of a branch.
 pub fn branch_ref(branch: &str) -> String {
     format!("refs/heads/{branch}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_pathspecs_escape_what_libgit2_would_read() {
+        let spec = |p: &str| String::from_utf8(literal_pathspec(&RepoPath::from(p))).unwrap();
+        assert_eq!(spec("src/a.rs"), "src/a.rs");
+        assert_eq!(spec("a\\b.txt"), "a\\\\b.txt");
+        assert_eq!(spec("!x [1]*?.txt"), "\\!x\\ \\[1\\]\\*\\?.txt");
+        assert_eq!(spec("#notes"), "\\#notes");
+    }
 }

@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 use git2::{BranchType, ErrorCode, Oid, Repository, Status, StatusOptions};
 
 use crate::error::BadInput;
+
+/// `IndexEntry::flags_extended` bit of an entry outside a sparse checkout.
+const SKIP_WORKTREE: u16 = 1 << 14;
 use crate::repo_path::RepoPath;
 
 /// Where the user's repository lives.
@@ -184,16 +187,26 @@ fn checked_out_elsewhere(repo: &Repository, info: &RepoInfo, branch: &str) -> Op
     })
 }
 
-/// Tracked files with uncommitted changes (staged or not) in the user's checkout.
+/// Tracked files with uncommitted changes (staged or not) in the user's checkout. Files
+/// outside a sparse checkout (skip-worktree: git does not expect them on disk) are not
+/// changes, though libgit2's status sees them as deleted.
 pub fn dirty_paths(repo: &Repository) -> Result<Vec<RepoPath>, git2::Error> {
     let mut opts = StatusOptions::new();
     opts.include_untracked(false)
         .include_ignored(false)
         .exclude_submodules(true);
     let statuses = repo.statuses(Some(&mut opts))?;
+    let index = repo.index()?;
+    let outside_sparse = |path: &[u8], status: Status| {
+        status == Status::WT_DELETED
+            && index
+                .get_path(crate::git::commit::as_path(path), 0)
+                .is_some_and(|e| e.flags_extended & SKIP_WORKTREE != 0)
+    };
     let mut paths: Vec<RepoPath> = statuses
         .iter()
         .filter(|s| !s.status().is_empty() && s.status() != Status::CURRENT)
+        .filter(|s| !outside_sparse(s.path_bytes(), s.status()))
         .map(|s| RepoPath::from_bytes(s.path_bytes().to_vec()))
         .collect();
     paths.sort();

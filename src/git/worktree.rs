@@ -341,7 +341,8 @@ impl WorktreePool {
 /// are checked out: proportional to the previous task's change. Otherwise (a worker left
 /// something behind that was not committed) the paths that differ from HEAD are put back
 /// too, untracked files removed; ignored files survive either way. Paths are literal (no
-/// pathspec patterns), and links standing on them are removed first.
+/// pathspec patterns: [`super::literal_pathspec`]), and links standing on them are removed
+/// first.
 fn reset(
     wt: &Repository,
     path: &Path,
@@ -369,10 +370,10 @@ fn reset(
     }
     clear_links(path, &paths)?;
     let mut checkout = CheckoutBuilder::new();
-    checkout.force().disable_pathspec_match(true);
+    checkout.force();
     if head_tree.is_some() {
         for p in &paths {
-            checkout.path(p.as_bytes());
+            checkout.path(super::literal_pathspec(p));
         }
     }
     if !dirty.is_empty() {

@@ -1,5 +1,6 @@
 //! The end of a run: move the target once, remove worktrees, delete what is no longer needed.
 
+use crate::git::checkout::NotMoved;
 use crate::git::finish;
 use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::report::Report;
@@ -11,6 +12,40 @@ use super::{Shared, result_branch};
 use crate::events::Event;
 use crate::ids::RunBranch;
 use crate::report::TaskStatus;
+
+/// The commands that merge the result by hand, for the target as it is now: a fast-forward
+/// if it has not moved since the run started, else a merge; after what must be done first.
+fn merge_hint(
+    info: &RepoInfo,
+    into: &IntoTarget,
+    into_start: Oid,
+    result_branch: &str,
+    not_moved: Option<&NotMoved>,
+) -> String {
+    let repo = info.open().ok();
+    let now = repo
+        .as_ref()
+        .and_then(|r| r.refname_to_id(&crate::git::branch_ref(&into.branch)).ok());
+    let checked_out = repo.as_ref().is_some_and(|r| {
+        r.find_reference("HEAD").is_ok_and(|h| {
+            h.symbolic_target().ok().flatten()
+                == Some(crate::git::branch_ref(&into.branch).as_str())
+        })
+    });
+    let merge = match now {
+        Some(now) if now != into_start => format!("git merge {result_branch}"),
+        Some(_) => format!("git merge --ff-only {result_branch}"),
+        None => format!("git branch {} {result_branch}", into.branch),
+    };
+    let merge = match (now, checked_out) {
+        (None, _) | (Some(_), true) => merge,
+        (Some(_), false) => format!("git checkout {} && {merge}", into.branch),
+    };
+    match not_moved.and_then(|n| n.first.as_deref()) {
+        Some(first) => format!("{first}, then: {merge}"),
+        None => merge,
+    }
+}
 
 /// Moves the target (unless interrupted), removes worktrees, deletes the branches that are no
 /// longer needed, and fills the run-level fields of the report.
@@ -30,17 +65,16 @@ pub(super) async fn finish(
     let result_branch = result_branch(&run_id);
     let merged_any = tip != into_start;
     report.result = merged_any.then(|| tip.to_string());
-    if let (true, false, Some(reason)) = (merged_any, interrupted, hold) {
-        report.result_branch = Some(result_branch.clone());
-        shared.sink.emit(Event::TargetNotUpdated {
-            into: into.branch.clone(),
-            result_branch: result_branch.clone(),
+    let not_moved = if let (true, false, Some(reason)) = (merged_any, interrupted, hold) {
+        Some(NotMoved {
             reason: reason.to_string(),
-        });
+            first: None,
+        })
     } else if merged_any && !interrupted {
         let (info, into2) = (info.clone(), into.clone());
+        let staging = shared.run_dir.path.join("checkout");
         let moved = tokio::task::spawn_blocking(move || {
-            finish::update_target(&info, &into2, into_start, tip)
+            finish::update_target(&info, &into2, into_start, tip, &staging)
         })
         .await;
         match moved {
@@ -50,27 +84,35 @@ pub(super) async fn finish(
                     into: into.branch.clone(),
                     result: tip.to_string(),
                 });
+                None
             }
-            Ok(Ok(Err(reason))) => {
-                report.result_branch = Some(result_branch.clone());
-                shared.sink.emit(Event::TargetNotUpdated {
-                    into: into.branch.clone(),
-                    result_branch: result_branch.clone(),
-                    reason,
-                });
-            }
-            Ok(Err(e)) => {
-                report.result_branch = Some(result_branch.clone());
-                shared.sink.emit(Event::TargetNotUpdated {
-                    into: into.branch.clone(),
-                    result_branch: result_branch.clone(),
-                    reason: format!("{e:#}"),
-                });
-            }
-            Err(e) => tracing::error!("target update panicked: {e}"),
+            Ok(Ok(Err(not_moved))) => Some(not_moved),
+            Ok(Err(e)) => Some(NotMoved {
+                reason: format!("{e:#}"),
+                first: None,
+            }),
+            Err(e) => Some(NotMoved {
+                reason: format!("the target update failed: {e}"),
+                first: None,
+            }),
         }
-    } else if merged_any {
+    } else {
+        None
+    };
+    if merged_any && !report.into_updated {
         report.result_branch = Some(result_branch.clone());
+    }
+    if merged_any && !report.into_updated && !interrupted {
+        let hint = merge_hint(info, into, into_start, &result_branch, not_moved.as_ref());
+        report.merge_hint = Some(hint.clone());
+        if let Some(not_moved) = not_moved {
+            shared.sink.emit(Event::TargetNotUpdated {
+                into: into.branch.clone(),
+                result_branch: result_branch.clone(),
+                reason: not_moved.reason,
+                hint,
+            });
+        }
     }
 
     let common_dir = info.common_dir.clone();

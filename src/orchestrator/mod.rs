@@ -69,6 +69,7 @@ impl Resume {
         // The outcome of the interrupted session is decided anew at the end.
         report.result = None;
         report.result_branch = None;
+        report.merge_hint = None;
         report.into_updated = false;
         report.verify_merged = None;
         let mut merge_first = Vec::new();
@@ -138,6 +139,7 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
         result: None,
         into_updated: false,
         result_branch: None,
+        merge_hint: None,
         state: RunState::Running,
         started_at: state::now_rfc3339(),
         tasks: plan

@@ -9,6 +9,7 @@
 
 mod confinement;
 mod data_loss;
+mod integrity;
 mod limits;
 mod model;
 mod worktrees;
