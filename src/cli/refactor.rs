@@ -288,6 +288,7 @@ async fn plan_and_run(
         ),
     };
 
+    repo::check_filters(&repo, tasks.iter().flat_map(|t| &t.files))?;
     if plan_output.is_none() {
         check_dirty(&repo, &into, &tasks, settings.scope)?;
     }

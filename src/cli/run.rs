@@ -195,6 +195,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         .into());
     }
     let api_key = check_worker(&plan.settings)?;
+    repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
     check_sandbox(&plan.settings).await?;
     // Run, commit, keep the branches: the merge happens elsewhere (`swarm merge`).
     plan.settings.dry_run = true;

@@ -44,6 +44,11 @@ pub enum CommitError {
     /// The branch now points at this commit, which does not contain the start commit.
     #[error("the worker rewrote the task branch: {} no longer descends from the start commit", short(*.0))]
     RewroteBranch(Oid),
+    /// A changed file git runs through a filter driver, which swarm cannot run.
+    #[error(
+        "the worker changed {0}, which has the attribute filter={1}; swarm cannot run filter drivers, so it does not commit it"
+    )]
+    Filtered(RepoPath, String),
     #[error(transparent)]
     Git(#[from] git2::Error),
 }
@@ -124,7 +129,7 @@ pub fn dirty_paths(repo: &Repository) -> Result<Vec<Vec<u8>>, git2::Error> {
 fn stage_changes(
     repo: &Repository,
     head_tree: &git2::Tree<'_>,
-) -> Result<(Oid, Vec<RepoPath>), git2::Error> {
+) -> Result<(Oid, Vec<RepoPath>), CommitError> {
     let paths = dirty_paths(repo)?;
     if paths.is_empty() {
         return Ok((head_tree.id(), Vec::new()));
@@ -181,6 +186,9 @@ fn stage_changes(
     let mut update = TreeUpdateBuilder::new();
     let mut skipped = Vec::new();
     for rel in present {
+        if let Some(name) = super::repo::active_filter(repo, &rel) {
+            return Err(CommitError::Filtered(rel, name));
+        }
         if let Err(e) = index.add_path(rel.as_path()) {
             tracing::warn!("cannot stage {rel}: {}", e.message());
             skipped.push(rel);

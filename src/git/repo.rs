@@ -212,3 +212,61 @@ pub fn dirty_paths(repo: &Repository) -> Result<Vec<RepoPath>, git2::Error> {
     paths.sort();
     Ok(paths)
 }
+
+/// The filter driver git would run on `path` (its `filter` attribute, when
+/// `filter.<name>.clean`, `.smudge` or `.process` is configured, or the driver is
+/// `required`): swarm cannot run filter drivers, so such a file must not be committed or
+/// checked out by it (Git LFS is the common case). Attributes are read from the working tree,
+/// then the index, as `git add` does.
+pub fn active_filter(repo: &Repository, path: &RepoPath) -> Option<String> {
+    let config = repo.config().ok()?;
+    [
+        git2::AttrCheckFlags::FILE_THEN_INDEX,
+        git2::AttrCheckFlags::INDEX_ONLY,
+    ]
+    .into_iter()
+    .find_map(|flags| {
+        let value = repo
+            .get_attr_bytes(path.as_path(), "filter", flags)
+            .ok()??;
+        match git2::AttrValue::from_bytes(Some(value)) {
+            git2::AttrValue::Bytes(name) => Some(String::from_utf8_lossy(name).into_owned()),
+            git2::AttrValue::String(name) => Some(name.to_string()),
+            _ => None,
+        }
+    })
+    .filter(|name| {
+        ["clean", "smudge", "process"]
+            .iter()
+            .any(|k| config.get_string(&format!("filter.{name}.{k}")).is_ok())
+            || config
+                .get_bool(&format!("filter.{name}.required"))
+                .unwrap_or(false)
+    })
+}
+
+/// Refuses task files that git runs through a filter driver (see [`active_filter`]).
+pub fn check_filters<'a>(
+    repo: &Repository,
+    files: impl IntoIterator<Item = &'a RepoPath>,
+) -> Result<(), BadInput> {
+    let filtered: Vec<(String, String)> = files
+        .into_iter()
+        .filter_map(|f| active_filter(repo, f).map(|name| (f.display(), name)))
+        .collect();
+    let Some((first, name)) = filtered.first() else {
+        return Ok(());
+    };
+    Err(BadInput::new(format!(
+        "{first}{} has the attribute filter={name}, and filter.{name} is configured: swarm \
+         cannot run filter drivers, so it would commit and check out what git would not",
+        if filtered.len() > 1 {
+            format!(" (and {} more file(s))", filtered.len() - 1)
+        } else {
+            String::new()
+        }
+    ))
+    .hint(format!(
+        "leave such files out with a pathspec such as ':!{first}' (see .gitattributes)"
+    )))
+}

@@ -224,6 +224,11 @@ async fn attempt_task(
             a.error = Some(e.to_string());
             return Ok(());
         }
+        Err(e @ CommitError::Filtered(..)) => {
+            a.status = TaskStatus::Failed;
+            a.error = Some(e.to_string());
+            return Ok(());
+        }
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
     };
     a.tip = Some(committed.tip);

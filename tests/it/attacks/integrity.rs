@@ -189,3 +189,60 @@ fn a_merge_in_progress_is_refused_before_any_worker_runs() {
     .assert_code(0);
     assert_eq!(repo.git(&["show", "elsewhere:a.txt"]), "bar");
 }
+
+#[test]
+fn files_under_a_filter_driver_are_refused_or_not_committed() {
+    let repo = TestRepo::with_files(&[
+        (
+            ".gitattributes",
+            "*.bin filter=lfs diff=lfs merge=lfs -text\n",
+        ),
+        (
+            "asset.bin",
+            "version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 3\n",
+        ),
+        ("a.txt", "foo\n"),
+    ]);
+    repo.git(&["config", "filter.lfs.clean", "cat"]);
+    repo.git(&["config", "filter.lfs.smudge", "cat"]);
+    let before = repo.outside();
+    // Planning a filtered file: refused, naming the attribute and the path.
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "*.bin",
+        "--exec",
+        "echo changed >> \"$SWARM_FILE\"",
+    ]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("asset.bin") && run.stderr.contains("filter=lfs"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("hint:"), "{}", run.stderr);
+    before.assert_same(&repo.outside());
+    assert!(repo.swarm_branches().is_empty());
+    // A worker that changes one anyway (--scope any): that task fails, nothing of it merges.
+    let exec = format!("echo changed >> asset.bin; {SED_FOO_BAR}");
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--scope", "any", "--exec", &exec]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let error = report["tasks"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("asset.bin") && error.contains("filter=lfs"),
+        "{error}"
+    );
+    assert_eq!(repo.read("a.txt"), "foo\n");
+    // Without a configured driver, the attribute alone changes nothing (as for git).
+    repo.git(&["config", "--unset", "filter.lfs.clean"]);
+    repo.git(&["config", "--unset", "filter.lfs.smudge"]);
+    repo.swarm(&[
+        "refactor",
+        "x",
+        "*.bin",
+        "--exec",
+        "echo changed >> \"$SWARM_FILE\"",
+    ])
+    .assert_code(0);
+}
