@@ -195,6 +195,18 @@ impl Report {
         Ok(report)
     }
 
+    /// The report with the secrets swarm knows redacted from its strings
+    /// ([`crate::secrets`]).
+    pub fn redacted(self) -> Report {
+        let Ok(json) = serde_json::to_vec(&self) else {
+            return self;
+        };
+        match crate::secrets::redact_bytes(&json) {
+            std::borrow::Cow::Borrowed(_) => self,
+            std::borrow::Cow::Owned(clean) => Report::parse(&clean).unwrap_or(self),
+        }
+    }
+
     pub fn compute_totals(&mut self, duration_ms: u64) {
         let mut t = Totals {
             tasks: self.tasks.len(),

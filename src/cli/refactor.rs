@@ -129,8 +129,10 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "SECS", env = env_vars::SWARM_IDLE_TIMEOUT)]
     pub idle_timeout: Option<u64>,
 
-    /// Confinement of worker processes: workspace-write (write only in the task's worktree
-    /// and a private temp dir; no network) or off [default: workspace-write].
+    /// Confinement of worker processes: workspace-write (each in a jail: write only in the
+    /// task's worktree and a private temp dir, no network, credential stores hidden, no
+    /// process outlives it) or off [default: workspace-write]. Only this flag or your own
+    /// config can turn it off, not the repository's swarm.toml.
     #[arg(long, value_name = "MODE", env = env_vars::SWARM_SANDBOX)]
     pub sandbox: Option<SandboxMode>,
 

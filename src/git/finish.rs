@@ -52,6 +52,7 @@ pub fn update_target(
     let head = repo.find_reference("HEAD")?;
     let checked_out = head.symbolic_target().ok().flatten() == Some(into_ref.as_str());
     if checked_out {
+        crate::state::remove_owned(&info.common_dir, staging)?;
         std::fs::create_dir_all(staging)?;
         let updated = super::checkout::update_checkout(
             &repo,
@@ -61,7 +62,7 @@ pub fn update_target(
             into_start,
             result,
         );
-        let _ = std::fs::remove_dir_all(staging);
+        crate::state::remove_owned(&info.common_dir, staging)?;
         return updated;
     }
     Ok(

@@ -294,6 +294,8 @@ pub async fn run(
         RunState::Finished
     };
     report.compute_totals(started.elapsed().as_millis() as u64);
+    // What the CLI prints from the report holds no secret either.
+    let report = report.redacted();
     state::write_json_atomic(&shared.run_dir.report(), &report)?;
     shared.sink.emit(Event::RunFinished {
         result: report.result.clone(),

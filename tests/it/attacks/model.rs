@@ -141,3 +141,23 @@ fn the_repositorys_swarm_toml_cannot_send_the_key_elsewhere() {
     assert!(!run.stderr.contains("base_url"), "{}", run.stderr);
     assert_eq!(fake.requests().len(), 4);
 }
+
+#[test]
+fn a_server_echoing_the_key_does_not_make_swarm_print_it() {
+    let repo = TestRepo::with_files(&[("a.py", "foo\n")]);
+    let fake = FakeModel::start(|_, _| {
+        Reply::Status(401, vec![], format!("{{\"error\": \"invalid key {KEY}\"}}"))
+    });
+    let run = llm_run(&repo, Some(&fake.url), &["--json"]);
+    run.assert_code(1);
+    assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
+    assert!(
+        run.stderr.contains("invalid key [redacted SWARM_API_KEY]"),
+        "{}",
+        run.stderr
+    );
+    let written = crate::common::Snapshot::of(&repo.swarm_dir(), &[])
+        .texts()
+        .join("\n");
+    assert!(!written.contains(KEY));
+}
