@@ -27,6 +27,7 @@ use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
 mod finish;
+mod repair;
 mod scheduler;
 mod task;
 mod verify_merged;

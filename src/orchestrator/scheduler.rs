@@ -6,7 +6,8 @@ use std::collections::{HashMap, VecDeque};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::task::{Attempt, ConflictRepair, Resolved, repair_conflict, run_task};
+use super::repair::{ConflictRepair, repair_conflict};
+use super::task::{Attempt, Resolved, run_task};
 use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
 use crate::git::repo::RepoInfo;
 use crate::report::Report;

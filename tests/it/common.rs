@@ -301,6 +301,24 @@ impl Run {
     }
 }
 
+/// A TCP listener on 127.0.0.1 that counts the connections it accepts (to tell whether a
+/// worker reached the network).
+pub fn listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            if stream.is_ok() {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    (port, accepted)
+}
+
 /// Runs `cmd` to the end, reading the peak memory (VmHWM) of the process it starts: its own
 /// address space, reset at exec (unlike wait4's rusage, which inherits the test's peak).
 pub fn run_measuring_peak(cmd: &mut Command) -> (Run, u64) {
@@ -416,6 +434,15 @@ impl Snapshot {
     pub fn forget(&mut self, paths: &[PathBuf]) {
         self.0
             .retain(|p, _| !paths.iter().any(|f| p.starts_with(f)));
+    }
+
+    /// Panics with the differences if `other` is not the same, but for `changed` (and what is
+    /// below those paths).
+    pub fn assert_same_except(&self, other: &Snapshot, changed: &[PathBuf]) {
+        let (mut a, mut b) = (self.clone(), other.clone());
+        a.forget(changed);
+        b.forget(changed);
+        a.assert_same(&b);
     }
 
     /// Panics with the differences if `other` is not the same.

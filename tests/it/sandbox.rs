@@ -2,11 +2,9 @@
 //! attempts confined (refused, the legitimate edit still merges) and with `--sandbox off`
 //! (they succeed), so a sandbox that does nothing would fail the first test.
 
-use std::net::TcpListener;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use crate::common::{Run, TestRepo};
+use crate::common::{Run, TestRepo, listener};
 
 /// A worker that edits its own file, then tries to write where it must not and to connect
 /// to `port` on 127.0.0.1, printing WROTE/DENIED for each attempt.
@@ -27,21 +25,6 @@ if python3 -c "import socket; socket.create_connection(('127.0.0.1', {port}), ti
 then echo "WROTE network"; else echo "DENIED network"; fi
 "#
     )
-}
-
-fn listener() -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            if stream.is_ok() {
-                count.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    });
-    (port, accepted)
 }
 
 fn outputs(repo: &TestRepo, run: &Run) -> String {

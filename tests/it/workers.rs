@@ -118,45 +118,16 @@ fn a_worker_printing_50_mb_does_not_grow_swarm() {
     let exec = format!(
         r#"if [ "$SWARM_FILE" = b.txt ]; then head -c 50000000 /dev/zero | tr '\0' x; fi; {SED_FOO_BAR}"#
     );
-    let mut child = repo
-        .swarm_cmd()
-        .args(["refactor", "x", "*.txt", "-j", "2", "--exec", &exec])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
-    // VmHWM is the peak memory of swarm's own address space (reset at exec, unlike the
-    // rusage of wait4, which inherits the test process's peak). It only grows, so the last
-    // reading before exit is the peak.
-    let status_file = format!("/proc/{}/status", child.id());
-    let mut peak_kb = 0u64;
-    let status = loop {
-        if let Ok(text) = std::fs::read_to_string(&status_file)
-            && let Some(line) = text.lines().find(|l| l.starts_with("VmHWM:"))
-        {
-            peak_kb = peak_kb.max(line.split_whitespace().nth(1).unwrap().parse().unwrap());
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let stderr = reader.join().unwrap();
-    assert!(status.success(), "{stderr}");
-    assert!(peak_kb > 1000, "no memory reading");
+    let mut cmd = repo.swarm_cmd();
+    cmd.args(["refactor", "x", "*.txt", "-j", "2", "--exec", &exec]);
+    let (run, peak_kb) = crate::common::run_measuring_peak(&mut cmd);
+    run.assert_code(0);
     let peak_mb = peak_kb / 1024;
     assert!(
         peak_mb < 40,
         "swarm peaked at {peak_mb} MB while a worker printed 50 MB"
     );
     assert_eq!(repo.read("b.txt"), "bar\n");
-    let run = Run {
-        code: 0,
-        stdout: String::new(),
-        stderr,
-    };
     let run_id = run.run_id();
     let report = repo.report(&run);
     let b = task_of(&report, "b.txt");

@@ -2,14 +2,12 @@
 //! secrets stay out of its environment and its reach, and the repository's own `swarm.toml`
 //! cannot switch any of that off.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::common::{Run, SED_FOO_BAR, TestRepo, statuses};
+use crate::common::{Run, SED_FOO_BAR, TestRepo, listener, statuses};
 
 fn three_files() -> TestRepo {
     TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")])
@@ -309,21 +307,6 @@ fn credential_stores_are_hidden_from_workers() {
     assert!(tail.contains("CREDENTIAL-0"), "{tail}");
 }
 
-fn listener() -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            if stream.is_ok() {
-                count.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    });
-    (port, accepted)
-}
-
 #[test]
 fn the_repositorys_swarm_toml_cannot_weaken_the_sandbox() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
@@ -376,19 +359,8 @@ echo "token=${{GITHUB_TOKEN:-NONE}}"
     assert!(!victim.join("pwned").exists());
     assert_eq!(statuses(&report).len(), 2);
     // Only the two task files changed outside swarm's own state.
-    let mut after = repo.outside();
-    after.forget(&[
-        repo.path.join("a.txt"),
-        repo.path.join("b.txt"),
-        repo.path.join(".git"),
-    ]);
-    let mut before = before;
-    before.forget(&[
-        repo.path.join("a.txt"),
-        repo.path.join("b.txt"),
-        repo.path.join(".git"),
-    ]);
-    before.assert_same(&after);
+    let changed = ["a.txt", "b.txt", ".git"].map(|f| repo.path.join(f));
+    before.assert_same_except(&repo.outside(), &changed);
 }
 
 #[test]

@@ -1,0 +1,205 @@
+//! `--on-conflict repair`: the model resolves a task's conflicted merge.
+//!
+//! After the first wave, one at a time, a pooled worktree at the integration tip gets the
+//! conflicted merge written in (diff3 markers, by libgit2, from a confined thread); the
+//! built-in agent edits it; `--verify` runs on its `finish`; what it leaves (no marker left)
+//! becomes the tree of the task's `--no-ff` merge commit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use git2::Oid;
+
+use super::Shared;
+use super::task::{Attempt, Resolved, run_agent, set_up};
+use crate::events::Event;
+use crate::git::worktree::{self, Slot};
+use crate::git::{commit, merge};
+use crate::repo_path::RepoPath;
+use crate::report::TaskStatus;
+use crate::worker::Verdict;
+use crate::worker::llm::LlmShared;
+
+/// What a conflict repair starts from.
+pub(super) struct ConflictRepair {
+    pub(super) idx: usize,
+    /// The integration tip the task's merge conflicted with.
+    pub(super) tip: Oid,
+    /// The task's own start and tip (its branch is not changed).
+    pub(super) task_start: Oid,
+    pub(super) task_tip: Oid,
+    pub(super) attempt: u32,
+    pub(super) changed: Vec<RepoPath>,
+}
+
+/// `--on-conflict repair`: the model resolves the task's conflicted merge in a worktree at
+/// the integration tip; the result (after `--verify`) is the tree of the task's merge commit.
+pub(super) async fn repair_conflict(shared: Arc<Shared>, r: ConflictRepair) -> Attempt {
+    let started = Instant::now();
+    let mut a = Attempt {
+        tip: Some(r.task_tip),
+        changed: r.changed.clone(),
+        ..Attempt::new(r.idx, r.attempt, r.task_start, TaskStatus::Conflict)
+    };
+    if let Err(e) = attempt_repair(&shared, &r, &mut a).await {
+        a.status = TaskStatus::Conflict;
+        a.error = Some(format!("merge conflict; repairing it failed: {e:#}"));
+    }
+    a.duration = started.elapsed();
+    a
+}
+
+async fn attempt_repair(
+    shared: &Arc<Shared>,
+    r: &ConflictRepair,
+    a: &mut Attempt,
+) -> anyhow::Result<()> {
+    let task = &shared.plan.tasks[r.idx];
+    let llm = shared
+        .model
+        .clone()
+        .context("--on-conflict repair needs a model")?;
+    let branch = shared.plan.run_id.branch(&crate::ids::RunBranch::Repair);
+    let slot = {
+        let (shared, branch, tip) = (shared.clone(), branch.clone(), r.tip);
+        tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, tip)).await??
+    };
+    let (slot_back, conflicted) = {
+        let (shared, tip, theirs) = (shared.clone(), r.tip, r.task_tip);
+        tokio::task::spawn_blocking(move || {
+            let written = shared
+                .pool
+                .write_in(&slot, |repo| merge::write_conflicts(repo, tip, theirs));
+            (slot, written)
+        })
+        .await?
+    };
+    let mut slot = slot_back;
+    let outcome = match (conflicted, set_up(shared, &mut slot).await) {
+        (Ok(conflicted), Ok(None)) => {
+            resolve_in(shared, &llm, r, &slot, &branch, conflicted, a).await
+        }
+        (Ok(_), Ok(Some((verdict, _)))) => Err(anyhow::anyhow!(verdict.describe())),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    if let Err(why) = shared.pool.check_intact(&slot) {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || shared.pool.discard(slot)).await?;
+        return Err(anyhow::anyhow!(why)).context(format!("task {}", task.id));
+    }
+    {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
+    }
+    if let Err(e) = outcome {
+        return Err(e).context(format!("task {}", task.id));
+    }
+    Ok(())
+}
+
+/// The agent's part of a conflict repair, in the prepared worktree.
+async fn resolve_in(
+    shared: &Arc<Shared>,
+    llm: &LlmShared,
+    r: &ConflictRepair,
+    slot: &Slot,
+    branch: &str,
+    conflicted: Vec<RepoPath>,
+    a: &mut Attempt,
+) -> anyhow::Result<()> {
+    let task = &shared.plan.tasks[r.idx];
+    let worktree = slot.path.as_path();
+    shared.sink.emit(Event::TaskStarted {
+        task: task.id.clone(),
+        files: task.files.clone(),
+        attempt: r.attempt,
+        worktree: worktree.display().to_string(),
+    });
+    shared.sink.emit(Event::TaskStep {
+        task: task.id.clone(),
+        step: "repairing the conflict".into(),
+    });
+    let list: Vec<String> = conflicted
+        .iter()
+        .map(|p| format!("- {}", p.display()))
+        .collect();
+    let context = format!(
+        "This task's change is done, but merging it conflicts with changes other tasks already \
+         merged. The worktree holds the merged result so far with this task's change applied; \
+         these files contain conflict markers:\n{}\n\nEach conflict shows the already merged \
+         version after `<<<<<<< already merged`, the common ancestor after `|||||||`, and this \
+         task's version after `=======`, up to `>>>>>>> this task`. Resolve every conflict so \
+         that both the already merged changes and this task's change (the instruction above) \
+         are kept, remove every marker, then call finish.",
+        list.join("\n")
+    );
+    let mut files = task.files.clone();
+    for p in &conflicted {
+        if !files.contains(p) {
+            files.push(p.clone());
+        }
+    }
+    let task_dir = shared.run_dir.task_dir(&task.id);
+    std::fs::create_dir_all(&task_dir)?;
+    let result = run_agent(
+        shared,
+        llm,
+        r.idx,
+        worktree,
+        &task_dir,
+        &files,
+        Some(&context),
+    )
+    .await?;
+    a.summary = result.summary;
+    a.tokens = result.tokens;
+    a.turns = result.turns;
+    a.output_tail = result.output_tail.filter(|t| !t.is_empty());
+    let why = match result.verdict {
+        Verdict::Done | Verdict::NoChange => None,
+        Verdict::Interrupted => {
+            a.status = TaskStatus::Interrupted;
+            a.error = Some("interrupted while repairing a merge conflict".into());
+            return Ok(());
+        }
+        Verdict::Failed(why) | Verdict::Timeout(why) => Some(why),
+    };
+    let left = merge::with_conflict_markers(worktree, &conflicted);
+    let why = why.or_else(|| {
+        (!left.is_empty()).then(|| {
+            let list: Vec<String> = left.iter().map(|p| p.display()).collect();
+            format!("conflict markers are left in {}", list.join(", "))
+        })
+    });
+    if let Some(why) = why {
+        let list: Vec<String> = conflicted.iter().map(|p| p.display()).collect();
+        a.error = Some(format!(
+            "merge conflict in {}; the model did not resolve it: {why}",
+            list.join(", ")
+        ));
+        return Ok(());
+    }
+    shared.pool.check_intact(slot).map_err(anyhow::Error::msg)?;
+    let committed = {
+        let (branch, tip) = (branch.to_string(), r.tip);
+        let (common_dir, name, path) = (
+            shared.common_dir.clone(),
+            slot.name.clone(),
+            slot.path.clone(),
+        );
+        let message = format!("swarm: resolve the merge of {}\n", task.id);
+        tokio::task::spawn_blocking(move || {
+            let repo = worktree::open_worktree(&common_dir, &name, &path)?;
+            let c = commit::commit_task(&repo, &branch, tip, &message)?;
+            Ok::<_, anyhow::Error>(repo.find_commit(c.tip)?.tree_id())
+        })
+        .await??
+    };
+    a.status = TaskStatus::Done;
+    a.resolved = Some(Resolved {
+        tree: committed,
+        on: r.tip,
+    });
+    Ok(())
+}
