@@ -98,6 +98,14 @@ impl Redactor {
         Self { secrets }
     }
 
+    /// The name of the first secret variable whose value is in `bytes`, if any.
+    pub fn find(&self, bytes: &[u8]) -> Option<&str> {
+        self.secrets
+            .iter()
+            .find(|(s, _)| find(bytes, s.as_bytes(), 0).is_some())
+            .map(|(_, with)| with.trim_start_matches("[redacted ").trim_end_matches(']'))
+    }
+
     /// `text` with every secret replaced (borrowed when there is none, the usual case).
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         if !self.secrets.iter().any(|(s, _)| text.contains(s.as_str())) {

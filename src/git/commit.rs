@@ -44,6 +44,11 @@ pub enum CommitError {
     /// The branch now points at this commit, which does not contain the start commit.
     #[error("the worker rewrote the task branch: {} no longer descends from the start commit", short(*.0))]
     RewroteBranch(Oid),
+    /// A changed file holds the value of a secret variable swarm knows (it was passed to the
+    /// worker with `[sandbox] env`, or found another way): it is not committed, so it cannot
+    /// be merged or pushed.
+    #[error("the worker wrote the value of {1} into {0}; swarm does not commit secrets")]
+    Secret(RepoPath, String),
     /// A changed file git runs through a filter driver, which swarm cannot run.
     #[error(
         "the worker changed {0}, which has the attribute filter={1}; swarm cannot run filter drivers, so it does not commit it"
@@ -189,6 +194,10 @@ fn stage_changes(
         if let Some(name) = super::repo::active_filter(repo, &rel) {
             return Err(CommitError::Filtered(rel, name));
         }
+        // Before the content becomes an object of the repository.
+        if let Some(name) = secret_in(&workdir.join(rel.as_path())) {
+            return Err(CommitError::Secret(rel, name));
+        }
         if let Err(e) = index.add_path(rel.as_path()) {
             tracing::warn!("cannot stage {rel}: {}", e.message());
             skipped.push(rel);
@@ -198,6 +207,7 @@ fn stage_changes(
             skipped.push(rel);
             continue;
         };
+
         let mode = match entry.mode {
             0o100755 => FileMode::BlobExecutable,
             0o120000 => FileMode::Link,
@@ -214,6 +224,27 @@ fn stage_changes(
 /// `bytes` (a path as git stores it) as a path.
 pub(crate) fn as_path(bytes: &[u8]) -> &Path {
     Path::new(std::ffi::OsStr::from_bytes(bytes))
+}
+
+/// The name of a secret variable whose value the file (or link) at `path` holds.
+fn secret_in(path: &Path) -> Option<String> {
+    let secrets = crate::secrets::redactor();
+    if secrets.is_empty() {
+        return None;
+    }
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let content = if meta.is_symlink() {
+        std::fs::read_link(path)
+            .ok()?
+            .as_os_str()
+            .as_bytes()
+            .to_vec()
+    } else if meta.is_file() {
+        std::fs::read(path).ok()?
+    } else {
+        return None;
+    };
+    secrets.find(&content).map(str::to_string)
 }
 
 /// Which directories of a worktree are real directories (not links, not files), looked up

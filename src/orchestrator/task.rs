@@ -224,7 +224,7 @@ async fn attempt_task(
             a.error = Some(e.to_string());
             return Ok(());
         }
-        Err(e @ CommitError::Filtered(..)) => {
+        Err(e @ (CommitError::Filtered(..) | CommitError::Secret(..))) => {
             a.status = TaskStatus::Failed;
             a.error = Some(e.to_string());
             return Ok(());

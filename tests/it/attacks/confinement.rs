@@ -405,3 +405,34 @@ fn a_plan_file_cannot_weaken_the_sandbox() {
             .contains("WROTE")
     );
 }
+
+#[test]
+fn a_secret_a_worker_writes_into_a_file_is_not_committed() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    // The user passes the token to workers on purpose; one worker writes it into its file.
+    repo.user_config("[sandbox]\nenv = [\"GITHUB_TOKEN\"]\n");
+    let exec = format!(
+        "if [ \"$SWARM_FILE\" = a.txt ]; then echo \"token=$GITHUB_TOKEN\" >> a.txt; fi; {SED_FOO_BAR}"
+    );
+    let run = with_secrets(&repo, &["refactor", "x", "--exec", &exec]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let a = crate::common::task_of(&report, "a.txt");
+    assert_eq!(a["status"], "failed");
+    assert!(
+        a["error"]
+            .as_str()
+            .unwrap()
+            .contains("value of GITHUB_TOKEN into a.txt"),
+        "{a}"
+    );
+    assert_eq!(repo.read("b.txt"), "bar\n");
+    assert_eq!(repo.read("a.txt"), "foo\n");
+    // Not in any object of the repository, reachable or not.
+    let objects = repo
+        .git_cmd()
+        .args(["cat-file", "--batch-all-objects", "--batch"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&objects.stdout).contains(GITHUB_TOKEN));
+}
