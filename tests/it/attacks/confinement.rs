@@ -57,7 +57,7 @@ fn a_daemon_started_by_a_worker_dies_with_its_task() {
     // file of the worktree (the files of the tasks that run after it there), and beats.
     let exec = format!(
         r#"if [ "$SWARM_FILE" = a.txt ]; then
-  setsid sh -c 'sleep 0.3; i=0; while [ $i -lt 300 ]; do for f in *.txt; do echo injected >> "$f"; done; echo beat >> {beat}; i=$((i+1)); sleep 0.1; done' </dev/null >/dev/null 2>&1 &
+  setsid sh -c 'sleep 1.5; i=0; while [ $i -lt 300 ]; do for f in *.txt; do echo injected >> "$f"; done; echo beat >> {beat}; i=$((i+1)); sleep 0.1; done' </dev/null >/dev/null 2>&1 &
 fi
 sleep 0.2; {SED_FOO_BAR}"#,
         beat = beat.display()
@@ -67,6 +67,8 @@ sleep 0.2; {SED_FOO_BAR}"#,
     for f in ["a.txt", "b.txt", "c.txt"] {
         assert_eq!(repo.read(f), "bar\n", "{f}");
     }
+    // The daemon would start beating 1.5 s after its start.
+    std::thread::sleep(Duration::from_secs(2));
     assert!(!beat.exists(), "the daemon ran after its task ended");
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
 }
