@@ -345,7 +345,15 @@ extern "C" fn on_signal(sig: libc::c_int) {
 fn hide(p: &Path) -> anyhow::Result<()> {
     let meta = match std::fs::metadata(p) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // Nothing there, or nothing this user could read anyway.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            return Ok(());
+        }
         Err(e) => return Err(e).with_context(|| format!("cannot hide {}", p.display())),
     };
     let target = p.to_str().context("a path to hide that is not UTF-8")?;
