@@ -27,7 +27,7 @@ pub const XDG_CONFIG_HOME: &str = "XDG_CONFIG_HOME";
 pub const HOME: &str = "HOME";
 pub const NO_COLOR: &str = "NO_COLOR";
 
-/// Given to every worker process (SPEC §4).
+/// Given to every worker process (docs/WORKERS.md).
 pub const SWARM_FILE: &str = "SWARM_FILE";
 pub const SWARM_FILES: &str = "SWARM_FILES";
 pub const SWARM_INSTRUCTION: &str = "SWARM_INSTRUCTION";

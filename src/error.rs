@@ -43,7 +43,7 @@ macro_rules! bad_input {
     };
 }
 
-/// Exit codes of SPEC §1.
+/// Exit codes (docs/USAGE.md and README.md).
 pub mod exit {
     pub const SUCCESS: i32 = 0;
     pub const PARTIAL: i32 = 1;

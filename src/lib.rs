@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod git;
 pub mod ids;
+pub mod model;
 pub mod orchestrator;
 pub mod plan;
 pub mod repo_path;

@@ -1,4 +1,5 @@
-//! The run report (SPEC §7): `report.json` in the run directory and stdout with `--json`.
+//! The run report (docs/USAGE.md, "The report"): `report.json` in the run directory and
+//! stdout with `--json`.
 
 use serde::{Deserialize, Serialize};
 

@@ -393,11 +393,11 @@ async fn split_with_model(
         "swarm: asking the planner ({model}) to group {} file(s) into tasks",
         candidates.len()
     );
-    let client = crate::worker::llm::client::ChatClient::new(
+    let client = crate::model::client::ChatClient::new(
         &settings.model,
         model,
         key,
-        crate::worker::llm::limit::AdaptiveLimit::new(1),
+        crate::model::limit::AdaptiveLimit::new(1),
     )?;
     let split = plan::split::split(&client, &args.instruction, &candidates).await?;
     eprintln!(

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::{SkippedFile, Task, task_id};
 use crate::error::BadInput;
+use crate::model::client::ChatClient;
 use crate::repo_path::RepoPath;
-use crate::worker::llm::client::ChatClient;
 
 /// More candidates than this do not fit a planner's prompt: narrow the pathspec.
 pub const MAX_CANDIDATES: usize = 2000;

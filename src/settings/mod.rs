@@ -28,7 +28,7 @@ mod sandbox;
 
 pub use sandbox::{resolve_sandbox, sandbox_for_plan};
 
-/// What a task whose merge conflicts gets (SPEC §3).
+/// What a task whose merge conflicts gets (`--on-conflict`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnConflict {

@@ -1,4 +1,4 @@
-//! The external command worker (`--exec`, SPEC §4).
+//! The external command worker (`--exec`; the protocol is docs/WORKERS.md).
 //!
 //! Any program that edits files works here: `sed`, `ruff --fix`, `comby`, or a coding agent
 //! CLI (`claude -p`, `codex exec`). It gets the task through environment variables and a

@@ -19,10 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::LlmShared;
 use super::approval::{self, Approval};
-use super::client::RetryNotice;
 use super::tools::{self, FinishStatus, Outcome, Workspace};
 use crate::events::{Event, EventSink};
 use crate::ids::TaskId;
+use crate::model::client::RetryNotice;
 use crate::repo_path::RepoPath;
 use crate::report::Tokens;
 use crate::settings::RunToolPolicy;

@@ -1,21 +1,18 @@
-//! The built-in worker: an OpenAI-compatible coding agent per task (SPEC §5).
+//! The built-in worker: an OpenAI-compatible coding agent per task (docs/LLM.md).
 //!
-//! - [`client`]: the chat-completions client, with retries ([`sse`] reads the answers).
-//! - [`limit`]: the run-wide limit of model calls in flight, which shrinks on 429.
+//! - The client, shared with the planner, is [`crate::model`].
 //! - [`tools`]: the tools, confined to the task's worktree.
 //! - [`agent`]: the loop: turns, budgets, `finish`, `--verify`, the transcript.
 
 pub mod agent;
 pub mod approval;
-pub mod client;
-pub mod limit;
 pub mod prompt;
-pub mod sse;
 pub mod tools;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::model::{client, limit};
 use crate::settings::{ApiKey, Settings};
 
 /// What every LLM worker of a run shares: one HTTP client (and its connection pool), the

@@ -1,4 +1,4 @@
-//! The tools of the built-in worker (SPEC §5), confined to the task's worktree.
+//! The tools of the built-in worker (docs/LLM.md), confined to the task's worktree.
 //!
 //! Every path is relative to the worktree. A path that is absolute, climbs out with `..`,
 //! leads out through a symlink, or goes into `.git`, gets a result starting with `error:` and
