@@ -1,52 +1,20 @@
-//! Errors that decide swarm's exit code.
+//! Exit codes (README.md and docs/USAGE.md): what a script can rely on.
 //!
-//! Bad input (exit 2) is a [`BadInput`] carrying a message and, where there is one, a hint
-//! that names the fix. Everything else travels as `anyhow::Error` with context and means
-//! swarm itself failed (exit 1). The CLI edge tells them apart by downcasting.
+//! Errors themselves are typed per layer (`SettingsError`, `RepoError`, `PlanError`…),
+//! gathered by the application layer into [`crate::app::AppError`], and turned into a message,
+//! a hint and one of these codes at the command line's edge (`crate::cli::error`).
 
-use std::fmt;
-
-/// The user asked for something swarm refuses to do; nothing was changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadInput {
-    pub message: String,
-    pub hint: Option<String>,
-}
-
-impl BadInput {
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            hint: None,
-        }
-    }
-
-    pub fn hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
-        self
-    }
-}
-
-impl fmt::Display for BadInput {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for BadInput {}
-
-/// Shorthand for returning a [`BadInput`] from a function returning `anyhow::Result`.
-#[macro_export]
-macro_rules! bad_input {
-    ($($arg:tt)*) => {
-        ::anyhow::Error::from($crate::error::BadInput::new(format!($($arg)*)))
-    };
-}
-
-/// Exit codes (docs/USAGE.md and README.md).
 pub mod exit {
+    /// Every task merged or needed no change.
     pub const SUCCESS: i32 = 0;
+    /// The run finished, but some tasks did not make it (failed, conflicted, timed out, left
+    /// out); what succeeded is merged.
     pub const PARTIAL: i32 = 1;
+    /// Bad input, or refused to start; nothing was changed.
     pub const BAD_INPUT: i32 = 2;
+    /// swarm itself failed (an I/O or git error it did not expect); what it did so far is
+    /// kept, as after an interruption.
+    pub const FAILED: i32 = 3;
+    /// Interrupted (Ctrl-C, SIGTERM); `swarm resume` finishes the run.
     pub const INTERRUPTED: i32 = 130;
 }

@@ -6,6 +6,7 @@
 //! [`plan`] → [`git`] (worktrees, commits, merges) → [`worker`] → [`orchestrator`] →
 //! [`report`] / [`state`]. The engine emits [`events`]; only the CLI prints.
 
+pub mod app;
 pub mod cli;
 pub mod env_vars;
 pub mod error;

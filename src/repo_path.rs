@@ -72,6 +72,11 @@ impl RepoPath {
     }
 }
 
+/// `bytes` (a path as git stores it) as a path.
+pub fn bytes_as_path(bytes: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(bytes))
+}
+
 impl fmt::Debug for RepoPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", self.display())

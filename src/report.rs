@@ -102,6 +102,16 @@ pub struct TaskReport {
     pub branch_kept: bool,
 }
 
+impl TaskReport {
+    /// Back to pending, to run again.
+    pub fn retry_from_scratch(&mut self) {
+        self.status = TaskStatus::Pending;
+        self.error = None;
+        self.attempts = 0;
+        self.branch_kept = false;
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
@@ -206,6 +216,17 @@ impl Report {
             std::borrow::Cow::Borrowed(_) => self,
             std::borrow::Cow::Owned(clean) => Report::parse(&clean).unwrap_or(self),
         }
+    }
+
+    /// Forgets how the run ended, for a run that goes on (resume, merge): running again, its
+    /// result decided anew at the end.
+    pub fn reset_outcome(&mut self) {
+        self.state = RunState::Running;
+        self.result = None;
+        self.result_branch = None;
+        self.merge_hint = None;
+        self.into_updated = false;
+        self.verify_merged = None;
     }
 
     pub fn compute_totals(&mut self, duration_ms: u64) {

@@ -2,6 +2,8 @@
 
 mod clean;
 mod diff;
+mod error;
+mod execute;
 mod github;
 mod merge;
 mod plan;
@@ -17,7 +19,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::error::{BadInput, exit};
+use crate::error::exit;
 
 /// Apply one change across many files with parallel workers, each in its own git worktree and
 /// branch, merged back into your branch with --no-ff.
@@ -66,7 +68,7 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::PARTIAL as u8);
+            return ExitCode::from(exit::FAILED as u8);
         }
     };
     let result = runtime.block_on(async {
@@ -86,22 +88,9 @@ pub fn main() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     let code = match result {
         Ok(code) => code,
-        Err(e) => report_error(&e),
+        Err(e) => error::report(&e),
     };
     ExitCode::from(code as u8)
-}
-
-fn report_error(e: &anyhow::Error) -> i32 {
-    if let Some(bad) = e.downcast_ref::<BadInput>() {
-        eprintln!("error: {}", bad.message);
-        if let Some(hint) = &bad.hint {
-            eprintln!("hint: {hint}");
-        }
-        exit::BAD_INPUT
-    } else {
-        eprintln!("error: {e:#}");
-        exit::PARTIAL
-    }
 }
 
 fn init_tracing(verbose: u8) {

@@ -26,6 +26,6 @@ pub struct PlanArgs {
     pub refactor: RefactorArgs,
 }
 
-pub async fn run(args: PlanArgs) -> anyhow::Result<i32> {
+pub async fn run(args: PlanArgs) -> crate::app::AppResult<i32> {
     plan_only(args.refactor, &args.output).await
 }

@@ -1,24 +1,20 @@
 //! `swarm refactor`: plan, run the workers, merge, clean up.
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::sync::Arc;
+use std::path::Path;
 
 use clap::Args;
-use regex::bytes::RegexBuilder;
-use tokio_util::sync::CancellationToken;
 
+use super::execute::{Output, execute, on_terminal};
 use super::render;
+use crate::app::prepare::{self, PrepareRequest, Prepared, Purpose, Ready};
+use crate::app::reconcile;
+use crate::app::{self, AppError, AppResult};
 use crate::env_vars;
-use crate::error::{BadInput, exit};
-use crate::events::EventSink;
-use crate::git::repo;
-use crate::orchestrator::{self, RunRequest};
-use crate::plan::{self, PLAN_SCHEMA_VERSION, Pathspec, Plan, SelectOptions};
-use crate::repo_path::RepoPath;
-use crate::report::TaskStatus;
-use crate::settings::{ApiKey, OnConflict, Overrides, SandboxMode, Scope, Settings};
-use crate::state;
-use crate::worker::sandbox;
+use crate::error::exit;
+use crate::orchestrator::{RunMode, RunRequest};
+use crate::plan::Plan;
+use crate::settings::{Layer, OnConflict, SandboxMode, Scope};
 
 /// Plan, run the workers in parallel, merge every task branch with --no-ff, clean up.
 ///
@@ -177,170 +173,92 @@ pub struct RefactorArgs {
     pub yes: bool,
 }
 
-pub async fn run(args: RefactorArgs) -> anyhow::Result<i32> {
-    plan_and_run(args, None).await
-}
-
-/// `swarm plan`: the same planning as `refactor`, written to `output` instead of run.
-pub(super) async fn plan_only(args: RefactorArgs, output: &std::path::Path) -> anyhow::Result<i32> {
-    plan_and_run(args, Some(output)).await
-}
-
-async fn plan_and_run(
-    args: RefactorArgs,
-    plan_output: Option<&std::path::Path>,
-) -> anyhow::Result<i32> {
-    let cwd = std::env::current_dir()?;
-    let info = repo::discover(&cwd)?;
-    let repo = info.open()?;
-    let base = repo::resolve_base(&repo, &args.base)?;
-    let into = repo::resolve_into(&repo, &info, args.into.as_deref())?;
-    let settings = Settings::resolve(
-        Overrides {
-            jobs: args.jobs,
-            timeout_secs: args.timeout,
-            on_conflict: args.on_conflict,
-            scope: args.scope,
-            batch: args.batch,
-            exec: args.exec.clone(),
-            model: args.model.clone(),
-            base_url: args.base_url.clone(),
-            max_turns: args.max_turns,
-            max_tokens: args.max_tokens,
-            verify: args.verify.clone(),
-            verify_merged: args.verify_merged.clone(),
-            repair: args.repair.then_some(true),
-            idle_timeout_secs: args.idle_timeout,
-            sandbox: args.sandbox,
-            network: args.network.then_some(true),
-            allow_run: args.allow_run.then_some(true),
-        },
-        &info.workdir,
-    )?;
-    for warning in &settings.warnings {
-        eprintln!("warning: {warning}");
+impl RefactorArgs {
+    /// The settings given on the command line (and in their `SWARM_*` variables).
+    pub(super) fn layer(&self) -> Layer {
+        let mut layer = Layer::default();
+        let run = &mut layer.run;
+        run.jobs = self.jobs;
+        run.timeout = self.timeout;
+        run.on_conflict = self.on_conflict;
+        run.scope = self.scope;
+        run.batch = self.batch;
+        run.exec = self.exec.clone();
+        run.max_turns = self.max_turns;
+        run.max_tokens = self.max_tokens;
+        run.verify = self.verify.clone();
+        run.verify_merged = self.verify_merged.clone();
+        run.repair = self.repair.then_some(true);
+        run.idle_timeout = self.idle_timeout;
+        layer.model.name = self.model.clone();
+        layer.model.base_url = self.base_url.clone();
+        layer.sandbox.mode = self.sandbox;
+        layer.sandbox.network = self.network.then_some(true);
+        layer.sandbox.allow_any_run = self.allow_run.then_some(true);
+        layer
     }
-    let settings = settings.settings;
-    // A plan runs elsewhere, later: the key and the sandbox are checked by `swarm run`.
-    let api_key = match plan_output {
-        None => {
-            let key = check_worker(&settings)?;
-            check_sandbox(&settings).await?;
-            key
-        }
-        Some(_) => {
-            check_worker_configured(&settings)?;
-            None
-        }
-    };
-    let mut settings = settings;
-    settings.dry_run = args.dry_run;
-    let grep = args
-        .grep
-        .as_deref()
-        .map(|g| {
-            RegexBuilder::new(g).build().map_err(|e| {
-                BadInput::new(format!("invalid --grep regular expression: {e}"))
-                    .hint("--grep takes a Rust regex; escape special characters, e.g. 'foo\\(' ")
-            })
-        })
-        .transpose()?;
-    let pathspec = Pathspec::new(&args.pathspecs, &info.prefix)?;
-    let base_tree = repo.find_commit(base)?.tree()?;
-    let selection = plan::select_files(
-        &repo,
-        &base_tree,
-        &SelectOptions {
-            pathspec: &pathspec,
-            grep: grep.as_ref(),
-        },
-    )?;
-    let skipped = describe_skipped(&selection);
-    if selection.files.is_empty() {
-        eprintln!(
-            "swarm: no files matched{}{}; nothing to do",
-            if args.pathspecs.is_empty() {
-                String::new()
-            } else {
-                format!(" {}", args.pathspecs.join(" "))
+
+    fn prepare_request(&self, purpose: Purpose) -> AppResult<PrepareRequest> {
+        Ok(PrepareRequest {
+            cwd: std::env::current_dir()?,
+            instruction: self.instruction.clone(),
+            pathspecs: self.pathspecs.clone(),
+            grep: self.grep.clone(),
+            split: match self.split {
+                Some(SplitMode::Llm) => prepare::SplitMode::Llm,
+                Some(SplitMode::File) | None => prepare::SplitMode::File,
             },
-            args.grep
-                .as_deref()
-                .map(|g| format!(" with --grep '{g}'"))
-                .unwrap_or_default()
-        );
-        if !skipped.is_empty() {
-            eprintln!("swarm: skipped {skipped}");
+            planner_model: self.planner_model.clone(),
+            base: self.base.clone(),
+            into: self.into.clone(),
+            settings: self.layer(),
+            purpose,
+        })
+    }
+}
+
+/// Prepares a run, printing the warnings and the planner's progress; `None`: nothing to do
+/// (said on stderr).
+async fn prepared(args: &RefactorArgs, purpose: Purpose) -> AppResult<Option<Ready>> {
+    let warn = |w: &str| eprintln!("warning: {w}");
+    let note = |n: &str| eprintln!("swarm: {n}");
+    match prepare::prepare(args.prepare_request(purpose)?, &warn, &note).await? {
+        Prepared::Nothing(why) => {
+            eprintln!("swarm: {why}");
+            Ok(None)
         }
+        Prepared::Ready(ready) => Ok(Some(*ready)),
+    }
+}
+
+pub async fn run(args: RefactorArgs) -> AppResult<i32> {
+    let Some(ready) = prepared(&args, Purpose::Run).await? else {
         return Ok(exit::SUCCESS);
-    }
-    let (tasks, planner_skipped) = match args.split {
-        Some(SplitMode::Llm) => {
-            let split =
-                split_with_model(&args, &settings, &repo, &base_tree, &selection.files).await?;
-            if split.tasks.is_empty() {
-                eprintln!("swarm: the planner found nothing to change; nothing to do");
-                return Ok(exit::SUCCESS);
-            }
-            (split.tasks, split.skipped)
-        }
-        Some(SplitMode::File) | None => (
-            plan::make_tasks(selection.files, settings.batch),
-            Vec::new(),
-        ),
     };
-
-    repo::check_filters(&repo, tasks.iter().flat_map(|t| &t.files))?;
-    if plan_output.is_none() {
-        check_dirty(&repo, &into, &tasks, settings.scope)?;
-    }
-
-    let run_id = crate::ids::RunId::new_now();
-    let plan = Plan {
-        schema_version: PLAN_SCHEMA_VERSION,
-        run_id: run_id.clone(),
-        instruction: args.instruction.clone(),
-        base: base.to_string(),
-        into: into.branch.clone(),
-        pathspecs: args.pathspecs.clone(),
-        grep: args.grep.clone(),
-        settings,
-        tasks,
-        skipped: planner_skipped,
-    };
-    let file_count: usize = plan.tasks.iter().map(|t| t.files.len()).sum();
-    if let Some(output) = plan_output {
-        return write_plan(&plan, output, file_count, args.json);
-    }
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-    if interactive && !args.yes && !confirm(&plan, file_count, &skipped)? {
+    if interactive && !args.yes && !confirm(&ready.plan, ready.file_count, &ready.skipped)? {
         eprintln!("swarm: nothing done");
         return Ok(exit::SUCCESS);
     }
-
     if args.review && !interactive {
-        return Err(BadInput::new("--review asks about each task on a terminal, and this is not one")
-            .hint("run with --dry-run, look at the diffs (swarm diff RUN-ID), then merge with swarm merge RUN-ID")
-            .into());
+        return Err(AppError::ReviewOffTerminal);
     }
-    let into_start = into.tip.unwrap_or(base);
     if !interactive {
         eprintln!(
-            "swarm: run {run_id}: {} task(s) over {file_count} file(s), -j {}, into {}",
-            plan.tasks.len(),
-            plan.settings.jobs,
-            into.branch
+            "swarm: run {}: {} task(s) over {} file(s), -j {}, into {}",
+            ready.plan.run_id,
+            ready.plan.tasks.len(),
+            ready.file_count,
+            ready.plan.settings.jobs,
+            ready.into.branch
         );
     }
-    let request = RunRequest {
-        info,
-        plan,
-        into,
-        into_start,
-        keep: args.keep,
-        api_key,
-        resume: None,
+    let mode = match (args.review, args.dry_run) {
+        (true, _) => RunMode::Review,
+        (false, true) => RunMode::DryRun,
+        (false, false) => RunMode::Refactor,
     };
+    let request = ready.into_request(mode, args.keep);
     if args.review {
         return review_then_merge(request, args.json, args.events.clone()).await;
     }
@@ -355,278 +273,21 @@ async fn plan_and_run(
     .await
 }
 
-/// `--split`: how the selected files become tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SplitMode {
-    File,
-    Llm,
-}
-
-/// `--split llm`: the planner model groups `files` into tasks.
-async fn split_with_model(
-    args: &RefactorArgs,
-    settings: &Settings,
-    repo: &git2::Repository,
-    base_tree: &git2::Tree<'_>,
-    files: &[RepoPath],
-) -> anyhow::Result<plan::split::Split> {
-    let Some(model) = args
-        .planner_model
-        .clone()
-        .or_else(|| settings.model.name.clone())
-    else {
-        return Err(BadInput::new("--split llm needs a planner model, and none is configured")
-            .hint("pass --planner-model NAME (or --model NAME) with SWARM_API_KEY (or OPENAI_API_KEY) set")
-            .into());
+/// `swarm plan`: the same planning as `refactor`, written to `output` instead of run.
+pub(super) async fn plan_only(args: RefactorArgs, output: &Path) -> AppResult<i32> {
+    let Some(ready) = prepared(&args, Purpose::PlanFile).await? else {
+        return Ok(exit::SUCCESS);
     };
-    let key = ApiKey::from_env();
-    if key.is_none() && !settings.model.is_local() {
-        return Err(BadInput::new(format!(
-            "no API key for the planner model '{model}' at {}",
-            settings.model.base_url
-        ))
-        .hint("set SWARM_API_KEY (or OPENAI_API_KEY); servers on localhost need none")
-        .into());
-    }
-    let candidates = plan::split::candidates(repo, base_tree, files)?;
-    eprintln!(
-        "swarm: asking the planner ({model}) to group {} file(s) into tasks",
-        candidates.len()
-    );
-    let client = crate::model::client::ChatClient::new(
-        &settings.model,
-        model,
-        key,
-        crate::model::limit::AdaptiveLimit::new(1),
-    )?;
-    let split = plan::split::split(&client, &args.instruction, &candidates).await?;
-    eprintln!(
-        "swarm: the planner made {} task(s){}",
-        split.tasks.len(),
-        if split.skipped.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " and skipped {} file(s) ({})",
-                split.skipped.len(),
-                split
-                    .skipped
-                    .iter()
-                    .take(5)
-                    .map(|s| format!("{}: {}", s.file.display(), s.reason))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )
-        }
-    );
-    Ok(split)
-}
-
-/// `--review`: the workers run as for `--dry-run`, each finished task is shown and accepted
-/// or skipped, then the accepted ones are merged as `swarm merge` would.
-async fn review_then_merge(
-    mut request: RunRequest,
-    json: bool,
-    events: Option<std::path::PathBuf>,
-) -> anyhow::Result<i32> {
-    let common_dir = request.info.common_dir.clone();
-    let run_id = request.plan.run_id.clone();
-    let keep = request.keep;
-    request.plan.settings.dry_run = true;
-    let outcome = run_on_terminal(request, events.as_deref()).await?;
-    let mut report = outcome.report;
-    if outcome.interrupted {
-        render::print_summary(&report, true);
-        return Ok(exit::INTERRUPTED);
-    }
-    let color = super::use_color(std::io::stderr().is_terminal());
-    let accepted = super::review::ask(&common_dir, &mut report, color)?;
-    report.compute_totals(report.totals.duration_ms);
-    state::write_json_atomic(&state::RunDir::new(&common_dir, &run_id).report(), &report)?;
-    if accepted == 0 {
-        render::print_summary(&report, false);
-        eprintln!("review: nothing accepted, nothing merged");
-        return Ok(if report.all_succeeded() {
-            exit::SUCCESS
-        } else {
-            exit::PARTIAL
-        });
-    }
-    super::resume::continue_run(
-        super::resume::ResumeArgs {
-            run_id: (&run_id).into(),
-            failed: false,
-            keep,
-            verify_merged: None,
-            json,
-            events,
-        },
-        true,
-    )
-    .await
-}
-
-/// How a run shows itself beyond the terminal.
-pub(super) struct Output {
-    /// `--json`: the report on stdout.
-    pub json: bool,
-    /// A dry run prints each task's diff on stdout.
-    pub show_diffs: bool,
-    /// `--events FILE`: every event as a JSON line, while the run goes.
-    pub events: Option<std::path::PathBuf>,
-}
-
-/// Runs a prepared run with the terminal's reporter and Ctrl-C handling.
-async fn run_on_terminal(
-    request: RunRequest,
-    events: Option<&std::path::Path>,
-) -> anyhow::Result<orchestrator::RunOutcome> {
-    let cancel = CancellationToken::new();
-    spawn_signal_handler(cancel.clone());
-    let reporter = render::reporter_for_terminal(request.plan.tasks.len());
-    let sink = Arc::new(EventSink::new(reporter.boxed()));
-    if let Some(path) = events {
-        sink.log_to(path).map_err(|e| {
-            BadInput::new(format!("cannot write --events {}: {e}", path.display()))
-                .hint("pass a path in a directory that exists and is writable")
-        })?;
-    }
-    let outcome = orchestrator::run(request, cancel, sink).await;
-    reporter.finish();
-    outcome
-}
-
-/// Runs a prepared run with the terminal's reporter and Ctrl-C handling, prints the summary
-/// (and the report with `--json`), and gives the exit code. Shared by `refactor` and `resume`.
-pub(super) async fn execute(request: RunRequest, out: &Output) -> anyhow::Result<i32> {
-    let (json, show_diffs) = (out.json, out.show_diffs);
-    let dry_run = request.plan.settings.dry_run;
-    let common_dir = request.info.common_dir.clone();
-    let outcome = run_on_terminal(request, out.events.as_deref()).await?;
-    if dry_run && show_diffs && !json {
-        print_dry_run(&common_dir, &outcome.report)?;
-    }
-    render::print_summary(&outcome.report, outcome.interrupted);
-    if super::github::enabled() {
-        super::github::publish(&outcome.report);
-    }
-    if dry_run && show_diffs && !outcome.interrupted {
-        eprintln!(
-            "dry run: nothing merged; merge with: swarm merge {}",
-            outcome.report.run_id
-        );
-    }
-    if json {
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut out, &outcome.report)?;
-        writeln!(out)?;
-    }
-    // A dry run succeeds when every task finished (its changes wait on their branches).
-    let succeeded = if dry_run {
-        outcome
-            .report
-            .tasks
-            .iter()
-            .all(|t| matches!(t.status, TaskStatus::Done | TaskStatus::NoChange))
-    } else {
-        outcome.report.all_succeeded() && outcome.report.result_branch.is_none()
-    };
-    Ok(if outcome.interrupted {
-        exit::INTERRUPTED
-    } else if succeeded {
-        exit::SUCCESS
-    } else {
-        exit::PARTIAL
-    })
-}
-
-/// The diff of every task a dry run finished, on stdout.
-fn print_dry_run(
-    common_dir: &std::path::Path,
-    report: &crate::report::Report,
-) -> anyhow::Result<()> {
-    let repo = git2::Repository::open(common_dir)?;
-    let color = super::use_color(std::io::stdout().is_terminal());
-    let mut out = std::io::stdout().lock();
-    for t in &report.tasks {
-        if let (TaskStatus::Done, Some(start), Some(commit)) = (t.status, &t.start, &t.commit) {
-            writeln!(out, "# task {} ({})", t.id, t.branch)?;
-            super::diff::write_diffstat(&repo, start, commit, &mut out)?;
-            super::diff::write_diff(&repo, start, commit, false, color, &mut out)?;
-        }
-    }
-    Ok(())
-}
-
-/// Refuses uncommitted changes (staged or not) in files the run may change, and a merge (or
-/// rebase…) in progress, when the target is the checked-out branch.
-pub(super) fn check_dirty(
-    repo: &git2::Repository,
-    into: &repo::IntoTarget,
-    tasks: &[crate::plan::Task],
-    scope: Scope,
-) -> anyhow::Result<()> {
-    if !into.checked_out_here {
-        return Ok(());
-    }
-    if let Some(what) = crate::git::checkout::operation_in_progress(repo) {
-        return Err(BadInput::new(format!(
-            "{what} is in progress in your checkout, so swarm could not update it at the end"
-        ))
-        .hint("finish or abort it first, or pass --into <new-branch>")
-        .into());
-    }
-    let dirty = repo::dirty_paths(repo)?;
-    let touched: Vec<&RepoPath> = match scope {
-        Scope::Task => dirty
-            .iter()
-            .filter(|p| tasks.iter().any(|t| t.files.contains(p)))
-            .collect(),
-        Scope::Any => dirty.iter().collect(),
-    };
-    if touched.is_empty() {
-        return Ok(());
-    }
-    let list: Vec<String> = touched.iter().take(10).map(|p| p.display()).collect();
-    Err(BadInput::new(format!(
-        "the working tree has uncommitted changes in {}{}",
-        list.join(", "),
-        if touched.len() > 10 { ", …" } else { "" }
-    ))
-    .hint("commit or stash them, or pass --into <new-branch>")
-    .into())
-}
-
-/// Refuses to start where workers cannot be confined (unless `--sandbox off`).
-pub(super) async fn check_sandbox(settings: &Settings) -> anyhow::Result<()> {
-    sandbox::probe(&settings.sandbox).await.map_err(|why| {
-        BadInput::new(format!("cannot confine worker processes here: {why}"))
-            .hint("pass --sandbox off to run workers unconfined (no Landlock, no namespaces: see docs/SECURITY.md)")
-            .into()
-    })
-}
-
-/// Writes `plan` for `swarm run` (stdout too with `--json`).
-fn write_plan(
-    plan: &Plan,
-    output: &std::path::Path,
-    file_count: usize,
-    json: bool,
-) -> anyhow::Result<i32> {
-    let text = serde_json::to_string_pretty(plan)? + "\n";
-    std::fs::write(output, &text).map_err(|e| {
-        BadInput::new(format!(
-            "cannot write the plan to {}: {e}",
-            output.display()
-        ))
-    })?;
-    if json {
+    let text = ready.write_plan(output)?;
+    if args.json {
         print!("{text}");
     }
+    let plan = &ready.plan;
     eprintln!(
-        "swarm: plan {}: {} task(s) over {file_count} file(s), base {}, written to {}",
+        "swarm: plan {}: {} task(s) over {} file(s), base {}, written to {}",
         plan.run_id,
         plan.tasks.len(),
+        ready.file_count,
         &plan.base[..10.min(plan.base.len())],
         output.display()
     );
@@ -637,78 +298,48 @@ fn write_plan(
     Ok(exit::SUCCESS)
 }
 
-/// A worker is configured (`--exec` or `--model`); the key is not needed yet.
-fn check_worker_configured(settings: &Settings) -> anyhow::Result<()> {
-    if settings.exec.is_none() && settings.model.name.is_none() {
-        return Err(
-            BadInput::new("no worker: neither --exec nor --model is given")
-                .hint("pass --exec CMD or --model NAME; the plan records it for swarm run")
-                .into(),
-        );
-    }
-    Ok(())
+/// `--split`: how the selected files become tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SplitMode {
+    File,
+    Llm,
 }
 
-/// Checks that a worker is configured, and a model wherever one is needed (the built-in
-/// worker, `--repair`, `--on-conflict repair`); returns the API key if a model is used.
-pub(super) fn check_worker(settings: &Settings) -> anyhow::Result<Option<ApiKey>> {
-    if settings.repair && settings.verify.is_none() {
-        return Err(BadInput::new(
-            "--repair needs --verify: the check whose failure the model repairs",
-        )
-        .hint("pass --verify CMD (e.g. --verify 'cargo check'), or drop --repair")
-        .into());
+/// `--review`: the workers run as for `--dry-run`, each finished task is shown and accepted
+/// or skipped, then the accepted ones are merged as `swarm merge` would.
+async fn review_then_merge(
+    request: RunRequest,
+    json: bool,
+    events: Option<std::path::PathBuf>,
+) -> AppResult<i32> {
+    let common_dir = request.info.common_dir.clone();
+    let (run_id, keep) = (request.plan.run_id.clone(), request.keep);
+    let outcome = on_terminal(request, events.as_deref()).await?;
+    let mut report = outcome.report;
+    if outcome.interrupted {
+        render::print_summary(&report, true);
+        return Ok(exit::INTERRUPTED);
     }
-    if !settings.uses_model() {
-        return Ok(None);
+    let color = super::use_color(std::io::stderr().is_terminal());
+    let accepted = super::review::ask(&common_dir, &mut report, color)?;
+    report.compute_totals(report.totals.duration_ms);
+    app::save_report(&common_dir, &report)?;
+    if accepted == 0 {
+        render::print_summary(&report, false);
+        eprintln!("review: nothing accepted, nothing merged");
+        return Ok(if report.all_succeeded() {
+            exit::SUCCESS
+        } else {
+            exit::PARTIAL
+        });
     }
-    // With --exec, what needs the model.
-    let needs_model = match (&settings.exec, settings.on_conflict) {
-        (None, _) => None,
-        (Some(_), OnConflict::Repair) => Some("--on-conflict repair"),
-        (Some(_), _) => Some("--repair"),
-    };
-    let Some(model) = &settings.model.name else {
-        return Err(match needs_model {
-            Some(what) => BadInput::new(format!("{what} needs a model, and none is configured"))
-                .hint("pass --model NAME (or [model] name in swarm.toml) with SWARM_API_KEY (or OPENAI_API_KEY) set"),
-            None => BadInput::new("no worker: neither --exec nor --model is given")
-                .hint("pass --exec CMD (e.g. --exec 'sed -i \"s/old/new/g\" \"$SWARM_FILE\"'), or --model NAME with SWARM_API_KEY (or OPENAI_API_KEY) set for the built-in agent"),
-        }
-        .into());
-    };
-    let url = &settings.model.base_url;
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(BadInput::new(format!("--base-url '{url}' is not an http(s) URL"))
-            .hint("pass the endpoint's base, e.g. https://api.openai.com/v1 or http://localhost:11434/v1")
-            .into());
-    }
-    let key = ApiKey::from_env();
-    if key.is_none() && !settings.model.is_local() {
-        return Err(
-            BadInput::new(format!("no API key for model '{model}' at {url}"))
-                .hint("set SWARM_API_KEY (or OPENAI_API_KEY); servers on localhost need none")
-                .into(),
-        );
-    }
-    Ok(key)
+    let cwd = std::env::current_dir()?;
+    let continuing =
+        reconcile::continue_run(&cwd, &(&run_id).into(), RunMode::MergeOnly, keep, None).await?;
+    super::resume::run_continuing(continuing, RunMode::MergeOnly, json, events).await
 }
 
-fn describe_skipped(s: &plan::Selection) -> String {
-    let mut parts = Vec::new();
-    for (n, what) in [
-        (s.skipped_binary, "binary file(s)"),
-        (s.skipped_symlinks, "symlink(s)"),
-        (s.skipped_submodules, "submodule(s)"),
-    ] {
-        if n > 0 {
-            parts.push(format!("{n} {what}"));
-        }
-    }
-    parts.join(", ")
-}
-
-fn confirm(plan: &Plan, files: usize, skipped: &str) -> anyhow::Result<bool> {
+fn confirm(plan: &Plan, files: usize, skipped: &str) -> AppResult<bool> {
     let mut err = std::io::stderr().lock();
     writeln!(
         err,
@@ -727,32 +358,4 @@ fn confirm(plan: &Plan, files: usize, skipped: &str) -> anyhow::Result<bool> {
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     Ok(matches!(line.trim(), "" | "y" | "Y" | "yes"))
-}
-
-/// First SIGINT/SIGTERM: stop new tasks, stop workers, clean up, exit 130. A second one exits
-/// at once.
-fn spawn_signal_handler(cancel: CancellationToken) {
-    tokio::spawn(async move {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            return;
-        };
-        let mut signals = 0;
-        loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            signals += 1;
-            if signals == 1 {
-                eprintln!(
-                    "\nswarm: interrupted; stopping workers and cleaning up (again to quit at once)"
-                );
-                cancel.cancel();
-            } else {
-                std::process::exit(exit::INTERRUPTED);
-            }
-        }
-    });
 }

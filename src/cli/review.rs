@@ -4,6 +4,8 @@
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;
 
+use crate::app::AppResult;
+use crate::app::diff::Differ;
 use crate::report::{Report, TaskStatus};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +31,8 @@ fn parse(line: &str) -> Option<Answer> {
 /// what to do with it. Skipped tasks, and after `quit` every task not yet accepted, become
 /// `skipped` (their branches stay); accepted ones stay `done`, for the merge. Returns how
 /// many were accepted.
-pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> anyhow::Result<usize> {
-    let repo = git2::Repository::open(common_dir)?;
+pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> AppResult<usize> {
+    let differ = Differ::open(common_dir)?;
     let to_review: Vec<usize> = report
         .tasks
         .iter()
@@ -47,7 +49,7 @@ pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> anyhow
         let answer = match rest {
             Some(answer) => answer,
             None => {
-                let (Some(start), Some(commit)) = (t.start.as_deref(), t.commit.as_deref()) else {
+                let Some(files) = differ.task(t)? else {
                     continue;
                 };
                 writeln!(
@@ -58,8 +60,8 @@ pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> anyhow
                     t.id,
                     t.branch
                 )?;
-                super::diff::write_diffstat(&repo, start, commit, &mut err)?;
-                super::diff::write_diff(&repo, start, commit, false, color, &mut err)?;
+                super::diff::write_diffstat(&files, &mut err)?;
+                super::diff::write_diff(&files, false, color, &mut err)?;
                 loop {
                     write!(
                         err,

@@ -2,11 +2,10 @@
 
 use clap::Args;
 
-use crate::error::{BadInput, exit};
-use crate::git::repo;
-use crate::ids::{RunId, RunSelector};
-use crate::report::Report;
-use crate::state::{self, RunDir};
+use crate::app::{AppResult, runs};
+use crate::error::exit;
+use crate::ids::RunSelector;
+use crate::report::{Report, RunState};
 
 /// List runs, or show one run's tasks and their states.
 #[derive(Debug, Args)]
@@ -18,56 +17,70 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
-    let info = repo::discover(&std::env::current_dir()?)?;
+pub fn run(args: StatusArgs) -> AppResult<i32> {
+    let cwd = std::env::current_dir()?;
     let Some(wanted) = args.run_id else {
-        let ids = state::list_runs(&info.common_dir)?;
+        let listed = runs::list(&cwd)?;
         if args.json {
-            let reports: Vec<Report> = ids
-                .iter()
-                .filter_map(|id| RunDir::new(&info.common_dir, id).load_report().ok())
-                .collect();
+            let reports: Vec<&Report> = listed.iter().filter_map(|l| l.report.as_ref()).collect();
             println!("{}", serde_json::to_string_pretty(&reports)?);
             return Ok(exit::SUCCESS);
         }
-        if ids.is_empty() {
-            println!("no swarm runs in this repository");
-            return Ok(exit::SUCCESS);
-        }
-        println!(
-            "{:<22} {:<11} {:>5} {:>6} {:>9} {:>6}  INTO",
-            "RUN", "STATE", "TASKS", "MERGED", "NO-CHANGE", "FAILED"
-        );
-        for id in ids {
-            match RunDir::new(&info.common_dir, &id).load_report() {
-                Ok(r) => {
-                    let state = effective_state(&RunDir::new(&info.common_dir, &id), r.state);
-                    let t = &r.totals;
-                    let not_ok = t.tasks - t.merged - t.no_change;
-                    println!(
-                        "{:<22} {:<11} {:>5} {:>6} {:>9} {:>6}  {}",
-                        id, state, t.tasks, t.merged, t.no_change, not_ok, r.into
-                    );
-                }
-                Err(_) => println!("{id:<22} unreadable (no report.json)"),
-            }
-        }
+        print_list(&listed);
         return Ok(exit::SUCCESS);
     };
-    let id = resolve_run_id(&info.common_dir, &wanted)?;
-    let run_dir = RunDir::new(&info.common_dir, &id);
-    let mut report = run_dir.load_report()?;
-    if effective_state(&run_dir, report.state) == "interrupted" {
-        report.state = crate::report::RunState::Interrupted;
-    }
+    let report = runs::show(&cwd, &wanted)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(exit::SUCCESS);
     }
+    print_run(&report);
+    Ok(exit::SUCCESS)
+}
+
+fn state_word(state: RunState) -> &'static str {
+    match state {
+        RunState::Running => "running",
+        RunState::Interrupted => "interrupted",
+        RunState::Finished => "finished",
+    }
+}
+
+fn print_list(listed: &[runs::Listed]) {
+    if listed.is_empty() {
+        println!("no swarm runs in this repository");
+        return;
+    }
+    println!(
+        "{:<22} {:<11} {:>5} {:>6} {:>9} {:>6}  INTO",
+        "RUN", "STATE", "TASKS", "MERGED", "NO-CHANGE", "FAILED"
+    );
+    for l in listed {
+        match &l.report {
+            Some(r) => {
+                let t = &r.totals;
+                let not_ok = t.tasks - t.merged - t.no_change;
+                println!(
+                    "{:<22} {:<11} {:>5} {:>6} {:>9} {:>6}  {}",
+                    l.id,
+                    state_word(r.state),
+                    t.tasks,
+                    t.merged,
+                    t.no_change,
+                    not_ok,
+                    r.into
+                );
+            }
+            None => println!("{:<22} unreadable (no report.json)", l.id),
+        }
+    }
+}
+
+fn print_run(report: &Report) {
     println!(
         "run {}: {}, into {}, base {}",
         report.run_id,
-        effective_state(&run_dir, report.state),
+        state_word(report.state),
         report.into,
         &report.base[..10.min(report.base.len())]
     );
@@ -110,39 +123,5 @@ pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
             t.attempts,
             t.duration_ms as f64 / 1000.0
         );
-    }
-    Ok(exit::SUCCESS)
-}
-
-/// The state to show: a report that says "running" while no process holds the run's lock
-/// belongs to a run that was interrupted (a crash, `kill -9`).
-fn effective_state(run_dir: &RunDir, state: crate::report::RunState) -> &'static str {
-    use crate::report::RunState;
-    match state {
-        RunState::Running if run_dir.is_running() => "running",
-        RunState::Running | RunState::Interrupted => "interrupted",
-        RunState::Finished => "finished",
-    }
-}
-
-/// A full run id, from an id or a unique prefix of one.
-pub fn resolve_run_id(common_dir: &std::path::Path, wanted: &RunSelector) -> anyhow::Result<RunId> {
-    let ids = state::list_runs(common_dir)?;
-    if let Some(id) = wanted.exact().filter(|id| ids.contains(id)) {
-        return Ok(id);
-    }
-    let matches: Vec<&RunId> = ids.iter().filter(|id| wanted.matches(id)).collect();
-    match matches.as_slice() {
-        [one] => Ok((*one).clone()),
-        [] => Err(
-            BadInput::new(format!("no swarm run '{wanted}' in this repository"))
-                .hint("`swarm status` lists the runs")
-                .into(),
-        ),
-        _ => Err(
-            BadInput::new(format!("'{wanted}' matches {} runs", matches.len()))
-                .hint("give more characters of the run id (`swarm status` lists them)")
-                .into(),
-        ),
     }
 }

@@ -221,11 +221,6 @@ fn stage_changes(
     Ok((update.create_updated(repo, &base_tree)?, skipped))
 }
 
-/// `bytes` (a path as git stores it) as a path.
-pub(crate) fn as_path(bytes: &[u8]) -> &Path {
-    Path::new(std::ffi::OsStr::from_bytes(bytes))
-}
-
 /// The name of a secret variable whose value the file (or link) at `path` holds.
 fn secret_in(path: &Path) -> Option<String> {
     let secrets = crate::secrets::redactor();

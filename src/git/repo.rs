@@ -4,11 +4,62 @@ use std::path::{Path, PathBuf};
 
 use git2::{BranchType, ErrorCode, Oid, Repository, Status, StatusOptions};
 
-use crate::error::BadInput;
+use crate::repo_path::RepoPath;
 
 /// `IndexEntry::flags_extended` bit of an entry outside a sparse checkout.
 const SKIP_WORKTREE: u16 = 1 << 14;
-use crate::repo_path::RepoPath;
+
+/// What is wrong with the repository, or with what was asked of it: the user's input
+/// (exit 2), except [`RepoError::Git`], a failure of git itself.
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error("not a git repository: {}", .0.display())]
+    NotARepository(PathBuf),
+    #[error("{} is a bare repository: there is no checkout to merge into", .0.display())]
+    Bare(PathBuf),
+    #[error("the repository has no commits yet")]
+    NoCommits,
+    #[error("HEAD does not point to a commit: {0}")]
+    HeadNotACommit(String),
+    #[error("cannot read HEAD: {0}")]
+    UnreadableHead(String),
+    #[error("unknown revision '{0}' for --base")]
+    UnknownBase(String),
+    #[error("'{0}' is not a valid branch name for --into")]
+    InvalidInto(String),
+    #[error("HEAD is detached, so there is no current branch to merge into")]
+    Detached,
+    #[error("branch '{branch}' is checked out in another worktree: {}", .path.display())]
+    CheckedOutElsewhere { branch: String, path: PathBuf },
+    #[error("branch '{branch}' does not point to a commit: {message}")]
+    BranchNotACommit { branch: String, message: String },
+    #[error(
+        "{first}{} has the attribute filter={filter}, and filter.{filter} is configured: swarm \
+         cannot run filter drivers, so it would commit and check out what git would not",
+        if *.more > 0 { format!(" (and {} more file(s))", .more) } else { String::new() }
+    )]
+    Filtered {
+        first: RepoPath,
+        more: usize,
+        filter: String,
+    },
+    #[error("the working tree has uncommitted changes in {}{}", list(.0), if .0.len() > 10 { ", …" } else { "" })]
+    Dirty(Vec<RepoPath>),
+    #[error("{0} is in progress in your checkout, so swarm could not update it at the end")]
+    OperationInProgress(&'static str),
+    #[error(transparent)]
+    Git(#[from] git2::Error),
+}
+
+/// The first ten paths, for a message.
+fn list(paths: &[RepoPath]) -> String {
+    paths
+        .iter()
+        .take(10)
+        .map(|p| p.display())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Where the user's repository lives.
 #[derive(Debug, Clone)]
@@ -30,17 +81,11 @@ impl RepoInfo {
 }
 
 /// Finds the repository containing `cwd`; refuses a bare repository.
-pub fn discover(cwd: &Path) -> Result<RepoInfo, BadInput> {
-    let repo = Repository::discover(cwd).map_err(|_| {
-        BadInput::new(format!("not a git repository: {}", cwd.display()))
-            .hint("run swarm inside a git checkout (or `git init` and commit first)")
-    })?;
+pub fn discover(cwd: &Path) -> Result<RepoInfo, RepoError> {
+    let repo =
+        Repository::discover(cwd).map_err(|_| RepoError::NotARepository(cwd.to_path_buf()))?;
     let Some(workdir) = repo.workdir() else {
-        return Err(BadInput::new(format!(
-            "{} is a bare repository: there is no checkout to merge into",
-            repo.path().display()
-        ))
-        .hint("run swarm in a checkout of it (`git worktree add ../wt BRANCH`, then cd there)"));
+        return Err(RepoError::Bare(repo.path().to_path_buf()));
     };
     let workdir = workdir.to_path_buf();
     let canon_cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
@@ -60,28 +105,21 @@ pub fn discover(cwd: &Path) -> Result<RepoInfo, BadInput> {
 }
 
 /// Resolves `--base` to a commit.
-pub fn resolve_base(repo: &Repository, rev: &str) -> Result<Oid, BadInput> {
+pub fn resolve_base(repo: &Repository, rev: &str) -> Result<Oid, RepoError> {
     if rev == "HEAD" {
-        match repo.head() {
-            Ok(head) => {
-                return head.peel_to_commit().map(|c| c.id()).map_err(|e| {
-                    BadInput::new(format!("HEAD does not point to a commit: {}", e.message()))
-                });
-            }
-            Err(e) if e.code() == ErrorCode::UnbornBranch => {
-                return Err(BadInput::new("the repository has no commits yet")
-                    .hint("commit the files first (`git add -A && git commit`), then run swarm"));
-            }
-            Err(e) => return Err(BadInput::new(format!("cannot read HEAD: {}", e.message()))),
-        }
+        return match repo.head() {
+            Ok(head) => head
+                .peel_to_commit()
+                .map(|c| c.id())
+                .map_err(|e| RepoError::HeadNotACommit(e.message().to_string())),
+            Err(e) if e.code() == ErrorCode::UnbornBranch => Err(RepoError::NoCommits),
+            Err(e) => Err(RepoError::UnreadableHead(e.message().to_string())),
+        };
     }
     repo.revparse_single(rev)
         .and_then(|o| o.peel_to_commit())
         .map(|c| c.id())
-        .map_err(|_| {
-            BadInput::new(format!("unknown revision '{rev}' for --base"))
-                .hint("pass a branch, tag or commit that exists (see `git log --oneline`)")
-        })
+        .map_err(|_| RepoError::UnknownBase(rev.to_string()))
 }
 
 /// The branch that receives the merges.
@@ -99,39 +137,28 @@ pub fn resolve_into(
     repo: &Repository,
     info: &RepoInfo,
     into: Option<&str>,
-) -> Result<IntoTarget, BadInput> {
+) -> Result<IntoTarget, RepoError> {
     let head_branch = current_branch(repo)?;
     let branch = match into {
         Some(b) => {
             let b = b.strip_prefix("refs/heads/").unwrap_or(b);
             if !git2::Branch::name_is_valid(b).unwrap_or(false) || b.starts_with("swarm/") {
-                return Err(
-                    BadInput::new(format!("'{b}' is not a valid branch name for --into")).hint(
-                        "pass a branch name such as `refactor/rename-foo` (not under swarm/)",
-                    ),
-                );
+                return Err(RepoError::InvalidInto(b.to_string()));
             }
             b.to_string()
         }
-        None => head_branch.clone().ok_or_else(|| {
-            BadInput::new("HEAD is detached, so there is no current branch to merge into")
-                .hint("pass --into BRANCH (a new branch is created at --base)")
-        })?,
+        None => head_branch.clone().ok_or(RepoError::Detached)?,
     };
     let checked_out_here = head_branch.as_deref() == Some(branch.as_str());
     if !checked_out_here && let Some(path) = checked_out_elsewhere(repo, info, &branch) {
-        return Err(BadInput::new(format!(
-            "branch '{branch}' is checked out in another worktree: {}",
-            path.display()
-        ))
-        .hint("run swarm in that worktree, or pass another --into branch"));
+        return Err(RepoError::CheckedOutElsewhere { branch, path });
     }
     let tip = match repo.find_branch(&branch, BranchType::Local) {
         Ok(b) => Some(b.get().peel_to_commit().map(|c| c.id()).map_err(|e| {
-            BadInput::new(format!(
-                "branch '{branch}' does not point to a commit: {}",
-                e.message()
-            ))
+            RepoError::BranchNotACommit {
+                branch: branch.clone(),
+                message: e.message().to_string(),
+            }
         })?),
         Err(_) => None,
     };
@@ -143,13 +170,13 @@ pub fn resolve_into(
 }
 
 /// The short name of the branch HEAD points to; `None` when detached.
-fn current_branch(repo: &Repository) -> Result<Option<String>, BadInput> {
+fn current_branch(repo: &Repository) -> Result<Option<String>, RepoError> {
     if repo.head_detached().unwrap_or(false) {
         return Ok(None);
     }
     let head = repo
         .find_reference("HEAD")
-        .map_err(|e| BadInput::new(format!("cannot read HEAD: {}", e.message())))?;
+        .map_err(|e| RepoError::UnreadableHead(e.message().to_string()))?;
     Ok(head
         .symbolic_target()
         .ok()
@@ -200,7 +227,7 @@ pub fn dirty_paths(repo: &Repository) -> Result<Vec<RepoPath>, git2::Error> {
     let outside_sparse = |path: &[u8], status: Status| {
         status == Status::WT_DELETED
             && index
-                .get_path(crate::git::commit::as_path(path), 0)
+                .get_path(crate::repo_path::bytes_as_path(path), 0)
                 .is_some_and(|e| e.flags_extended & SKIP_WORKTREE != 0)
     };
     let mut paths: Vec<RepoPath> = statuses
@@ -249,24 +276,37 @@ pub fn active_filter(repo: &Repository, path: &RepoPath) -> Option<String> {
 pub fn check_filters<'a>(
     repo: &Repository,
     files: impl IntoIterator<Item = &'a RepoPath>,
-) -> Result<(), BadInput> {
-    let filtered: Vec<(String, String)> = files
+) -> Result<(), RepoError> {
+    let filtered: Vec<(&RepoPath, String)> = files
         .into_iter()
-        .filter_map(|f| active_filter(repo, f).map(|name| (f.display(), name)))
+        .filter_map(|f| active_filter(repo, f).map(|name| (f, name)))
         .collect();
-    let Some((first, name)) = filtered.first() else {
-        return Ok(());
-    };
-    Err(BadInput::new(format!(
-        "{first}{} has the attribute filter={name}, and filter.{name} is configured: swarm \
-         cannot run filter drivers, so it would commit and check out what git would not",
-        if filtered.len() > 1 {
-            format!(" (and {} more file(s))", filtered.len() - 1)
-        } else {
-            String::new()
-        }
-    ))
-    .hint(format!(
-        "leave such files out with a pathspec such as ':!{first}' (see .gitattributes)"
-    )))
+    match filtered.first() {
+        None => Ok(()),
+        Some((first, filter)) => Err(RepoError::Filtered {
+            first: (*first).clone(),
+            more: filtered.len() - 1,
+            filter: filter.clone(),
+        }),
+    }
+}
+
+/// Refuses what would stop swarm from updating the checked-out target at the end: a merge
+/// (or rebase…) in progress, and uncommitted changes (staged or not) in `touched` files
+/// (`None`: any file, with `--scope any`).
+pub fn check_checkout(
+    repo: &Repository,
+    touched: Option<&std::collections::HashSet<&RepoPath>>,
+) -> Result<(), RepoError> {
+    if let Some(what) = super::checkout::operation_in_progress(repo) {
+        return Err(RepoError::OperationInProgress(what));
+    }
+    let dirty: Vec<RepoPath> = dirty_paths(repo)?
+        .into_iter()
+        .filter(|p| touched.is_none_or(|t| t.contains(p)))
+        .collect();
+    match dirty.is_empty() {
+        true => Ok(()),
+        false => Err(RepoError::Dirty(dirty)),
+    }
 }

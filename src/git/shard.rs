@@ -15,11 +15,19 @@ use std::process::Command;
 use anyhow::Context as _;
 use git2::{BranchType, Oid, Repository};
 
-use crate::error::BadInput;
 use crate::ids::{RunBranch, RunId};
 use crate::report::Report;
 
 const RECORD_FILE: &str = "report.json";
+
+/// `git fetch` or `git push` failed (the remote, the network, the credentials: the user's to
+/// fix).
+#[derive(Debug, thiserror::Error)]
+#[error("{what} failed: {stderr}")]
+pub struct RemoteError {
+    pub what: String,
+    pub stderr: String,
+}
 
 /// Writes the shard record of `report` on `branch` (replacing an earlier one).
 pub fn write_record(repo: &Repository, branch: &str, report: &Report) -> anyhow::Result<Oid> {
@@ -80,7 +88,12 @@ pub fn read_records(repo: &Repository, run_id: &RunId) -> anyhow::Result<Vec<(St
 }
 
 /// `git push --force REMOTE` of local branches `branches` (same names on the remote).
-pub fn push(workdir: &Path, remote: &str, branches: &[String], force: bool) -> anyhow::Result<()> {
+pub fn push(
+    workdir: &Path,
+    remote: &str,
+    branches: &[String],
+    force: bool,
+) -> Result<(), RemoteError> {
     if branches.is_empty() {
         return Ok(());
     }
@@ -98,7 +111,7 @@ pub fn push(workdir: &Path, remote: &str, branches: &[String], force: bool) -> a
 
 /// Fetches every `swarm/<RUN-ID>/*` branch of `remote` into the local branches of the same
 /// names.
-pub fn fetch_run(workdir: &Path, remote: &str, run_id: &RunId) -> anyhow::Result<()> {
+pub fn fetch_run(workdir: &Path, remote: &str, run_id: &RunId) -> Result<(), RemoteError> {
     let prefix = run_id.branch_prefix();
     let mut cmd = Command::new("git");
     cmd.current_dir(workdir)
@@ -107,15 +120,16 @@ pub fn fetch_run(workdir: &Path, remote: &str, run_id: &RunId) -> anyhow::Result
     run_git(cmd, &format!("git fetch {remote}"))
 }
 
-fn run_git(mut cmd: Command, what: &str) -> anyhow::Result<()> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("cannot run {what} (is git installed?)"))?;
+fn run_git(mut cmd: Command, what: &str) -> Result<(), RemoteError> {
+    let out = cmd.output().map_err(|e| RemoteError {
+        what: what.to_string(),
+        stderr: format!("cannot run git (is it installed?): {e}"),
+    })?;
     if out.status.success() {
         return Ok(());
     }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    Err(BadInput::new(format!("{what} failed: {}", stderr.trim()))
-        .hint("check the remote's name/URL and your credentials (swarm uses git's own setup)")
-        .into())
+    Err(RemoteError {
+        what: what.to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    })
 }

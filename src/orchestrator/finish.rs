@@ -47,30 +47,36 @@ fn merge_hint(
     }
 }
 
-/// Moves the target (unless interrupted), removes worktrees, deletes the branches that are no
+/// How the run ended, for [`finish`].
+pub(super) struct Ending<'a> {
+    pub(super) info: &'a RepoInfo,
+    pub(super) into: &'a IntoTarget,
+    pub(super) into_start: Oid,
+    /// The integration tip.
+    pub(super) tip: Oid,
+    /// `--keep`: leave worktrees and branches.
+    pub(super) keep: bool,
+    /// The run was interrupted or failed: the target must not move.
+    pub(super) stopped: bool,
+    /// Why the target must not move although tasks merged (`--verify-merged`).
+    pub(super) hold: Option<&'a str>,
+}
+
+/// Moves the target (unless stopped), removes worktrees, deletes the branches that are no
 /// longer needed, and fills the run-level fields of the report.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn finish(
-    shared: &Arc<Shared>,
-    info: &RepoInfo,
-    into: &IntoTarget,
-    into_start: Oid,
-    tip: Oid,
-    keep: bool,
-    interrupted: bool,
-    hold: Option<&str>,
-    report: &mut Report,
-) {
+pub(super) async fn finish(shared: &Arc<Shared>, end: &Ending<'_>, report: &mut Report) {
+    let (info, into, into_start, tip) = (end.info, end.into, end.into_start, end.tip);
+    let (keep, stopped, hold) = (end.keep, end.stopped, end.hold);
     let run_id = shared.plan.run_id.clone();
     let result_branch = result_branch(&run_id);
     let merged_any = tip != into_start;
     report.result = merged_any.then(|| tip.to_string());
-    let not_moved = if let (true, false, Some(reason)) = (merged_any, interrupted, hold) {
+    let not_moved = if let (true, false, Some(reason)) = (merged_any, stopped, hold) {
         Some(NotMoved {
             reason: reason.to_string(),
             first: None,
         })
-    } else if merged_any && !interrupted {
+    } else if merged_any && !stopped {
         let (info, into2) = (info.clone(), into.clone());
         let staging = shared.run_dir.path.join("checkout");
         let moved = tokio::task::spawn_blocking(move || {
@@ -102,7 +108,7 @@ pub(super) async fn finish(
     if merged_any && !report.into_updated {
         report.result_branch = Some(result_branch.clone());
     }
-    if merged_any && !report.into_updated && !interrupted {
+    if merged_any && !report.into_updated && !stopped {
         let hint = merge_hint(info, into, into_start, &result_branch, not_moved.as_ref());
         report.merge_hint = Some(hint.clone());
         if let Some(not_moved) = not_moved {

@@ -27,12 +27,13 @@ use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
 mod finish;
+mod mode;
 mod repair;
 mod scheduler;
 mod task;
 mod verify_merged;
 
-use finish::finish;
+pub use mode::{Continuation, RunMode};
 use scheduler::Scheduler;
 use task::user_branches;
 
@@ -45,52 +46,9 @@ pub struct RunRequest {
     pub keep: bool,
     /// The model API key (LLM worker); never stored anywhere.
     pub api_key: Option<ApiKey>,
-    /// Continue an interrupted run instead of starting afresh.
-    pub resume: Option<Resume>,
-}
-
-/// What `swarm resume` continues from.
-pub struct Resume {
-    /// The run's report as it was left.
-    pub report: Report,
-    /// The integration tip so far (`swarm/<RUN-ID>/result`, else where the target started).
-    pub tip: Oid,
-    /// Run failed, timed-out and conflicted tasks again too (`--failed`).
-    pub rerun_failed: bool,
-    /// Merge the finished tasks, run nothing (`swarm merge`).
-    pub merge_only: bool,
-}
-
-impl Resume {
-    /// The report to continue, the integration tip, and the tasks that finished but were not
-    /// merged (merged first). Tasks to run again are set back to pending.
-    fn prepare(self) -> (Report, Oid, Vec<usize>) {
-        let mut report = self.report;
-        report.state = RunState::Running;
-        // The outcome of the interrupted session is decided anew at the end.
-        report.result = None;
-        report.result_branch = None;
-        report.merge_hint = None;
-        report.into_updated = false;
-        report.verify_merged = None;
-        let mut merge_first = Vec::new();
-        for (idx, t) in report.tasks.iter_mut().enumerate() {
-            let finished_unmerged =
-                t.status == TaskStatus::Done && t.commit.is_some() && t.start.is_some();
-            if finished_unmerged {
-                merge_first.push(idx);
-            }
-            let again =
-                !self.merge_only && !finished_unmerged && t.status.left_to_do(self.rerun_failed);
-            if again {
-                t.status = TaskStatus::Pending;
-                t.error = None;
-                t.attempts = 0;
-                t.branch_kept = false;
-            }
-        }
-        (report, self.tip, merge_first)
-    }
+    pub mode: RunMode,
+    /// Where a continuing run (resume, merge) was left; `None`: a new run.
+    pub continuation: Option<Continuation>,
 }
 
 /// Which worker edits the files.
@@ -178,11 +136,72 @@ pub async fn run(
     sink: Arc<EventSink>,
 ) -> anyhow::Result<RunOutcome> {
     let started = Instant::now();
-    let plan = req.plan;
-    let run_dir = RunDir::new(&req.info.common_dir, &plan.run_id);
+    let run_dir = RunDir::new(&req.info.common_dir, &req.plan.run_id);
+    let _lock = open_run(&run_dir, &req.plan, &sink)?;
+    let (mut report, first_tip, merge_first) = match req.continuation {
+        None => (
+            new_report(&req.plan, &req.into.branch, req.into_start),
+            req.into_start,
+            Vec::new(),
+        ),
+        Some(continuation) => continuation.prepare(req.mode),
+    };
+    report.compute_totals(0);
+    state::write_json_atomic(&run_dir.report(), &report)?;
+    sink.emit(Event::RunStarted {
+        run_id: req.plan.run_id.clone(),
+        base: req.plan.base.clone(),
+        into: req.into.branch.clone(),
+        tasks: req.plan.tasks.len(),
+        jobs: req.plan.settings.jobs,
+    });
+    let shared = Arc::new(Shared::new(
+        req.plan,
+        &req.info,
+        run_dir,
+        req.api_key,
+        sink,
+        // A child token: an internal error stops the workers without looking like Ctrl-C.
+        cancel.child_token(),
+    )?);
+    let mut sched = Scheduler::new(shared.clone(), report, first_tip, req.mode);
+    let mut driven = sched.drive(&req.info, first_tip, merge_first).await;
+    let check = shared.plan.settings.verify_merged.clone();
+    if let (Ok(()), true, Some(command)) = (&driven, req.mode.merges(), check)
+        && !cancel.is_cancelled()
+        && sched.tip != req.into_start
+    {
+        driven = verify_merged::verify_merged(&mut sched, req.into_start, &command).await;
+    }
+    if let Err(e) = &driven {
+        tracing::error!("run failed: {e:#}");
+    }
+    let interrupted = cancel.is_cancelled();
+    let (tip, hold, mut report) = (sched.tip, sched.hold, sched.report);
+    let ending = finish::Ending {
+        info: &req.info,
+        into: &req.into,
+        into_start: req.into_start,
+        tip,
+        keep: req.keep,
+        stopped: interrupted || driven.is_err(),
+        hold: hold.as_deref(),
+    };
+    finish::finish(&shared, &ending, &mut report).await;
+    let report = close_report(&shared, report, interrupted, started)?;
+    driven?;
+    Ok(RunOutcome {
+        report,
+        interrupted,
+    })
+}
+
+/// Takes the run's lock and writes what a run starts with: its owner, its plan, the event
+/// log. Refuses a run that another swarm process holds.
+fn open_run(run_dir: &RunDir, plan: &Plan, sink: &EventSink) -> anyhow::Result<state::RunLock> {
     std::fs::create_dir_all(&run_dir.path)
         .with_context(|| format!("cannot create {}", run_dir.path.display()))?;
-    let _lock = state::RunLock::try_acquire(&run_dir)?.with_context(|| {
+    let lock = state::RunLock::try_acquire(run_dir)?.with_context(|| {
         format!(
             "run {} is in progress in another swarm process",
             plan.run_id
@@ -195,107 +214,25 @@ pub async fn run(
             started_at: state::now_rfc3339(),
         },
     )?;
-    state::write_json_atomic(&run_dir.plan(), &plan)?;
+    state::write_json_atomic(&run_dir.plan(), plan)?;
     sink.log_to_run_file(&run_dir.events())?;
-    let base = Oid::from_str(&plan.base)?;
-    // The model serves the built-in worker, and with --exec, --repair and conflict repair.
-    let settings = &plan.settings;
-    let model = match (&settings.model.name, settings.uses_model()) {
-        (Some(name), true) => Some(Arc::new(LlmShared::new(
-            settings,
-            name.clone(),
-            req.api_key.clone(),
-        )?)),
-        _ => None,
-    };
-    let worker = match (&settings.exec, &model) {
-        (Some(command), _) => WorkerKind::Exec(command.clone()),
-        (None, Some(_)) => WorkerKind::Llm,
-        (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
-    };
+    Ok(lock)
+}
 
-    let merge_only = req.resume.as_ref().is_some_and(|r| r.merge_only);
-    let (mut report, first_tip, merge_first) = match req.resume {
-        None => (
-            new_report(&plan, &req.into.branch, req.into_start),
-            req.into_start,
-            Vec::new(),
-        ),
-        Some(resume) => resume.prepare(),
-    };
-    report.compute_totals(0);
-    state::write_json_atomic(&run_dir.report(), &report)?;
-    sink.emit(Event::RunStarted {
-        run_id: plan.run_id.clone(),
-        base: plan.base.clone(),
-        into: req.into.branch.clone(),
-        tasks: plan.tasks.len(),
-        jobs: plan.settings.jobs,
-    });
-
-    let pool = WorktreePool::new(
-        &req.info.common_dir,
-        &plan.run_id,
-        plan.settings.worktree.copy.clone(),
-        &req.info.workdir,
-    );
-    let known_branches = user_branches(&req.info.common_dir)?;
-    let shared = Arc::new(Shared {
-        plan,
-        base,
-        run_dir,
-        pool,
-        sink: sink.clone(),
-        // A child token: an internal error stops the workers without looking like Ctrl-C.
-        cancel: cancel.child_token(),
-        worker,
-        model,
-        common_dir: req.info.common_dir.clone(),
-        known_branches: std::sync::Mutex::new(known_branches),
-    });
-    let mut sched = Scheduler {
-        shared: shared.clone(),
-        report,
-        tip: first_tip,
-        stopped: None,
-        merge_only,
-        budget_spent: None,
-        last_save: Instant::now(),
-        train: None,
-        hold: None,
-    };
-    let mut driven = sched.drive(&req.info, first_tip, merge_first).await;
-    let check = shared.plan.settings.verify_merged.clone();
-    if let (Ok(()), false, Some(command)) = (&driven, shared.plan.settings.dry_run, check)
-        && !cancel.is_cancelled()
-        && sched.tip != req.into_start
-    {
-        driven = verify_merged::verify_merged(&mut sched, req.into_start, &command).await;
-    }
-    if let Err(e) = &driven {
-        tracing::error!("run failed: {e:#}");
-    }
-    let interrupted = cancel.is_cancelled();
-    let mut report = sched.report;
-    finish(
-        &shared,
-        &req.info,
-        &req.into,
-        req.into_start,
-        sched.tip,
-        req.keep,
-        interrupted || driven.is_err(),
-        sched.hold.as_deref(),
-        &mut report,
-    )
-    .await;
+/// The final report: its state and totals, secrets redacted (the CLI prints from it), saved,
+/// and announced.
+fn close_report(
+    shared: &Shared,
+    mut report: Report,
+    interrupted: bool,
+    started: Instant,
+) -> anyhow::Result<Report> {
     report.state = if interrupted {
         RunState::Interrupted
     } else {
         RunState::Finished
     };
     report.compute_totals(started.elapsed().as_millis() as u64);
-    // What the CLI prints from the report holds no secret either.
     let report = report.redacted();
     state::write_json_atomic(&shared.run_dir.report(), &report)?;
     shared.sink.emit(Event::RunFinished {
@@ -303,9 +240,47 @@ pub async fn run(
         merged: report.totals.merged,
         failed: report.tasks.len() - report.totals.merged - report.totals.no_change,
     });
-    driven?;
-    Ok(RunOutcome {
-        report,
-        interrupted,
-    })
+    Ok(report)
+}
+
+impl Shared {
+    fn new(
+        plan: Plan,
+        info: &RepoInfo,
+        run_dir: RunDir,
+        api_key: Option<ApiKey>,
+        sink: Arc<EventSink>,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<Self> {
+        let base = Oid::from_str(&plan.base)?;
+        // The model serves the built-in worker, and with --exec, --repair and conflict repair.
+        let settings = &plan.settings;
+        let model = match (&settings.model.name, settings.uses_model()) {
+            (Some(name), true) => Some(Arc::new(LlmShared::new(settings, name.clone(), api_key)?)),
+            _ => None,
+        };
+        let worker = match (&settings.exec, &model) {
+            (Some(command), _) => WorkerKind::Exec(command.clone()),
+            (None, Some(_)) => WorkerKind::Llm,
+            (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
+        };
+        let pool = WorktreePool::new(
+            &info.common_dir,
+            &plan.run_id,
+            plan.settings.worktree.copy.clone(),
+            &info.workdir,
+        );
+        Ok(Self {
+            known_branches: std::sync::Mutex::new(user_branches(&info.common_dir)?),
+            plan,
+            base,
+            run_dir,
+            pool,
+            sink,
+            cancel,
+            worker,
+            model,
+            common_dir: info.common_dir.clone(),
+        })
+    }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use git2::Oid;
 
-use super::{Shared, result_branch};
+use super::{RunMode, Shared, result_branch};
 use crate::events::Event;
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
@@ -51,8 +51,7 @@ pub(super) struct Scheduler {
     pub(super) tip: Oid,
     /// Why no more tasks run or merge (`--on-conflict fail`).
     pub(super) stopped: Option<String>,
-    /// Only merge finished tasks; run none (`swarm merge`).
-    pub(super) merge_only: bool,
+    pub(super) mode: RunMode,
     /// Why no new task starts (`--max-tokens` reached); running ones finish and merge.
     pub(super) budget_spent: Option<String>,
     pub(super) last_save: Instant,
@@ -63,6 +62,20 @@ pub(super) struct Scheduler {
 }
 
 impl Scheduler {
+    pub(super) fn new(shared: Arc<Shared>, report: Report, tip: Oid, mode: RunMode) -> Self {
+        Self {
+            shared,
+            report,
+            tip,
+            stopped: None,
+            mode,
+            budget_spent: None,
+            last_save: Instant::now(),
+            train: None,
+            hold: None,
+        }
+    }
+
     /// Runs the pending tasks and merges them, starting the train at `start` (after merging
     /// the already finished tasks of `merge_first`, when resuming).
     pub(super) async fn drive(
@@ -82,7 +95,9 @@ impl Scheduler {
         };
 
         let mut pending: VecDeque<usize> = (0..shared.plan.tasks.len())
-            .filter(|&i| !self.merge_only && self.report.tasks[i].status == TaskStatus::Pending)
+            .filter(|&i| {
+                self.mode.runs_workers() && self.report.tasks[i].status == TaskStatus::Pending
+            })
             .collect();
         let mut retries: VecDeque<(usize, FollowUp)> = VecDeque::new();
         let mut running: JoinSet<Attempt> = JoinSet::new();
@@ -255,7 +270,7 @@ impl Scheduler {
             if let Some(reason) = &self.stopped {
                 t.status = TaskStatus::Skipped;
                 t.error = Some(format!("not merged: {reason}"));
-            } else if self.shared.plan.settings.dry_run {
+            } else if !self.mode.merges() {
                 // Stays `done`, its branch kept for `swarm diff` and `swarm merge`.
             } else {
                 job = Some(MergeJob {

@@ -4,12 +4,15 @@
 //! same base, pathspecs and options always give the same tasks with the same ids. It is saved
 //! as `plan.json` in the run directory before any worker starts.
 
+mod error;
+pub mod file;
 mod pathspec;
 mod select;
 pub mod split;
 
 use serde::{Deserialize, Serialize};
 
+pub use error::PlanError;
 pub use pathspec::Pathspec;
 pub use select::{SelectOptions, Selection, select_files};
 

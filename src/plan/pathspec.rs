@@ -9,7 +9,7 @@
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::error::BadInput;
+use super::PlanError;
 use crate::repo_path::RepoPath;
 
 #[derive(Debug)]
@@ -43,7 +43,7 @@ impl Matcher {
 impl Pathspec {
     /// `prefix` is the directory swarm runs in, relative to the repository root ("" at the
     /// root); relative patterns are taken from there.
-    pub fn new(specs: &[String], prefix: &str) -> Result<Self, BadInput> {
+    pub fn new(specs: &[String], prefix: &str) -> Result<Self, PlanError> {
         let mut include = (GlobSetBuilder::new(), Vec::new(), false);
         let mut exclude = (GlobSetBuilder::new(), Vec::new(), false);
         for spec in specs {
@@ -63,11 +63,7 @@ impl Pathspec {
             let pattern = pattern.trim_start_matches("./");
             let pattern = pattern.strip_suffix('/').unwrap_or(pattern);
             if pattern.starts_with(':') {
-                return Err(
-                    BadInput::new(format!("unsupported pathspec magic in '{spec}'")).hint(
-                        "supported: plain paths, globs like 'src/**/*.rs', and exclusions ':!path'",
-                    ),
-                );
+                return Err(PlanError::PathspecMagic(spec.clone()));
             }
             let base = if top || pattern.starts_with('/') {
                 String::new()
@@ -100,15 +96,14 @@ impl Pathspec {
         }
         let finish = |(builder, literals, has_globs): (GlobSetBuilder, Vec<Vec<u8>>, bool)| {
             let globs = if has_globs {
-                Some(
-                    builder
-                        .build()
-                        .map_err(|e| BadInput::new(format!("invalid pathspec: {e}")))?,
-                )
+                Some(builder.build().map_err(|e| PlanError::Pathspec {
+                    spec: specs.join(" "),
+                    message: e.to_string(),
+                })?)
             } else {
                 None
             };
-            Ok::<_, BadInput>(Matcher { globs, literals })
+            Ok::<_, PlanError>(Matcher { globs, literals })
         };
         let include_all = specs
             .iter()
@@ -125,14 +120,14 @@ impl Pathspec {
     }
 }
 
-fn build_glob(pattern: &str, spec: &str) -> Result<Glob, BadInput> {
+fn build_glob(pattern: &str, spec: &str) -> Result<Glob, PlanError> {
     GlobBuilder::new(pattern)
         .literal_separator(true)
         .backslash_escape(true)
         .build()
-        .map_err(|e| {
-            BadInput::new(format!("invalid pathspec '{spec}': {}", e.kind()))
-                .hint("quote globs so the shell does not expand them, e.g. 'src/**/*.py'")
+        .map_err(|e| PlanError::Pathspec {
+            spec: spec.to_string(),
+            message: e.kind().to_string(),
         })
 }
 

@@ -13,8 +13,8 @@ use git2::{Repository, Tree};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::PlanError;
 use super::{SkippedFile, Task, task_id};
-use crate::error::BadInput;
 use crate::model::client::ChatClient;
 use crate::repo_path::RepoPath;
 
@@ -45,18 +45,17 @@ pub fn candidates(
     repo: &Repository,
     tree: &Tree<'_>,
     files: &[RepoPath],
-) -> anyhow::Result<Vec<Candidate>> {
+) -> Result<Vec<Candidate>, PlanError> {
     if files.len() > MAX_CANDIDATES {
-        return Err(BadInput::new(format!(
-            "--split llm plans at most {MAX_CANDIDATES} files, and {} are selected",
-            files.len()
-        ))
-        .hint("narrow the pathspecs or --grep, or split per file (drop --split llm)")
-        .into());
+        return Err(PlanError::TooManyForPlanner {
+            max: MAX_CANDIDATES,
+            selected: files.len(),
+        });
     }
     let declares = regex::Regex::new(
         r"^\s*(pub(\([^)]*\))?\s+)?(async\s+)?(fn|def|class|struct|enum|trait|impl|interface|function|export|type|mod|module|package|func)\b",
-    )?;
+    )
+    .map_err(anyhow::Error::from)?;
     let mut out = Vec::with_capacity(files.len());
     for path in files {
         let blob = tree
@@ -211,7 +210,7 @@ pub async fn split(
     client: &ChatClient,
     instruction: &str,
     candidates: &[Candidate],
-) -> anyhow::Result<Split> {
+) -> Result<Split, PlanError> {
     let tools = submit_plan_tool();
     let mut messages = prompt(instruction, candidates);
     let mut last_problems = Vec::new();
@@ -221,10 +220,7 @@ pub async fn split(
                 tracing::info!("planner: retry {} in {:?}: {}", n.attempt, n.wait, n.reason)
             })
             .await
-            .map_err(|e| {
-                BadInput::new(format!("the planner model failed: {e}"))
-                    .hint("check --planner-model/--model, --base-url and the API key, or drop --split llm")
-            })?;
+            .map_err(|e| PlanError::Planner(e.to_string()))?;
         let call = reply.tool_calls.iter().find(|c| c.name == "submit_plan");
         messages.push(reply.to_message());
         let parsed = match call {
@@ -252,12 +248,7 @@ pub async fn split(
             }
         }
     }
-    Err(BadInput::new(format!(
-        "the planner's plan is still not valid after a correction: {}",
-        last_problems.join("; ")
-    ))
-    .hint("run again, use a stronger --planner-model, or write the plan with swarm plan … -o PLAN.json and fix it by hand")
-    .into())
+    Err(PlanError::PlannerInvalid(last_problems.join("; ")))
 }
 
 fn into_split(answer: Answer, _instruction: &str) -> Split {

@@ -1,252 +1,33 @@
 //! Run settings, resolved in one place with one order:
-//! flags > `SWARM_*` environment > `swarm.toml` at the repository root > the user's config
-//! file > defaults.
+//! flags > `SWARM_*` environment > other environment (`OPENAI_BASE_URL`) > `swarm.toml` at the
+//! repository root > the user's config file > defaults.
 //!
-//! clap already gives flags precedence over their environment variables; every field of
-//! [`Overrides`] is an `Option` so that "not given" stays visible and the files can fill it.
+//! Each source is a [`Layer`] (clap gives flags precedence over their `SWARM_*` variables
+//! while building the command line's layer); layers are combined by one trait,
+//! [`layer::Combine`], and resolved once by [`Settings::from_layer`], where defaults are
+//! filled in and values checked.
 //!
-//! The repository's `swarm.toml` is written by whoever wrote the repository, so it cannot
-//! weaken the sandbox: `mode = "off"`, `network = true`, `writable`, `unhide` and `env` are
-//! taken only from the command line or the user's own config file; asked for in
-//! `swarm.toml` alone, they are ignored with a warning ([`Resolved::warnings`]). Nor can it
-//! send the API key elsewhere: its `[model] base_url` counts only for a server on this
-//! machine.
+//! The repository's `swarm.toml` cannot weaken the sandbox nor send the API key elsewhere:
+//! [`sandbox::restrict_repository_layer`] drops what it may not set, with a warning
+//! ([`Resolved::warnings`]).
 
-use std::fmt;
-use std::path::{Path, PathBuf};
-use std::str::FromStr;
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use crate::env_vars;
-use crate::error::BadInput;
-use crate::worker::sandbox::SandboxPolicy;
-
+mod error;
+pub mod layer;
+mod policy;
 mod sandbox;
 
-pub use sandbox::{resolve_sandbox, sandbox_for_plan};
-
-/// What a task whose merge conflicts gets (`--on-conflict`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnConflict {
-    Retry,
-    Skip,
-    Fail,
-    Repair,
-}
-
-/// May a worker change files outside its task?
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    Task,
-    Any,
-}
-
-macro_rules! keyword_enum {
-    ($ty:ident, $what:literal, $($text:literal => $variant:ident),+) => {
-        impl FromStr for $ty {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                match s {
-                    $($text => Ok(Self::$variant),)+
-                    _ => Err(format!(
-                        concat!("unknown ", $what, " '{}' (expected one of: {})"),
-                        s,
-                        [$($text),+].join(", ")
-                    )),
-                }
-            }
-        }
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(match self { $(Self::$variant => $text,)+ })
-            }
-        }
-    };
-}
-
-/// `--sandbox`: confine worker processes or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxMode {
-    WorkspaceWrite,
-    Off,
-}
-
-keyword_enum!(SandboxMode, "sandbox mode", "workspace-write" => WorkspaceWrite, "off" => Off);
-keyword_enum!(OnConflict, "conflict policy", "retry" => Retry, "skip" => Skip, "fail" => Fail, "repair" => Repair);
-keyword_enum!(Scope, "scope", "task" => Task, "any" => Any);
-
-/// Values given on the command line or in `SWARM_*` variables; `None` means not given.
-#[derive(Debug, Clone, Default)]
-pub struct Overrides {
-    pub jobs: Option<usize>,
-    pub timeout_secs: Option<u64>,
-    pub on_conflict: Option<OnConflict>,
-    pub scope: Option<Scope>,
-    pub batch: Option<usize>,
-    pub exec: Option<String>,
-    pub model: Option<String>,
-    pub base_url: Option<String>,
-    pub max_turns: Option<u32>,
-    pub max_tokens: Option<u64>,
-    pub verify: Option<String>,
-    pub verify_merged: Option<String>,
-    /// `--repair`.
-    pub repair: Option<bool>,
-    pub idle_timeout_secs: Option<u64>,
-    pub sandbox: Option<SandboxMode>,
-    /// `--network` (only "true" can be given on the command line).
-    pub network: Option<bool>,
-    /// `--allow-run`.
-    pub allow_run: Option<bool>,
-}
-
-/// The `[run]` and `[worktree]` tables of `swarm.toml` and of the user's config file.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileSettings {
-    #[serde(default)]
-    pub run: RunTable,
-    #[serde(default)]
-    pub worktree: WorktreeTable,
-    #[serde(default)]
-    pub model: ModelTable,
-    #[serde(default)]
-    pub sandbox: SandboxTable,
-}
-
-/// `[sandbox]`: worker confinement and the built-in worker's `run` tool.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SandboxTable {
-    pub mode: Option<SandboxMode>,
-    pub network: Option<bool>,
-    /// More paths workers may write to (`~` is the home directory), e.g. a build cache.
-    pub writable: Option<Vec<String>>,
-    /// More paths hidden from workers (besides the credential stores).
-    pub hide: Option<Vec<String>>,
-    /// Credential stores workers may read after all (user config only).
-    pub unhide: Option<Vec<String>>,
-    /// Secret environment variables passed to workers anyway (user config only).
-    pub env: Option<Vec<String>>,
-    /// Command patterns the `run` tool may run without `--allow-run` (`*` matches anything).
-    pub allow_run: Option<Vec<String>>,
-}
-
-/// `[model]`: the OpenAI-compatible endpoint of the built-in worker. No key here: keys come
-/// from the environment only, so they never end up in a committed file.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelTable {
-    pub name: Option<String>,
-    pub base_url: Option<String>,
-    pub stream: Option<bool>,
-    pub request_timeout: Option<u64>,
-    pub connect_timeout: Option<u64>,
-    pub max_retries: Option<u32>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunTable {
-    pub jobs: Option<usize>,
-    pub timeout: Option<u64>,
-    pub on_conflict: Option<OnConflict>,
-    pub scope: Option<Scope>,
-    pub batch: Option<usize>,
-    pub exec: Option<String>,
-    pub max_turns: Option<u32>,
-    pub max_tokens: Option<u64>,
-    pub verify: Option<String>,
-    pub verify_merged: Option<String>,
-    pub repair: Option<bool>,
-    pub idle_timeout: Option<u64>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WorktreeTable {
-    pub copy: Option<Vec<String>>,
-    pub setup: Option<String>,
-}
-
-/// How worktrees are prepared for workers (`[worktree]` in `swarm.toml`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorktreeSettings {
-    /// Gitignored files copied from the user's checkout into each worktree.
-    pub copy: Vec<String>,
-    /// Command run once per worktree after it is created.
-    pub setup: Option<String>,
-}
-
-/// The model endpoint of the built-in worker (no secret: this is saved in plan.json).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ModelSettings {
-    pub name: Option<String>,
-    pub base_url: String,
-    /// Server-sent events (the default) or one JSON answer per request.
-    pub stream: bool,
-    pub request_timeout_secs: u64,
-    pub connect_timeout_secs: u64,
-    /// Retries of one request (429, 5xx, timeouts, dropped connections).
-    pub max_retries: u32,
-}
-
-impl ModelSettings {
-    pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-
-    /// Is the endpoint on this machine (where servers such as Ollama need no key)?
-    pub fn is_local(&self) -> bool {
-        Self::url_is_local(&self.base_url)
-    }
-
-    /// Is `url` an endpoint on this machine?
-    pub fn url_is_local(url: &str) -> bool {
-        let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
-        let host = rest.split(['/', ':']).next().unwrap_or("");
-        let host = if rest.starts_with('[') {
-            rest.split(']').next().unwrap_or("").trim_start_matches('[')
-        } else {
-            host
-        };
-        host == "localhost" || host.starts_with("127.") || host == "::1"
-    }
-}
-
-/// An API key. It prints as `***`, is never serialized, and is only ever put in the
-/// `Authorization` header of a request.
-#[derive(Clone)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: String) -> Self {
-        Self(key)
-    }
-
-    /// The key itself, for the `Authorization` header only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// `SWARM_API_KEY`, else `OPENAI_API_KEY`.
-    pub fn from_env() -> Option<Self> {
-        [env_vars::SWARM_API_KEY, env_vars::OPENAI_API_KEY]
-            .iter()
-            .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
-            .map(|k| Self(k.trim().to_string()))
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(***)")
-    }
-}
+pub use error::{Count, SettingsError};
+pub use layer::{Combine, Layer};
+pub use policy::{
+    ApiKey, DEFAULT_HIDDEN, ModelSettings, OnConflict, RunToolPolicy, SandboxMode, SandboxPolicy,
+    Scope, WorktreeSettings,
+};
+pub use sandbox::sandbox_for_plan;
 
 /// Fully resolved settings of one run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,29 +57,22 @@ pub struct Settings {
     pub sandbox: SandboxPolicy,
     /// What the built-in worker's `run` tool may run.
     pub run_tool: RunToolPolicy,
-    /// Run the workers but merge nothing (`--dry-run`); `swarm merge` merges later.
-    #[serde(default)]
-    pub dry_run: bool,
 }
 
-/// What the built-in worker's `run` tool may run: nothing by default, the commands matching
-/// `[sandbox] allow_run`, or anything with `--allow-run` (still confined). The matching is
-/// [`crate::worker::llm::approval`]'s.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunToolPolicy {
-    pub allow_all: bool,
-    pub patterns: Vec<String>,
-}
-
-impl RunToolPolicy {
-    pub fn enabled(&self) -> bool {
-        self.allow_all || !self.patterns.is_empty()
-    }
+/// Resolved settings, and what the CLI should warn about.
+#[derive(Debug)]
+pub struct Resolved {
+    pub settings: Settings,
+    /// Settings that were asked for where they may not be set (the repository's
+    /// `swarm.toml` weakening the sandbox), and were ignored.
+    pub warnings: Vec<String>,
 }
 
 impl Settings {
     pub const DEFAULT_JOBS: usize = 4;
     pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
+    pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 300;
+    pub const DEFAULT_MAX_TURNS: u32 = 50;
 
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_secs)
@@ -314,192 +88,106 @@ impl Settings {
         self.exec.is_none() || self.repair || self.on_conflict == OnConflict::Repair
     }
 
-    /// Resolves `overrides` over the repository's `swarm.toml` (in `repo_root`) and the
-    /// user's config file.
-    pub fn resolve(overrides: Overrides, repo_root: &Path) -> anyhow::Result<Resolved> {
-        let repo_file = load_file(&repo_root.join("swarm.toml"))?;
-        let user_file = load_user_file()?;
+    /// Resolves the command line's layer over the environment, the repository's
+    /// `swarm.toml` (in `repo_root`, restricted) and the user's config file.
+    pub fn resolve(command_line: Layer, repo_root: &Path) -> Result<Resolved, SettingsError> {
         let mut warnings = Vec::new();
-        let layers = [&repo_file, &user_file];
-        let sandbox = resolve_sandbox(&overrides, Some(&repo_file), &user_file, &mut warnings);
+        let layer = layers(command_line, repo_root, &mut warnings)?;
+        Ok(Resolved {
+            settings: Self::from_layer(layer)?,
+            warnings,
+        })
+    }
 
-        let jobs = overrides
-            .jobs
-            .or_else(|| layers.iter().find_map(|l| l.run.jobs))
-            .unwrap_or(Self::DEFAULT_JOBS);
-        if jobs == 0 {
-            return Err(BadInput::new("--jobs must be at least 1")
-                .hint("pass -j 1 or more (the default is 4)")
-                .into());
-        }
-        let batch = overrides
-            .batch
-            .or_else(|| layers.iter().find_map(|l| l.run.batch))
-            .unwrap_or(1);
-        if batch == 0 {
-            return Err(BadInput::new("--batch must be at least 1")
-                .hint("pass --batch 1 for one file per task")
-                .into());
-        }
-        let timeout_secs = overrides
-            .timeout_secs
-            .or_else(|| layers.iter().find_map(|l| l.run.timeout))
-            .unwrap_or(Self::DEFAULT_TIMEOUT_SECS);
-        if timeout_secs == 0 {
-            return Err(BadInput::new("--timeout must be at least 1 second").into());
-        }
-        let on_conflict = overrides
-            .on_conflict
-            .or_else(|| layers.iter().find_map(|l| l.run.on_conflict))
-            .unwrap_or(OnConflict::Retry);
-        let scope = overrides
-            .scope
-            .or_else(|| layers.iter().find_map(|l| l.run.scope))
-            .unwrap_or(Scope::Task);
-        let exec = overrides
-            .exec
-            .or_else(|| layers.iter().find_map(|l| l.run.exec.clone()));
+    /// The sandbox of this machine for a run whose settings come from elsewhere (a plan
+    /// file): the command line's layer over the repository's (restricted) and the user's.
+    pub fn local_sandbox(
+        command_line: Layer,
+        repo_root: &Path,
+        warnings: &mut Vec<String>,
+    ) -> Result<SandboxPolicy, SettingsError> {
+        Ok(sandbox::policy(&layers(command_line, repo_root, warnings)?))
+    }
+
+    /// Fills in the defaults of combined layers, and checks the values.
+    pub fn from_layer(layer: Layer) -> Result<Settings, SettingsError> {
+        let sandbox = sandbox::policy(&layer);
+        let (run, model) = (layer.run, layer.model);
+        let at_least_one = |value, count| match value {
+            0 => Err(SettingsError::Zero(count)),
+            _ => Ok(value),
+        };
+        let jobs = at_least_one(run.jobs.unwrap_or(Self::DEFAULT_JOBS) as u64, Count::Jobs)?;
+        let batch = at_least_one(run.batch.unwrap_or(1) as u64, Count::Batch)?;
+        let timeout_secs = at_least_one(
+            run.timeout.unwrap_or(Self::DEFAULT_TIMEOUT_SECS),
+            Count::Timeout,
+        )?;
+        let max_turns = at_least_one(
+            u64::from(run.max_turns.unwrap_or(Self::DEFAULT_MAX_TURNS)),
+            Count::MaxTurns,
+        )?;
+        let idle_timeout_secs = at_least_one(
+            run.idle_timeout.unwrap_or(Self::DEFAULT_IDLE_TIMEOUT_SECS),
+            Count::IdleTimeout,
+        )?;
         let worktree = WorktreeSettings {
-            copy: layers
-                .iter()
-                .find_map(|l| l.worktree.copy.clone())
-                .unwrap_or_default(),
-            setup: layers.iter().find_map(|l| l.worktree.setup.clone()),
+            copy: layer.worktree.copy.unwrap_or_default(),
+            setup: layer.worktree.setup,
         };
         for file in &worktree.copy {
             crate::repo_path::RepoPath::from(file.as_str())
                 .check()
-                .map_err(|e| {
-                    BadInput::new(format!("[worktree] copy: {e}"))
-                        .hint("list files of your checkout by their path relative to its root, e.g. copy = [\".env\"]")
-                })?;
+                .map_err(SettingsError::CopyPath)?;
         }
-        let m = |f: fn(&ModelTable) -> Option<u64>| layers.iter().find_map(|l| f(&l.model));
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        // The repository's endpoint only if it is on this machine: the key goes where the
-        // endpoint is.
-        let repo_base_url = repo_file.model.base_url.clone().filter(|url| {
-            let local = ModelSettings::url_is_local(url);
-            if !local {
-                warnings.push(format!(
-                    "swarm.toml sets [model] base_url = \"{url}\"; ignored: the repository's own \
-                     file may only name a server on this machine (pass --base-url, or set it in \
-                     your config file)"
-                ));
-            }
-            local
-        });
-        let model = ModelSettings {
-            name: overrides
-                .model
-                .or_else(|| layers.iter().find_map(|l| l.model.name.clone())),
-            base_url: overrides
-                .base_url
-                .or_else(|| env(env_vars::OPENAI_BASE_URL))
-                .or(repo_base_url)
-                .or_else(|| user_file.model.base_url.clone())
-                .unwrap_or_else(|| ModelSettings::DEFAULT_BASE_URL.to_string())
-                .trim_end_matches('/')
-                .to_string(),
-            stream: layers.iter().find_map(|l| l.model.stream).unwrap_or(true),
-            request_timeout_secs: m(|t| t.request_timeout).unwrap_or(300),
-            connect_timeout_secs: m(|t| t.connect_timeout).unwrap_or(10),
-            max_retries: layers.iter().find_map(|l| l.model.max_retries).unwrap_or(6),
-        };
-        let max_turns = overrides
-            .max_turns
-            .or_else(|| layers.iter().find_map(|l| l.run.max_turns))
-            .unwrap_or(50);
-        if max_turns == 0 {
-            return Err(BadInput::new("--max-turns must be at least 1").into());
-        }
-        let idle_timeout_secs = overrides
-            .idle_timeout_secs
-            .or_else(|| layers.iter().find_map(|l| l.run.idle_timeout))
-            .unwrap_or(300);
-        if idle_timeout_secs == 0 {
-            return Err(BadInput::new("--idle-timeout must be at least 1 second").into());
-        }
-
-        let run_tool = RunToolPolicy {
-            allow_all: overrides.allow_run.unwrap_or(false),
-            patterns: layers
-                .iter()
-                .find_map(|l| l.sandbox.allow_run.clone())
-                .unwrap_or_default(),
-        };
-        let settings = Settings {
-            jobs,
+        Ok(Settings {
+            jobs: jobs as usize,
             timeout_secs,
-            on_conflict,
-            scope,
-            batch,
-            exec,
+            on_conflict: run.on_conflict.unwrap_or(OnConflict::Retry),
+            scope: run.scope.unwrap_or(Scope::Task),
+            batch: batch as usize,
+            exec: run.exec,
             worktree,
-            model,
-            max_turns,
-            max_tokens: overrides
-                .max_tokens
-                .or_else(|| layers.iter().find_map(|l| l.run.max_tokens)),
-            verify: overrides
-                .verify
-                .or_else(|| layers.iter().find_map(|l| l.run.verify.clone())),
-            verify_merged: overrides
-                .verify_merged
-                .or_else(|| layers.iter().find_map(|l| l.run.verify_merged.clone())),
-            repair: overrides
-                .repair
-                .or_else(|| layers.iter().find_map(|l| l.run.repair))
-                .unwrap_or(false),
+            model: ModelSettings {
+                name: model.name,
+                base_url: model
+                    .base_url
+                    .unwrap_or_else(|| ModelSettings::DEFAULT_BASE_URL.to_string())
+                    .trim_end_matches('/')
+                    .to_string(),
+                stream: model.stream.unwrap_or(true),
+                request_timeout_secs: model.request_timeout.unwrap_or(300),
+                connect_timeout_secs: model.connect_timeout.unwrap_or(10),
+                max_retries: model.max_retries.unwrap_or(6),
+            },
+            max_turns: max_turns as u32,
+            max_tokens: run.max_tokens,
+            verify: run.verify,
+            verify_merged: run.verify_merged,
+            repair: run.repair.unwrap_or(false),
             idle_timeout_secs,
             sandbox,
-            run_tool,
-            dry_run: false,
-        };
-        Ok(Resolved { settings, warnings })
+            run_tool: RunToolPolicy {
+                allow_all: layer.sandbox.allow_any_run.unwrap_or(false),
+                patterns: layer.sandbox.allow_run.unwrap_or_default(),
+            },
+        })
     }
 }
 
-/// Resolved settings, and what the CLI should warn about.
-#[derive(Debug)]
-pub struct Resolved {
-    pub settings: Settings,
-    /// Settings that were asked for where they may not be set (the repository's
-    /// `swarm.toml` weakening the sandbox), and were ignored.
-    pub warnings: Vec<String>,
-}
-
-/// The user's own config file (`$SWARM_CONFIG`, else `$XDG_CONFIG_HOME/swarm/config.toml`,
-/// else `~/.config/swarm/config.toml`); empty settings when there is none.
-pub fn load_user_file() -> anyhow::Result<FileSettings> {
-    match user_config_path() {
-        Some(path) => load_file(&path),
-        None => Ok(FileSettings::default()),
-    }
-}
-
-fn user_config_path() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(env_vars::SWARM_CONFIG) {
-        return Some(PathBuf::from(path));
-    }
-    let base = std::env::var_os(env_vars::XDG_CONFIG_HOME)
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os(env_vars::HOME).map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("swarm").join("config.toml"))
-}
-
-/// A settings file; empty settings when it does not exist.
-pub fn load_file(path: &Path) -> anyhow::Result<FileSettings> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileSettings::default()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    toml::from_str(&text).map_err(|e| {
-        BadInput::new(format!("invalid settings in {}: {}", path.display(), e.message()))
-            .hint("fix the file; the tables are [run] (jobs, timeout, idle_timeout, on_conflict, scope, batch, exec, max_turns, max_tokens, verify, verify_merged, repair), [worktree] (copy, setup), [model] (name, base_url, stream, request_timeout, connect_timeout, max_retries) and [sandbox] (mode, network, writable, hide, unhide, env, allow_run)")
-            .into()
-    })
+/// The command line's layer over the environment, the repository's `swarm.toml`
+/// (restricted) and the user's config file.
+fn layers(
+    command_line: Layer,
+    repo_root: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<Layer, SettingsError> {
+    let repo =
+        sandbox::restrict_repository_layer(Layer::load(&repo_root.join("swarm.toml"))?, warnings);
+    Ok(command_line
+        .combine(Layer::from_env())
+        .combine(repo)
+        .combine(Layer::load_user()?))
 }
 
 #[cfg(test)]
@@ -514,19 +202,36 @@ mod tests {
             "[run]\njobs = 7\nscope = \"any\"\n[worktree]\nsetup = \"true\"\n",
         )
         .unwrap();
-        let s = Settings::resolve(
-            Overrides {
-                jobs: Some(3),
-                ..Default::default()
-            },
-            dir.path(),
-        )
-        .unwrap()
-        .settings;
+        let mut flags = Layer::default();
+        flags.run.jobs = Some(3);
+        let s = Settings::resolve(flags, dir.path()).unwrap().settings;
         assert_eq!(s.jobs, 3);
         assert_eq!(s.scope, Scope::Any);
         assert_eq!(s.timeout_secs, Settings::DEFAULT_TIMEOUT_SECS);
         assert_eq!(s.worktree.setup.as_deref(), Some("true"));
+    }
+
+    #[test]
+    fn hidden_paths_add_up_across_layers() {
+        let mut upper = Layer::default();
+        upper.sandbox.hide = Some(vec!["/a".into()]);
+        upper.sandbox.allow_run = Some(vec!["x".into()]);
+        let mut lower = Layer::default();
+        lower.sandbox.hide = Some(vec!["/b".into()]);
+        lower.sandbox.allow_run = Some(vec!["y".into()]);
+        let both = upper.combine(lower);
+        assert_eq!(both.sandbox.hide.unwrap(), ["/a", "/b"]);
+        assert_eq!(both.sandbox.allow_run.unwrap(), ["x"]);
+    }
+
+    #[test]
+    fn zero_counts_are_refused() {
+        let mut layer = Layer::default();
+        layer.run.batch = Some(0);
+        assert!(matches!(
+            Settings::from_layer(layer),
+            Err(SettingsError::Zero(Count::Batch))
+        ));
     }
 
     #[test]
@@ -537,30 +242,23 @@ mod tests {
 
     #[test]
     fn local_endpoints() {
-        let mut m = ModelSettings {
-            name: None,
-            base_url: "http://127.0.0.1:11434/v1".into(),
-            stream: true,
-            request_timeout_secs: 1,
-            connect_timeout_secs: 1,
-            max_retries: 0,
-        };
-        assert!(m.is_local());
-        m.base_url = "http://localhost:8000/v1".into();
-        assert!(m.is_local());
-        m.base_url = "http://[::1]:8000/v1".into();
-        assert!(m.is_local());
-        m.base_url = "https://api.openai.com/v1".into();
-        assert!(!m.is_local());
-        m.base_url = "https://localhost.evil.example/v1".into();
-        assert!(!m.is_local());
+        for (url, local) in [
+            ("http://127.0.0.1:11434/v1", true),
+            ("http://localhost:8000/v1", true),
+            ("http://[::1]:8000/v1", true),
+            ("https://api.openai.com/v1", false),
+            ("https://localhost.evil.example/v1", false),
+        ] {
+            assert_eq!(ModelSettings::url_is_local(url), local, "{url}");
+        }
     }
 
     #[test]
-    fn unknown_key_is_bad_input() {
+    fn an_unknown_key_is_refused_with_the_keys_there_are() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("swarm.toml"), "[run]\njbos = 7\n").unwrap();
-        let err = Settings::resolve(Overrides::default(), dir.path()).unwrap_err();
-        assert!(err.downcast_ref::<BadInput>().is_some(), "{err:#}");
+        let err = Settings::resolve(Layer::default(), dir.path()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("jbos") && text.contains("jobs"), "{text}");
     }
 }

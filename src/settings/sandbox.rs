@@ -1,14 +1,84 @@
-//! The sandbox part of the settings: the one place that decides which settings may weaken
-//! worker confinement. Only the command line and the user's own config file may (turn it off,
-//! give the network, more writable paths, unhide credential stores, pass secret variables);
-//! the repository's `swarm.toml` and plan files may only make it stricter, and what they ask
-//! for beyond that is a warning.
+//! The one place that decides which settings may weaken worker confinement. Only the command
+//! line and the user's own config file may (turn it off, give the network, more writable
+//! paths, unhide credential stores, pass secret variables, name a remote model endpoint that
+//! gets the API key); the repository's `swarm.toml` and plan files may only make it
+//! stricter, and what they ask for beyond that is a warning.
 
 use std::path::PathBuf;
 
-use super::{FileSettings, Overrides, SandboxMode};
+use super::layer::Layer;
+use super::policy::{ModelSettings, SandboxMode, SandboxPolicy};
 use crate::env_vars;
-use crate::worker::sandbox::SandboxPolicy;
+
+/// The repository's `swarm.toml` without what it may not set: it is written by whoever
+/// wrote the repository (or planted by a merged worker edit). What is dropped is warned
+/// about.
+pub fn restrict_repository_layer(mut layer: Layer, warnings: &mut Vec<String>) -> Layer {
+    let mut refuse = |what: String| {
+        warnings.push(format!(
+            "swarm.toml asks for [sandbox] {what}; ignored: weakening the sandbox must come \
+             from the command line or your own config file (~/.config/swarm/config.toml)"
+        ))
+    };
+    let sandbox = &mut layer.sandbox;
+    if sandbox.mode == Some(SandboxMode::Off) {
+        refuse("mode = \"off\"".into());
+        sandbox.mode = None;
+    }
+    if sandbox.network == Some(true) {
+        refuse("network = true".into());
+        sandbox.network = None;
+    }
+    for (key, asked) in [
+        ("writable", &mut sandbox.writable),
+        ("unhide", &mut sandbox.unhide),
+        ("env", &mut sandbox.env),
+    ] {
+        if let Some(list) = asked.take().filter(|l| !l.is_empty()) {
+            refuse(format!("{key} = {list:?}"));
+        }
+    }
+    // The key goes where the endpoint is: the repository may only name a local server.
+    if let Some(url) = layer.model.base_url.take() {
+        if ModelSettings::url_is_local(&url) {
+            layer.model.base_url = Some(url);
+        } else {
+            warnings.push(format!(
+                "swarm.toml sets [model] base_url = \"{url}\"; ignored: the repository's own \
+                 file may only name a server on this machine (pass --base-url, or set it in \
+                 your config file)"
+            ));
+        }
+    }
+    layer
+}
+
+/// The sandbox policy of combined layers, with the defaults: confined, no network, the
+/// credential stores hidden (plus `hide`, minus `unhide`).
+pub fn policy(layer: &Layer) -> SandboxPolicy {
+    let sandbox = &layer.sandbox;
+    let home = std::env::var_os(env_vars::HOME).map(PathBuf::from);
+    let expand = |p: &String| match (p.strip_prefix("~/"), &home) {
+        (Some(rest), Some(home)) => home.join(rest),
+        _ => PathBuf::from(p),
+    };
+    let unhide: Vec<PathBuf> = sandbox.unhide.iter().flatten().map(expand).collect();
+    let mut hide: Vec<PathBuf> = home
+        .as_deref()
+        .map(SandboxPolicy::default_hidden)
+        .unwrap_or_default();
+    hide.extend(sandbox.hide.iter().flatten().map(expand));
+    hide.retain(|p| !unhide.contains(p));
+    hide.sort();
+    hide.dedup();
+    SandboxPolicy {
+        enabled: sandbox.mode.unwrap_or(SandboxMode::WorkspaceWrite) == SandboxMode::WorkspaceWrite,
+        network: sandbox.network.unwrap_or(false),
+        writable: sandbox.writable.iter().flatten().map(expand).collect(),
+        hide,
+        env: sandbox.env.clone().unwrap_or_default(),
+    }
+}
 
 /// The sandbox of a plan read from a file (`swarm run PLAN.json`, `swarm merge PLAN.json`):
 /// a plan file may come from anywhere, so it is held to the same rule as the repository's
@@ -49,72 +119,4 @@ pub fn sandbox_for_plan(
     local.hide.sort();
     local.hide.dedup();
     local
-}
-
-/// The sandbox from the command line (`sandbox`, `network`), the repository's file (which may
-/// only make it stricter), the user's file and the defaults.
-pub fn resolve_sandbox(
-    overrides: &Overrides,
-    repo_file: Option<&FileSettings>,
-    user_file: &FileSettings,
-    warnings: &mut Vec<String>,
-) -> SandboxPolicy {
-    let (repo, user) = (
-        repo_file.map(|f| &f.sandbox).cloned().unwrap_or_default(),
-        &user_file.sandbox,
-    );
-    let mut refuse = |what: String| {
-        warnings.push(format!(
-            "swarm.toml asks for [sandbox] {what}; ignored: weakening the sandbox must come \
-             from the command line or your own config file (~/.config/swarm/config.toml)"
-        ))
-    };
-    if repo.mode == Some(SandboxMode::Off) {
-        refuse("mode = \"off\"".into());
-    }
-    if repo.network == Some(true) {
-        refuse("network = true".into());
-    }
-    for (key, asked) in [
-        ("writable", &repo.writable),
-        ("unhide", &repo.unhide),
-        ("env", &repo.env),
-    ] {
-        if let Some(list) = asked.as_ref().filter(|l| !l.is_empty()) {
-            refuse(format!("{key} = {list:?}"));
-        }
-    }
-    let mode = overrides
-        .sandbox
-        .or(user.mode)
-        .or(repo.mode.filter(|m| *m == SandboxMode::WorkspaceWrite))
-        .unwrap_or(SandboxMode::WorkspaceWrite);
-    let network = overrides.network.or(user.network).unwrap_or(false);
-    let home = std::env::var_os(env_vars::HOME).map(PathBuf::from);
-    let expand = |p: &String| match (p.strip_prefix("~/"), &home) {
-        (Some(rest), Some(home)) => home.join(rest),
-        _ => PathBuf::from(p),
-    };
-    let unhide: Vec<PathBuf> = user.unhide.iter().flatten().map(expand).collect();
-    let mut hide: Vec<PathBuf> = home
-        .as_deref()
-        .map(SandboxPolicy::default_hidden)
-        .unwrap_or_default();
-    hide.extend(
-        user.hide
-            .iter()
-            .chain(repo.hide.iter())
-            .flatten()
-            .map(expand),
-    );
-    hide.retain(|p| !unhide.contains(p));
-    hide.sort();
-    hide.dedup();
-    SandboxPolicy {
-        enabled: mode == SandboxMode::WorkspaceWrite,
-        network,
-        writable: user.writable.iter().flatten().map(expand).collect(),
-        hide,
-        env: user.env.clone().unwrap_or_default(),
-    }
 }

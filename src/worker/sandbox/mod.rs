@@ -10,7 +10,7 @@
 //!   worker ends and dies with swarm; `/proc` shows only the task's processes, and signals
 //!   cannot reach swarm or other tasks (Landlock's signal scoping, where the kernel has it);
 //! - network: a network namespace with only a loopback that is down, unless `--network`;
-//! - secrets: the user's credential stores (`~/.ssh`, `~/.aws`…, [`DEFAULT_HIDDEN`]) are
+//! - secrets: the user's credential stores (`~/.ssh`, `~/.aws`…, [`crate::settings::DEFAULT_HIDDEN`]) are
 //!   covered by empty mounts, and secret variables are not in the environment
 //!   ([`crate::secrets`]).
 //!
@@ -24,62 +24,16 @@
 
 pub mod jail;
 
-use std::path::{Path, PathBuf};
+pub use crate::settings::SandboxPolicy;
+
+use std::path::PathBuf;
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
     RulesetStatus, Scope, path_beneath_rules,
 };
-use serde::{Deserialize, Serialize};
-
 /// Devices any program may need to write to.
 const WRITABLE_DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
-
-/// Credential stores hidden from workers, relative to the home directory.
-pub const DEFAULT_HIDDEN: &[&str] = &[
-    ".ssh",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".config/gh",
-    ".config/hub",
-    ".config/git/credentials",
-    ".git-credentials",
-    ".netrc",
-    ".docker/config.json",
-    ".gnupg",
-    ".kube",
-    ".npmrc",
-    ".pypirc",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    ".password-store",
-    ".local/share/keyrings",
-];
-
-/// What confines worker processes in a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SandboxPolicy {
-    /// Confine at all? (`--sandbox off` turns it off.)
-    pub enabled: bool,
-    /// May workers reach the network (`--network`)?
-    pub network: bool,
-    /// More writable paths (`[sandbox] writable`), e.g. a tool's cache directory.
-    pub writable: Vec<PathBuf>,
-    /// Paths hidden from workers (the credential stores, `[sandbox] hide`, minus `unhide`).
-    #[serde(default)]
-    pub hide: Vec<PathBuf>,
-    /// Secret variables passed to workers anyway (`[sandbox] env`).
-    #[serde(default)]
-    pub env: Vec<String>,
-}
-
-impl SandboxPolicy {
-    /// The default hidden paths under `home`.
-    pub fn default_hidden(home: &Path) -> Vec<PathBuf> {
-        DEFAULT_HIDDEN.iter().map(|p| home.join(p)).collect()
-    }
-}
 
 /// Confines the calling thread (and what it starts) to writing beneath `writable` and the
 /// devices, and, where the kernel has them, to signalling and reaching abstract sockets of its

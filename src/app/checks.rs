@@ -1,0 +1,89 @@
+//! The checks made before a run writes anything: a worker, a model and a key where one is
+//! needed, confinement that works here, and a checkout the result can be merged into.
+
+use std::collections::HashSet;
+
+use super::error::{AppError, AppResult};
+use crate::git::repo::{self, IntoTarget};
+use crate::plan::Task;
+use crate::repo_path::RepoPath;
+use crate::settings::{ApiKey, OnConflict, SandboxPolicy, Scope, Settings};
+use crate::worker::sandbox;
+
+/// A worker is configured (`--exec` or `--model`); the key is not needed yet (a plan file).
+pub fn worker_configured(settings: &Settings) -> AppResult<()> {
+    match (&settings.exec, &settings.model.name) {
+        (None, None) => Err(AppError::NoWorker { for_plan: true }),
+        _ => Ok(()),
+    }
+}
+
+/// A worker is configured, and a model wherever one is needed (the built-in worker,
+/// `--repair`, `--on-conflict repair`); returns the API key when a model is used.
+pub fn worker(settings: &Settings) -> AppResult<Option<ApiKey>> {
+    if settings.repair && settings.verify.is_none() {
+        return Err(AppError::RepairWithoutVerify);
+    }
+    if !settings.uses_model() {
+        return Ok(None);
+    }
+    // With --exec, what needs the model.
+    let needs_model = match (&settings.exec, settings.on_conflict) {
+        (None, _) => None,
+        (Some(_), OnConflict::Repair) => Some("--on-conflict repair"),
+        (Some(_), _) => Some("--repair"),
+    };
+    let Some(model) = &settings.model.name else {
+        return Err(match needs_model {
+            Some(what) => AppError::ModelNeeded(what),
+            None => AppError::NoWorker { for_plan: false },
+        });
+    };
+    endpoint_and_key(settings, model, "model")
+}
+
+/// The endpoint is http(s), and there is a key unless it is on this machine.
+pub fn endpoint_and_key(
+    settings: &Settings,
+    model: &str,
+    what: &'static str,
+) -> AppResult<Option<ApiKey>> {
+    let url = &settings.model.base_url;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(AppError::BadBaseUrl(url.clone()));
+    }
+    let key = ApiKey::from_env();
+    if key.is_none() && !settings.model.is_local() {
+        return Err(AppError::NoApiKey {
+            what,
+            model: model.to_string(),
+            url: url.clone(),
+        });
+    }
+    Ok(key)
+}
+
+/// Workers can be confined here with `policy` (unless it is off).
+pub async fn sandbox(policy: &SandboxPolicy) -> AppResult<()> {
+    sandbox::probe(policy).await.map_err(AppError::Sandbox)
+}
+
+/// The checked-out target can take the result at the end: no merge (or rebase…) in
+/// progress, and no uncommitted changes in the files the run may change (any file with
+/// `--scope any`).
+pub fn checkout(
+    repo: &git2::Repository,
+    into: &IntoTarget,
+    tasks: &[Task],
+    scope: Scope,
+) -> AppResult<()> {
+    if !into.checked_out_here {
+        return Ok(());
+    }
+    let files: HashSet<&RepoPath> = tasks.iter().flat_map(|t| &t.files).collect();
+    let touched = match scope {
+        Scope::Task => Some(&files),
+        Scope::Any => None,
+    };
+    Ok(repo::check_checkout(repo, touched)?)
+}

@@ -1,0 +1,126 @@
+//! The errors of a command, whatever layer they come from: the user's input (exit 2) or swarm
+//! itself failing ([`AppError::Internal`], exit 3). The command line turns them into a
+//! message and a hint that names the fix, in one place (`crate::cli::error`).
+
+use std::path::PathBuf;
+
+use crate::git::repo::RepoError;
+use crate::git::shard::RemoteError;
+use crate::ids::{IdError, RunId};
+use crate::plan::PlanError;
+use crate::settings::SettingsError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Repo(RepoError),
+    #[error(transparent)]
+    Plan(PlanError),
+    #[error(transparent)]
+    Id(#[from] IdError),
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    #[error("no swarm run '{0}' in this repository")]
+    NoSuchRun(String),
+    #[error("'{selector}' matches {count} runs")]
+    AmbiguousRun { selector: String, count: usize },
+    #[error("no task '{task}' in run {run}")]
+    NoSuchTask { task: String, run: RunId },
+    #[error("'{0}' matches several tasks")]
+    AmbiguousTask(String),
+    /// Another swarm process holds the run (`doing`: what could not be done).
+    #[error("run {run} is still running in another swarm process")]
+    RunBusy { run: RunId, doing: Busy },
+    #[error("which run should be cleaned?")]
+    CleanWhat,
+    #[error("nothing to clean for run '{0}'")]
+    NothingToClean(RunId),
+    /// Neither `--exec` nor `--model` (for a plan file: `for_plan`).
+    #[error("no worker: neither --exec nor --model is given")]
+    NoWorker { for_plan: bool },
+    #[error("--repair needs --verify: the check whose failure the model repairs")]
+    RepairWithoutVerify,
+    #[error("{0} needs a model, and none is configured")]
+    ModelNeeded(&'static str),
+    #[error("--base-url '{0}' is not an http(s) URL")]
+    BadBaseUrl(String),
+    #[error("no API key for {what} '{model}' at {url}")]
+    NoApiKey {
+        what: &'static str,
+        model: String,
+        url: String,
+    },
+    #[error("--split llm needs a planner model, and none is configured")]
+    NoPlannerModel,
+    #[error("cannot confine worker processes here: {0}")]
+    Sandbox(String),
+    #[error("--review asks about each task on a terminal, and this is not one")]
+    ReviewOffTerminal,
+    #[error("--into applies to merging a plan file")]
+    IntoWithRun,
+    #[error("cannot write --events {}: {source}", .path.display())]
+    Events {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+/// What a busy run kept from being done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    Resume,
+    Clean,
+    RunShard,
+    Merge,
+}
+
+impl From<RepoError> for AppError {
+    fn from(e: RepoError) -> Self {
+        match e {
+            RepoError::Git(e) => AppError::Internal(e.into()),
+            other => AppError::Repo(other),
+        }
+    }
+}
+
+impl From<PlanError> for AppError {
+    fn from(e: PlanError) -> Self {
+        match e {
+            PlanError::Git(e) => AppError::Internal(e.into()),
+            PlanError::Internal(e) => AppError::Internal(e),
+            other => AppError::Plan(other),
+        }
+    }
+}
+
+impl From<git2::Error> for AppError {
+    fn from(e: git2::Error) -> Self {
+        AppError::Internal(e.into())
+    }
+}
+
+impl From<std::io::Error> for AppError {
+    fn from(e: std::io::Error) -> Self {
+        AppError::Internal(e.into())
+    }
+}
+
+impl From<serde_json::Error> for AppError {
+    fn from(e: serde_json::Error) -> Self {
+        AppError::Internal(e.into())
+    }
+}
+
+impl AppError {
+    /// Is this the user's input to fix (rather than swarm failing)?
+    pub fn is_input(&self) -> bool {
+        !matches!(self, AppError::Internal(_))
+    }
+}
+
+/// Shorthand for the result of a command's application logic.
+pub type AppResult<T> = Result<T, AppError>;

@@ -1,0 +1,293 @@
+//! Preparing a run (`swarm refactor`, `swarm plan`): the repository, the settings, the
+//! checks, the files, the tasks, the plan. Nothing is written here: a run directory, branches
+//! and worktrees appear only once the run starts, so a refusal changes nothing.
+
+use std::path::PathBuf;
+
+use git2::Oid;
+use regex::bytes::RegexBuilder;
+
+use super::checks;
+use super::error::{AppError, AppResult};
+use crate::git::repo::{self, IntoTarget, RepoInfo};
+use crate::ids::RunId;
+use crate::model::client::ChatClient;
+use crate::model::limit::AdaptiveLimit;
+use crate::orchestrator::{RunMode, RunRequest};
+use crate::plan::{
+    self, PLAN_SCHEMA_VERSION, Pathspec, Plan, SelectOptions, Selection, SkippedFile, Task,
+};
+use crate::repo_path::RepoPath;
+use crate::settings::{ApiKey, Layer, Settings};
+
+/// How the selected files become tasks (`--split`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SplitMode {
+    /// One task per file, or per `--batch` files.
+    #[default]
+    File,
+    /// A planner model groups them and writes each task's instruction.
+    Llm,
+}
+
+/// What the plan is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Run it here, now: the key, the sandbox and the checkout are checked too.
+    Run,
+    /// Write it to a file (`swarm plan`): those are checked where it runs.
+    PlanFile,
+}
+
+/// What the user asked for.
+pub struct PrepareRequest {
+    pub cwd: PathBuf,
+    pub instruction: String,
+    pub pathspecs: Vec<String>,
+    pub grep: Option<String>,
+    pub split: SplitMode,
+    pub planner_model: Option<String>,
+    pub base: String,
+    pub into: Option<String>,
+    /// The command line's settings (flags and `SWARM_*` variables).
+    pub settings: Layer,
+    pub purpose: Purpose,
+}
+
+/// A run ready to start (or to be written as a plan).
+pub struct Ready {
+    pub info: RepoInfo,
+    pub plan: Plan,
+    pub into: IntoTarget,
+    pub into_start: Oid,
+    pub api_key: Option<ApiKey>,
+    /// Files the selection left out, in words ("2 binary file(s)"), or empty.
+    pub skipped: String,
+    pub file_count: usize,
+}
+
+/// What preparing gave.
+pub enum Prepared {
+    /// Nothing to do, and why (no file matched, the planner found nothing).
+    Nothing(String),
+    Ready(Box<Ready>),
+}
+
+impl Ready {
+    /// Writes the plan to `path` (`swarm plan -o`); returns the text written.
+    pub fn write_plan(&self, path: &std::path::Path) -> AppResult<String> {
+        Ok(plan::file::write(&self.plan, path)?)
+    }
+
+    /// The request that runs it in `mode`.
+    pub fn into_request(self, mode: RunMode, keep: bool) -> RunRequest {
+        RunRequest {
+            info: self.info,
+            plan: self.plan,
+            into: self.into,
+            into_start: self.into_start,
+            keep,
+            api_key: self.api_key,
+            mode,
+            continuation: None,
+        }
+    }
+}
+
+/// Prepares the run of `req`. `warn` gets the settings that were ignored, `note` what the
+/// planner is doing (it can take a while).
+pub async fn prepare(
+    req: PrepareRequest,
+    warn: &dyn Fn(&str),
+    note: &dyn Fn(&str),
+) -> AppResult<Prepared> {
+    let info = repo::discover(&req.cwd)?;
+    let repo = info.open()?;
+    let base = repo::resolve_base(&repo, &req.base)?;
+    let into = repo::resolve_into(&repo, &info, req.into.as_deref())?;
+    let resolved = Settings::resolve(req.settings.clone(), &info.workdir)?;
+    for warning in &resolved.warnings {
+        warn(warning);
+    }
+    let settings = resolved.settings;
+    // A plan runs elsewhere, later: the key and the sandbox are checked by `swarm run`.
+    let api_key = match req.purpose {
+        Purpose::Run => {
+            let key = checks::worker(&settings)?;
+            checks::sandbox(&settings.sandbox).await?;
+            key
+        }
+        Purpose::PlanFile => {
+            checks::worker_configured(&settings)?;
+            None
+        }
+    };
+    let selection = select(&req, &info, &repo, base)?;
+    let skipped = describe_skipped(&selection);
+    if selection.files.is_empty() {
+        return Ok(Prepared::Nothing(nothing_matched(&req, &skipped)));
+    }
+    let (tasks, planner_skipped) = match req.split {
+        SplitMode::Llm => {
+            let tree = repo.find_commit(base)?.tree()?;
+            let split =
+                split_with_model(&req, &settings, &repo, &tree, &selection.files, note).await?;
+            if split.tasks.is_empty() {
+                return Ok(Prepared::Nothing(
+                    "the planner found nothing to change".into(),
+                ));
+            }
+            (split.tasks, split.skipped)
+        }
+        SplitMode::File => (
+            plan::make_tasks(selection.files, settings.batch),
+            Vec::new(),
+        ),
+    };
+    repo::check_filters(&repo, tasks.iter().flat_map(|t| &t.files))?;
+    if req.purpose == Purpose::Run {
+        checks::checkout(&repo, &into, &tasks, settings.scope)?;
+    }
+    let plan = new_plan(&req, base, &into, settings, tasks, planner_skipped);
+    let file_count = plan.tasks.iter().map(|t| t.files.len()).sum();
+    Ok(Prepared::Ready(Box::new(Ready {
+        into_start: into.tip.unwrap_or(base),
+        info,
+        plan,
+        into,
+        api_key,
+        skipped,
+        file_count,
+    })))
+}
+
+/// The files tracked at `base` that the pathspecs and `--grep` select.
+fn select(
+    req: &PrepareRequest,
+    info: &RepoInfo,
+    repo: &git2::Repository,
+    base: Oid,
+) -> AppResult<Selection> {
+    let grep = req
+        .grep
+        .as_deref()
+        .map(|g| {
+            RegexBuilder::new(g)
+                .build()
+                .map_err(|e| plan::PlanError::Grep(e.to_string()))
+        })
+        .transpose()?;
+    let pathspec = Pathspec::new(&req.pathspecs, &info.prefix)?;
+    let base_tree = repo.find_commit(base)?.tree()?;
+    Ok(plan::select_files(
+        repo,
+        &base_tree,
+        &SelectOptions {
+            pathspec: &pathspec,
+            grep: grep.as_ref(),
+        },
+    )?)
+}
+
+fn new_plan(
+    req: &PrepareRequest,
+    base: Oid,
+    into: &IntoTarget,
+    settings: Settings,
+    tasks: Vec<Task>,
+    skipped: Vec<SkippedFile>,
+) -> Plan {
+    Plan {
+        schema_version: PLAN_SCHEMA_VERSION,
+        run_id: RunId::new_now(),
+        instruction: req.instruction.clone(),
+        base: base.to_string(),
+        into: into.branch.clone(),
+        pathspecs: req.pathspecs.clone(),
+        grep: req.grep.clone(),
+        settings,
+        tasks,
+        skipped,
+    }
+}
+
+/// "no files matched *.rs with --grep 'x'; nothing to do", and what was skipped.
+fn nothing_matched(req: &PrepareRequest, skipped: &str) -> String {
+    let mut message = format!(
+        "no files matched{}{}; nothing to do",
+        if req.pathspecs.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", req.pathspecs.join(" "))
+        },
+        req.grep
+            .as_deref()
+            .map(|g| format!(" with --grep '{g}'"))
+            .unwrap_or_default()
+    );
+    if !skipped.is_empty() {
+        message.push_str(&format!("\nswarm: skipped {skipped}"));
+    }
+    message
+}
+
+/// `--split llm`: the planner model groups `files` into tasks.
+async fn split_with_model(
+    req: &PrepareRequest,
+    settings: &Settings,
+    repo: &git2::Repository,
+    base_tree: &git2::Tree<'_>,
+    files: &[RepoPath],
+    note: &dyn Fn(&str),
+) -> AppResult<plan::split::Split> {
+    let Some(model) = req
+        .planner_model
+        .clone()
+        .or_else(|| settings.model.name.clone())
+    else {
+        return Err(AppError::NoPlannerModel);
+    };
+    let key = checks::endpoint_and_key(settings, &model, "the planner model")?;
+    let candidates = plan::split::candidates(repo, base_tree, files)?;
+    note(&format!(
+        "asking the planner ({model}) to group {} file(s) into tasks",
+        candidates.len()
+    ));
+    let client = ChatClient::new(&settings.model, model, key, AdaptiveLimit::new(1))?;
+    let split = plan::split::split(&client, &req.instruction, &candidates).await?;
+    let skipped = if split.skipped.is_empty() {
+        String::new()
+    } else {
+        let shown: Vec<String> = split
+            .skipped
+            .iter()
+            .take(5)
+            .map(|s| format!("{}: {}", s.file.display(), s.reason))
+            .collect();
+        format!(
+            " and skipped {} file(s) ({})",
+            split.skipped.len(),
+            shown.join("; ")
+        )
+    };
+    note(&format!(
+        "the planner made {} task(s){skipped}",
+        split.tasks.len()
+    ));
+    Ok(split)
+}
+
+/// What the selection left out, in words.
+fn describe_skipped(s: &Selection) -> String {
+    let mut parts = Vec::new();
+    for (n, what) in [
+        (s.skipped_binary, "binary file(s)"),
+        (s.skipped_symlinks, "symlink(s)"),
+        (s.skipped_submodules, "submodule(s)"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    parts.join(", ")
+}

@@ -1,0 +1,320 @@
+//! Continuing a run from what git holds (`swarm resume`, `swarm merge RUN-ID`, `swarm merge
+//! PLAN.json`): the report is rebuilt from the integration branch, the task branches and the
+//! shard records, since a report saved once a second may lag behind git, and a plan's shards
+//! ran elsewhere.
+
+use std::path::{Path, PathBuf};
+
+use git2::Oid;
+
+use super::checks;
+use super::error::{AppError, AppResult, Busy};
+use super::runs;
+use crate::git::repo::{self, RepoInfo};
+use crate::git::{merge, shard, worktree};
+use crate::ids::{RunId, RunSelector};
+use crate::orchestrator::{self, Continuation, RunMode, RunRequest, result_branch};
+use crate::plan::{self, Plan};
+use crate::report::{Report, RunState, TaskStatus};
+use crate::settings::{Layer, OnConflict, Settings};
+use crate::state::{self, RunDir};
+
+/// What continuing gave.
+pub enum Continuing {
+    /// Nothing left to do, and why.
+    Nothing(String),
+    /// A run to start, and how many tasks it runs or merges.
+    Ready {
+        request: Box<RunRequest>,
+        to_do: usize,
+    },
+}
+
+/// `swarm merge RUN-ID --fetch REMOTE`: first fetches the run's branches (`swarm/<RUN-ID>/*`).
+pub fn fetch_run(cwd: &Path, wanted: &RunSelector, remote: &str) -> AppResult<()> {
+    let info = repo::discover(cwd)?;
+    let id = runs::resolve(&info.common_dir, wanted)?;
+    Ok(shard::fetch_run(&info.workdir, remote, &id)?)
+}
+
+/// After a plan's merge: its shard records are merged into the run's report now.
+pub fn drop_records(info: &RepoInfo, records: &[String]) {
+    crate::git::finish::delete_branches(&info.common_dir, records);
+}
+
+/// Continues run `wanted` in `mode` (resume, resume `--failed`, or merge only), with
+/// `verify_merged` in place of the run's own check if given.
+pub async fn continue_run(
+    cwd: &Path,
+    wanted: &RunSelector,
+    mode: RunMode,
+    keep: bool,
+    verify_merged: Option<String>,
+) -> AppResult<Continuing> {
+    let info = repo::discover(cwd)?;
+    let id = runs::resolve(&info.common_dir, wanted)?;
+    let run_dir = RunDir::new(&info.common_dir, &id);
+    if run_dir.is_running() {
+        return Err(AppError::RunBusy {
+            run: id,
+            doing: Busy::Resume,
+        });
+    }
+    let mut plan: Plan = state::read_json(&run_dir.plan())?;
+    if let Some(check) = verify_merged {
+        plan.settings.verify_merged = Some(check);
+    }
+    let mut report = run_dir.load_report()?;
+    let into_start = Oid::from_str(&report.into_start)?;
+    let repo = info.open()?;
+    let tip = repo
+        .refname_to_id(&format!("refs/heads/{}", result_branch(&id)))
+        .unwrap_or(into_start);
+    mark_merged_from_git(&repo, &mut report, into_start, tip)?;
+    let merge_only = !mode.runs_workers();
+    let to_do = report
+        .tasks
+        .iter()
+        .filter(|t| match merge_only {
+            true => t.status == TaskStatus::Done && t.commit.is_some(),
+            false => t.status.left_to_do(mode.reruns_failed()),
+        })
+        .count();
+    if merge_only && to_do == 0 {
+        return Ok(Continuing::Nothing(format!(
+            "run {id} has no finished task left to merge"
+        )));
+    }
+    if to_do == 0 && report.state == RunState::Finished {
+        return Ok(Continuing::Nothing(format!(
+            "run {id} has nothing left to do{}",
+            if mode.reruns_failed() {
+                ""
+            } else {
+                " (--failed runs failed tasks again)"
+            }
+        )));
+    }
+    let into = repo::resolve_into(&repo, &info, Some(&report.into))?;
+    let api_key = check_for_continuing(&plan.settings, merge_only).await?;
+    checks::checkout(&repo, &into, &plan.tasks, plan.settings.scope)?;
+    // What a crashed run left behind.
+    worktree::remove_run_worktrees(&info.common_dir, &id)?;
+    Ok(Continuing::Ready {
+        request: Box::new(RunRequest {
+            info,
+            plan,
+            into,
+            into_start,
+            keep,
+            api_key,
+            mode,
+            continuation: Some(Continuation { report, tip }),
+        }),
+        to_do,
+    })
+}
+
+/// The merges on the integration branch say which tasks really are merged.
+fn mark_merged_from_git(
+    repo: &git2::Repository,
+    report: &mut Report,
+    into_start: Oid,
+    tip: Oid,
+) -> AppResult<()> {
+    for (task_id, merge, task_commit) in merge::merges_between(repo, into_start, tip)? {
+        if let Some(t) = report.tasks.iter_mut().find(|t| t.id == task_id) {
+            t.status = TaskStatus::Merged;
+            t.merge_commit = Some(merge.to_string());
+            t.commit = Some(task_commit.to_string());
+            t.error = None;
+        }
+    }
+    Ok(())
+}
+
+/// `swarm merge` runs no worker, but may run the merged check or repair conflicts; `swarm
+/// resume` runs workers.
+async fn check_for_continuing(
+    settings: &Settings,
+    merge_only: bool,
+) -> AppResult<Option<crate::settings::ApiKey>> {
+    let repairs = settings.on_conflict == OnConflict::Repair;
+    let api_key = match merge_only && !repairs {
+        true => None,
+        false => checks::worker(settings)?,
+    };
+    if !merge_only || repairs || settings.verify_merged.is_some() {
+        checks::sandbox(&settings.sandbox).await?;
+    }
+    Ok(api_key)
+}
+
+/// `swarm merge PLAN.json`: what is asked.
+pub struct MergePlan {
+    pub cwd: PathBuf,
+    pub plan: PathBuf,
+    pub fetch: Option<String>,
+    pub into: Option<String>,
+    pub verify_merged: Option<String>,
+}
+
+/// A plan's merge, ready to run: the request, and what the shards left.
+pub struct PlanMerge {
+    pub request: Box<RunRequest>,
+    /// Shard record branches, deleted once merged.
+    pub records: Vec<String>,
+    /// Tasks with no branch and no record.
+    pub missing: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Merges the branches of a plan's tasks, wherever they ran.
+pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
+    let info = repo::discover(&req.cwd)?;
+    let repo = info.open()?;
+    let mut plan = plan::file::read(&req.plan)?;
+    let base = plan::file::base(&repo, &plan)?;
+    let run_dir = RunDir::new(&info.common_dir, &plan.run_id);
+    if run_dir.is_running() {
+        return Err(AppError::RunBusy {
+            run: plan.run_id,
+            doing: Busy::Merge,
+        });
+    }
+    if let Some(remote) = &req.fetch {
+        shard::fetch_run(&info.workdir, remote, &plan.run_id)?;
+    }
+    let mut warnings = Vec::new();
+    plan.settings.sandbox = local_sandbox(&plan, Layer::default(), &info.workdir, &mut warnings)?;
+    if let Some(check) = req.verify_merged {
+        plan.settings.verify_merged = Some(check);
+    }
+    let into = repo::resolve_into(
+        &repo,
+        &info,
+        Some(req.into.as_deref().unwrap_or(&plan.into)),
+    )?;
+    plan.into = into.branch.clone();
+    let into_start = into.tip.unwrap_or(base);
+    let (report, records) = gather(&repo, &plan, &into.branch, into_start)?;
+    let api_key = match plan.settings.on_conflict == OnConflict::Repair {
+        true => checks::worker(&plan.settings)?,
+        false => None,
+    };
+    if plan.settings.on_conflict == OnConflict::Repair || plan.settings.verify_merged.is_some() {
+        checks::sandbox(&plan.settings.sandbox).await?;
+    }
+    checks::checkout(&repo, &into, &plan.tasks, plan.settings.scope)?;
+    let missing = report
+        .tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::Skipped)
+        .map(|t| t.id.to_string())
+        .collect();
+    Ok(PlanMerge {
+        request: Box::new(RunRequest {
+            info,
+            plan,
+            into,
+            into_start,
+            keep: false,
+            api_key,
+            mode: RunMode::MergeOnly,
+            continuation: Some(Continuation {
+                report,
+                tip: into_start,
+            }),
+        }),
+        records,
+        missing,
+        warnings,
+    })
+}
+
+/// The sandbox of a plan read from a file, on this machine: the plan cannot weaken it.
+pub fn local_sandbox(
+    plan: &Plan,
+    command_line: Layer,
+    workdir: &Path,
+    warnings: &mut Vec<String>,
+) -> AppResult<crate::settings::SandboxPolicy> {
+    let local = Settings::local_sandbox(command_line, workdir, warnings)?;
+    Ok(crate::settings::sandbox_for_plan(
+        &plan.settings.sandbox,
+        local,
+        warnings,
+    ))
+}
+
+/// The report a plan's merge starts from: tasks with a branch are finished (`done`), tasks a
+/// shard record describes have the record's outcome, the others are missing. Also the
+/// branches of the shard records.
+fn gather(
+    repo: &git2::Repository,
+    plan: &Plan,
+    into: &str,
+    into_start: Oid,
+) -> AppResult<(Report, Vec<String>)> {
+    let mut report = orchestrator::new_report(plan, into, into_start);
+    report.state = RunState::Interrupted;
+    let records = shard::read_records(repo, &plan.run_id)?;
+    let recorded_tasks: std::collections::HashMap<_, _> = records
+        .iter()
+        .flat_map(|(_, r)| &r.tasks)
+        .map(|t| (t.id.clone(), t))
+        .collect();
+    for t in &mut report.tasks {
+        let recorded = recorded_tasks.get(&t.id).copied();
+        let tip = repo
+            .find_branch(&t.branch, git2::BranchType::Local)
+            .ok()
+            .and_then(|b| b.get().target());
+        match (tip, recorded) {
+            (Some(tip), recorded) => {
+                if let Some(r) = recorded {
+                    *t = r.clone();
+                }
+                t.status = TaskStatus::Done;
+                t.commit = Some(tip.to_string());
+                if t.start.is_none() {
+                    t.start = Some(plan.base.clone());
+                }
+                t.error = None;
+            }
+            (None, Some(r)) => {
+                *t = r.clone();
+                if t.status == TaskStatus::Done {
+                    // The record says it finished, but its branch did not arrive.
+                    t.status = TaskStatus::Skipped;
+                    t.error = Some(format!(
+                        "missing: its shard finished it but branch {} is not here (was it pushed?)",
+                        t.branch
+                    ));
+                }
+            }
+            (None, None) => {
+                t.status = TaskStatus::Skipped;
+                t.error = Some(format!(
+                    "missing: no branch {} and no shard record (did its shard run and push?)",
+                    t.branch
+                ));
+            }
+        }
+    }
+    let names = records.into_iter().map(|(name, _)| name).collect();
+    Ok((report, names))
+}
+
+/// `--push REMOTE` after a merge: the target if it moved, else the branch holding the result.
+/// Returns the branch pushed, if any.
+pub fn push_result(info: &RepoInfo, run: &RunId, remote: &str) -> AppResult<Option<String>> {
+    let report = RunDir::new(&info.common_dir, run).load_report()?;
+    let branch = match (&report.result, report.into_updated, &report.result_branch) {
+        (None, _, _) | (Some(_), false, None) => return Ok(None),
+        (Some(_), true, _) => report.into.clone(),
+        (Some(_), false, Some(branch)) => branch.clone(),
+    };
+    shard::push(&info.workdir, remote, std::slice::from_ref(&branch), false)?;
+    Ok(Some(branch))
+}

@@ -1,0 +1,175 @@
+//! `swarm run PLAN.json [--shard K/N]`: a plan's tasks (or one shard of them) run here and
+//! leave their branches and a shard record, for `swarm merge PLAN.json` to merge, here or on
+//! another machine.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use super::checks;
+use super::error::{AppError, AppResult, Busy};
+use super::reconcile::local_sandbox;
+use crate::git::repo::{self, IntoTarget, RepoInfo};
+use crate::git::shard;
+use crate::ids::{RunBranch, RunId};
+use crate::orchestrator::{RunMode, RunRequest};
+use crate::plan;
+use crate::report::TaskStatus;
+use crate::settings::{Layer, Settings};
+use crate::state::RunDir;
+
+/// Shard K of N of a plan: the tasks at positions K, K+N, K+2N… (1-based), the same on every
+/// machine since the plan is one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub k: usize,
+    pub n: usize,
+}
+
+impl FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("'{s}' is not a shard: use K/N with 1 <= K <= N, e.g. 2/4");
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let (k, n): (usize, usize) = (
+            k.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if k == 0 || n == 0 || k > n {
+            return Err(bad());
+        }
+        Ok(Self { k, n })
+    }
+}
+
+impl Shard {
+    /// Is the task at `position` (0-based) of the plan in this shard?
+    pub fn has(self, position: usize) -> bool {
+        position % self.n == self.k - 1
+    }
+}
+
+/// A shard ready to run.
+pub struct ShardRun {
+    pub request: Box<RunRequest>,
+    pub shard: Shard,
+    /// Tasks in the whole plan.
+    pub total: usize,
+    pub warnings: Vec<String>,
+}
+
+/// Prepares shard `shard` of the plan at `path`. The command line's `settings` layer (`-j`,
+/// `--sandbox`, `--network`) goes over the plan's settings; the sandbox is this machine's.
+pub async fn prepare(
+    cwd: &Path,
+    path: &Path,
+    shard: Shard,
+    settings: Layer,
+    keep: bool,
+) -> AppResult<ShardRun> {
+    let info = repo::discover(cwd)?;
+    let repo = info.open()?;
+    let mut plan = plan::file::read(path)?;
+    let base = plan::file::base(&repo, &plan)?;
+    let total = plan.tasks.len();
+    plan.tasks = std::mem::take(&mut plan.tasks)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| shard.has(*i))
+        .map(|(_, t)| t)
+        .collect();
+    if let Some(jobs) = settings.run.jobs {
+        // Checked as any setting is (at least 1).
+        let mut layer = Layer::default();
+        layer.run.jobs = Some(jobs);
+        plan.settings.jobs = Settings::from_layer(layer)?.jobs;
+    }
+    let mut warnings = Vec::new();
+    plan.settings.sandbox = local_sandbox(&plan, settings, &info.workdir, &mut warnings)?;
+    if RunDir::new(&info.common_dir, &plan.run_id).is_running() {
+        return Err(AppError::RunBusy {
+            run: plan.run_id,
+            doing: Busy::RunShard,
+        });
+    }
+    let api_key = checks::worker(&plan.settings)?;
+    repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
+    checks::sandbox(&plan.settings.sandbox).await?;
+    let into = IntoTarget {
+        branch: plan.into.clone(),
+        tip: None,
+        checked_out_here: false,
+    };
+    Ok(ShardRun {
+        request: Box::new(RunRequest {
+            info,
+            plan,
+            into,
+            into_start: base,
+            keep,
+            api_key,
+            mode: RunMode::RunShard,
+            continuation: None,
+        }),
+        shard,
+        total,
+        warnings,
+    })
+}
+
+/// After a shard ran: its record, and (with `push`) its branches on a remote.
+pub struct Recorded {
+    pub record: String,
+    /// Branches pushed (the finished tasks' and the record), with `push`.
+    pub pushed: Option<usize>,
+}
+
+/// Writes the shard record of run `run_id` from its report, and pushes the finished tasks'
+/// branches and the record to `push`, if given.
+pub fn record(
+    info: &RepoInfo,
+    run_id: &RunId,
+    shard: Shard,
+    push: Option<&str>,
+) -> AppResult<Recorded> {
+    let report = RunDir::new(&info.common_dir, run_id).load_report()?;
+    let record = run_id.branch(&RunBranch::Shard {
+        k: shard.k,
+        n: shard.n,
+    });
+    shard::write_record(&info.open()?, &record, &report)?;
+    let Some(remote) = push else {
+        return Ok(Recorded {
+            record,
+            pushed: None,
+        });
+    };
+    let mut branches: Vec<String> = report
+        .tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::Done && t.branch_kept)
+        .map(|t| t.branch.clone())
+        .collect();
+    branches.push(record.clone());
+    shard::push(&info.workdir, remote, &branches, true)?;
+    Ok(Recorded {
+        record,
+        pushed: Some(branches.len()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_split_the_plan_round_robin() {
+        let s: Shard = "2/3".parse().unwrap();
+        assert_eq!((0..7).filter(|&i| s.has(i)).collect::<Vec<_>>(), [1, 4]);
+        assert!("0/3".parse::<Shard>().is_err());
+        assert!("4/3".parse::<Shard>().is_err());
+        assert!("3".parse::<Shard>().is_err());
+        let all: Shard = "1/1".parse().unwrap();
+        assert!((0..5).all(|i| all.has(i)));
+    }
+}

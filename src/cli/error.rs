@@ -1,0 +1,216 @@
+//! The one place where an error becomes what the user reads: `error: …`, a `hint: …` that
+//! names the fix (flags, commands), and the exit code: 2 for the user's input (nothing was
+//! changed), 3 when swarm itself failed.
+
+use crate::app::{AppError, Busy};
+use crate::error::exit;
+use crate::git::repo::RepoError;
+use crate::plan::PlanError;
+use crate::settings::{Count, SettingsError};
+
+/// Prints `e` on stderr and gives the exit code.
+pub fn report(e: &AppError) -> i32 {
+    let (message, hint) = describe(e);
+    eprintln!("error: {message}");
+    if let Some(hint) = hint {
+        eprintln!("hint: {hint}");
+    }
+    match e {
+        AppError::Internal(_) => exit::FAILED,
+        _ => exit::BAD_INPUT,
+    }
+}
+
+/// The message and the hint of `e`.
+fn describe(e: &AppError) -> (String, Option<String>) {
+    let hint: Option<String> = match e {
+        AppError::Settings(e) => return settings(e),
+        AppError::Repo(e) => repo(e).map(str::to_string),
+        AppError::Plan(e) => plan(e).map(str::to_string),
+        AppError::Id(_) => Some("pass a RUN-ID (`swarm status` lists them) or a plan file".into()),
+        AppError::Remote(_) => Some(
+            "check the remote's name/URL and your credentials (swarm uses git's own setup)".into(),
+        ),
+        AppError::NoSuchRun(_) | AppError::NothingToClean(_) => {
+            Some("`swarm status` lists the runs".into())
+        }
+        AppError::AmbiguousRun { .. } => {
+            Some("give more characters of the run id (`swarm status` lists them)".into())
+        }
+        AppError::NoSuchTask { run, .. } => Some(format!("`swarm status {run}` lists its tasks")),
+        AppError::AmbiguousTask(_) => Some("give more characters of the task id".into()),
+        AppError::RunBusy { doing, .. } => Some(busy(*doing).into()),
+        AppError::CleanWhat => Some("pass a RUN-ID (see `swarm status`) or --all".into()),
+        AppError::NoWorker { for_plan: true } => {
+            Some("pass --exec CMD or --model NAME; the plan records it for swarm run".into())
+        }
+        AppError::NoWorker { for_plan: false } => Some(
+            "pass --exec CMD (e.g. --exec 'sed -i \"s/old/new/g\" \"$SWARM_FILE\"'), or --model \
+             NAME with SWARM_API_KEY (or OPENAI_API_KEY) set for the built-in agent"
+                .into(),
+        ),
+        AppError::RepairWithoutVerify => {
+            Some("pass --verify CMD (e.g. --verify 'cargo check'), or drop --repair".into())
+        }
+        AppError::ModelNeeded(_) => Some(
+            "pass --model NAME (or [model] name in swarm.toml) with SWARM_API_KEY (or \
+             OPENAI_API_KEY) set"
+                .into(),
+        ),
+        AppError::BadBaseUrl(_) => Some(
+            "pass the endpoint's base, e.g. https://api.openai.com/v1 or http://localhost:11434/v1"
+                .into(),
+        ),
+        AppError::NoApiKey { .. } => Some(
+            "set SWARM_API_KEY (or OPENAI_API_KEY); servers on localhost need none".into(),
+        ),
+        AppError::NoPlannerModel => Some(
+            "pass --planner-model NAME (or --model NAME) with SWARM_API_KEY (or OPENAI_API_KEY) set"
+                .into(),
+        ),
+        AppError::Sandbox(_) => Some(
+            "pass --sandbox off to run workers unconfined (no Landlock, no namespaces: see \
+             docs/SECURITY.md)"
+                .into(),
+        ),
+        AppError::ReviewOffTerminal => Some(
+            "run with --dry-run, look at the diffs (swarm diff RUN-ID), then merge with swarm \
+             merge RUN-ID"
+                .into(),
+        ),
+        AppError::IntoWithRun => Some("a run merges into the branch it was started for".into()),
+        AppError::Events { .. } => {
+            Some("pass a path in a directory that exists and is writable".into())
+        }
+        AppError::Internal(_) => None,
+    };
+    let message = match e {
+        // The chain of causes says where it failed.
+        AppError::Internal(e) => format!("{e:#}"),
+        other => other.to_string(),
+    };
+    (message, hint)
+}
+
+fn busy(doing: Busy) -> &'static str {
+    match doing {
+        Busy::Clean => {
+            "stop it first (Ctrl-C in its terminal); `swarm resume` or `swarm clean` then"
+        }
+        Busy::Resume => "wait for it to finish, or stop it (Ctrl-C) and resume then",
+        Busy::RunShard => "wait for it, or run this shard in another clone",
+        Busy::Merge => "wait for it to finish",
+    }
+}
+
+/// Settings errors name flags here, where they are known as flags.
+fn settings(e: &SettingsError) -> (String, Option<String>) {
+    let (message, hint) = match e {
+        SettingsError::Zero(count) => {
+            let (message, hint) = match count {
+                Count::Jobs => (
+                    "--jobs must be at least 1",
+                    "pass -j 1 or more (the default is 4)",
+                ),
+                Count::Batch => (
+                    "--batch must be at least 1",
+                    "pass --batch 1 for one file per task",
+                ),
+                Count::Timeout => (
+                    "--timeout must be at least 1 second",
+                    "pass --timeout SECS (the default is 600)",
+                ),
+                Count::MaxTurns => (
+                    "--max-turns must be at least 1",
+                    "pass --max-turns N (the default is 50)",
+                ),
+                Count::IdleTimeout => (
+                    "--idle-timeout must be at least 1 second",
+                    "pass --idle-timeout SECS (the default is 300)",
+                ),
+            };
+            (message.to_string(), hint)
+        }
+        SettingsError::InvalidFile { .. } => (
+            e.to_string(),
+            "fix the file; its tables are [run], [worktree], [model] and [sandbox] (docs/USAGE.md)",
+        ),
+        SettingsError::Unreadable { .. } => (e.to_string(), "check the file's permissions"),
+        SettingsError::CopyPath(_) => (
+            e.to_string(),
+            "list files of your checkout by their path relative to its root, e.g. copy = [\".env\"]",
+        ),
+    };
+    (message, Some(hint.to_string()))
+}
+
+fn repo(e: &RepoError) -> Option<&'static str> {
+    Some(match e {
+        RepoError::NotARepository(_) => {
+            "run swarm inside a git checkout (or `git init` and commit first)"
+        }
+        RepoError::Bare(_) => {
+            "run swarm in a checkout of it (`git worktree add ../wt BRANCH`, then cd there)"
+        }
+        RepoError::NoCommits => {
+            "commit the files first (`git add -A && git commit`), then run swarm"
+        }
+        RepoError::UnknownBase(_) => {
+            "pass a branch, tag or commit that exists (see `git log --oneline`)"
+        }
+        RepoError::InvalidInto(_) => {
+            "pass a branch name such as `refactor/rename-foo` (not under swarm/)"
+        }
+        RepoError::Detached => "pass --into BRANCH (a new branch is created at --base)",
+        RepoError::CheckedOutElsewhere { .. } => {
+            "run swarm in that worktree, or pass another --into branch"
+        }
+        RepoError::Filtered { .. } => {
+            "leave such files out with a pathspec exclusion such as ':!*.bin' (see .gitattributes)"
+        }
+        RepoError::Dirty(_) => "commit or stash them, or pass --into <new-branch>",
+        RepoError::OperationInProgress(_) => {
+            "finish or abort it first, or pass --into <new-branch>"
+        }
+        RepoError::HeadNotACommit(_)
+        | RepoError::UnreadableHead(_)
+        | RepoError::BranchNotACommit { .. }
+        | RepoError::Git(_) => return None,
+    })
+}
+
+fn plan(e: &PlanError) -> Option<&'static str> {
+    Some(match e {
+        PlanError::PathspecMagic(_) => {
+            "supported: plain paths, globs like 'src/**/*.rs', and exclusions ':!path'"
+        }
+        PlanError::Pathspec { .. } => {
+            "quote globs so the shell does not expand them, e.g. 'src/**/*.py'"
+        }
+        PlanError::Grep(_) => {
+            "--grep takes a Rust regex; escape special characters, e.g. 'foo\\(' "
+        }
+        PlanError::TooManyForPlanner { .. } => {
+            "narrow the pathspecs or --grep, or split per file (drop --split llm)"
+        }
+        PlanError::Planner(_) => {
+            "check --planner-model/--model, --base-url and the API key, or drop --split llm"
+        }
+        PlanError::PlannerInvalid(_) => {
+            "run again, use a stronger --planner-model, or write the plan with swarm plan … -o \
+             PLAN.json and fix it by hand"
+        }
+        PlanError::Unreadable { .. } => {
+            "write one with: swarm plan INSTRUCTION [PATHSPEC]... -o PLAN.json"
+        }
+        PlanError::NotAPlan { .. } | PlanError::Invalid { .. } => {
+            "write one with swarm plan … -o PLAN.json (and keep its fields when editing it)"
+        }
+        PlanError::Schema { .. } => "write the plan again with this version of swarm",
+        PlanError::BaseMissing(_) => {
+            "fetch it (git fetch origin), or write the plan in this repository"
+        }
+        PlanError::Unwritable { .. } => "pass a path in a directory that exists and is writable",
+        PlanError::Git(_) | PlanError::Internal(_) => return None,
+    })
+}

@@ -1,0 +1,42 @@
+//! What can be wrong with settings: always the user's input (exit 2). The messages name the
+//! settings; the command line adds how to fix them (`crate::cli`), since only it knows
+//! which flag or file the user wrote.
+
+use std::path::PathBuf;
+
+/// A number setting that must not be zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    Jobs,
+    Batch,
+    Timeout,
+    MaxTurns,
+    IdleTimeout,
+}
+
+impl std::fmt::Display for Count {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Count::Jobs => "jobs",
+            Count::Batch => "batch",
+            Count::Timeout => "timeout",
+            Count::MaxTurns => "max_turns",
+            Count::IdleTimeout => "idle_timeout",
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{0} must be at least 1")]
+    Zero(Count),
+    #[error("invalid settings in {path}: {message}", path = .path.display())]
+    InvalidFile { path: PathBuf, message: String },
+    #[error("cannot read {path}: {source}", path = .path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("[worktree] copy: {0}")]
+    CopyPath(String),
+}

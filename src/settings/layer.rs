@@ -1,0 +1,219 @@
+//! Settings layers: the command line (with its `SWARM_*` variables), the environment, the
+//! repository's `swarm.toml` and the user's config file are each a [`Layer`], a struct of
+//! `Option` fields shaped like the file format, so "not given" stays visible. Layers are
+//! combined by one trait, [`Combine`], the higher layer winning field by field (lists of
+//! hidden paths add up instead), and the result resolved once into
+//! [`super::Settings`].
+//!
+//! The file format is this type: the valid keys are its fields (`deny_unknown_fields`), and a
+//! typo is refused with the list serde derives from them.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::error::SettingsError;
+use super::policy::{OnConflict, SandboxMode, Scope};
+use crate::env_vars;
+
+/// Two layers into one: `self` wins where it has a value.
+pub trait Combine {
+    fn combine(self, lower: Self) -> Self;
+}
+
+impl<T> Combine for Option<T> {
+    fn combine(self, lower: Self) -> Self {
+        self.or(lower)
+    }
+}
+
+/// Implements [`Combine`] field by field.
+macro_rules! combine_fields {
+    ($ty:ident { $($field:ident),* $(,)? }) => {
+        impl Combine for $ty {
+            fn combine(self, lower: Self) -> Self {
+                Self { $($field: self.$field.combine(lower.$field),)* }
+            }
+        }
+    };
+}
+
+/// One layer of settings: `swarm.toml`, the user's config file, or what the command line
+/// and the environment give.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    #[serde(default)]
+    pub run: RunTable,
+    #[serde(default)]
+    pub worktree: WorktreeTable,
+    #[serde(default)]
+    pub model: ModelTable,
+    #[serde(default)]
+    pub sandbox: SandboxTable,
+}
+
+combine_fields!(Layer {
+    run,
+    worktree,
+    model,
+    sandbox
+});
+
+/// `[run]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunTable {
+    pub jobs: Option<usize>,
+    pub timeout: Option<u64>,
+    pub on_conflict: Option<OnConflict>,
+    pub scope: Option<Scope>,
+    pub batch: Option<usize>,
+    pub exec: Option<String>,
+    pub max_turns: Option<u32>,
+    pub max_tokens: Option<u64>,
+    pub verify: Option<String>,
+    pub verify_merged: Option<String>,
+    pub repair: Option<bool>,
+    pub idle_timeout: Option<u64>,
+}
+
+combine_fields!(RunTable {
+    jobs,
+    timeout,
+    on_conflict,
+    scope,
+    batch,
+    exec,
+    max_turns,
+    max_tokens,
+    verify,
+    verify_merged,
+    repair,
+    idle_timeout,
+});
+
+/// `[worktree]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeTable {
+    pub copy: Option<Vec<String>>,
+    pub setup: Option<String>,
+}
+
+combine_fields!(WorktreeTable { copy, setup });
+
+/// `[model]`: the OpenAI-compatible endpoint of the built-in worker. No key here: keys come
+/// from the environment only, so they never end up in a committed file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    pub name: Option<String>,
+    pub base_url: Option<String>,
+    pub stream: Option<bool>,
+    pub request_timeout: Option<u64>,
+    pub connect_timeout: Option<u64>,
+    pub max_retries: Option<u32>,
+}
+
+combine_fields!(ModelTable {
+    name,
+    base_url,
+    stream,
+    request_timeout,
+    connect_timeout,
+    max_retries,
+});
+
+/// `[sandbox]`: worker confinement and the built-in worker's `run` tool.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxTable {
+    pub mode: Option<SandboxMode>,
+    pub network: Option<bool>,
+    /// More paths workers may write to (`~` is the home directory), e.g. a build cache.
+    pub writable: Option<Vec<String>>,
+    /// More paths hidden from workers (besides the credential stores); these add up across
+    /// layers.
+    pub hide: Option<Vec<String>>,
+    /// Credential stores workers may read after all (user config only).
+    pub unhide: Option<Vec<String>>,
+    /// Secret environment variables passed to workers anyway (user config only).
+    pub env: Option<Vec<String>>,
+    /// Command patterns the `run` tool may run without `--allow-run`.
+    pub allow_run: Option<Vec<String>>,
+    /// `--allow-run`: any command (the command line only; not a file key).
+    #[serde(skip)]
+    pub allow_any_run: Option<bool>,
+}
+
+impl Combine for SandboxTable {
+    fn combine(self, lower: Self) -> Self {
+        let hide = match (self.hide, lower.hide) {
+            (Some(mut a), Some(b)) => {
+                a.extend(b);
+                Some(a)
+            }
+            (a, b) => a.or(b),
+        };
+        Self {
+            mode: self.mode.combine(lower.mode),
+            network: self.network.combine(lower.network),
+            writable: self.writable.combine(lower.writable),
+            hide,
+            unhide: self.unhide.combine(lower.unhide),
+            env: self.env.combine(lower.env),
+            allow_run: self.allow_run.combine(lower.allow_run),
+            allow_any_run: self.allow_any_run.combine(lower.allow_any_run),
+        }
+    }
+}
+
+impl Layer {
+    /// What the environment gives besides the `SWARM_*` variables the command line reads:
+    /// `OPENAI_BASE_URL`.
+    pub fn from_env() -> Self {
+        let mut layer = Self::default();
+        layer.model.base_url = std::env::var(env_vars::OPENAI_BASE_URL)
+            .ok()
+            .filter(|v| !v.trim().is_empty());
+        layer
+    }
+
+    /// A settings file; an empty layer when it does not exist.
+    pub fn load(path: &Path) -> Result<Self, SettingsError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(source) => {
+                return Err(SettingsError::Unreadable {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        toml::from_str(&text).map_err(|e| SettingsError::InvalidFile {
+            path: path.to_path_buf(),
+            message: e.message().to_string(),
+        })
+    }
+
+    /// The user's own config file (`$SWARM_CONFIG`, else `$XDG_CONFIG_HOME/swarm/config.toml`,
+    /// else `~/.config/swarm/config.toml`); an empty layer when there is none.
+    pub fn load_user() -> Result<Self, SettingsError> {
+        match user_config_path() {
+            Some(path) => Self::load(&path),
+            None => Ok(Self::default()),
+        }
+    }
+}
+
+fn user_config_path() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(env_vars::SWARM_CONFIG) {
+        return Some(PathBuf::from(path));
+    }
+    let base = std::env::var_os(env_vars::XDG_CONFIG_HOME)
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os(env_vars::HOME).map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("swarm").join("config.toml"))
+}

@@ -1,0 +1,199 @@
+//! The resolved policies of a run: what workers may do, how they are confined, which model
+//! endpoint they use. Everything here is plain data (saved in plan.json, never a secret but
+//! for [`ApiKey`], which is not serializable); the engine reads it, the layers of
+//! [`super::layer`] produce it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::env_vars;
+
+/// What a task whose merge conflicts gets (`--on-conflict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    Retry,
+    Skip,
+    Fail,
+    Repair,
+}
+
+/// May a worker change files outside its task?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Task,
+    Any,
+}
+
+macro_rules! keyword_enum {
+    ($ty:ident, $what:literal, $($text:literal => $variant:ident),+) => {
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok(Self::$variant),)+
+                    _ => Err(format!(
+                        concat!("unknown ", $what, " '{}' (expected one of: {})"),
+                        s,
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self { $(Self::$variant => $text,)+ })
+            }
+        }
+    };
+}
+
+/// `--sandbox`: confine worker processes or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    WorkspaceWrite,
+    Off,
+}
+
+keyword_enum!(SandboxMode, "sandbox mode", "workspace-write" => WorkspaceWrite, "off" => Off);
+keyword_enum!(OnConflict, "conflict policy", "retry" => Retry, "skip" => Skip, "fail" => Fail, "repair" => Repair);
+keyword_enum!(Scope, "scope", "task" => Task, "any" => Any);
+
+/// Credential stores hidden from workers, relative to the home directory.
+pub const DEFAULT_HIDDEN: &[&str] = &[
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/hub",
+    ".config/git/credentials",
+    ".git-credentials",
+    ".netrc",
+    ".docker/config.json",
+    ".gnupg",
+    ".kube",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".password-store",
+    ".local/share/keyrings",
+];
+
+/// What confines worker processes in a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxPolicy {
+    /// Confine at all? (`--sandbox off` turns it off.)
+    pub enabled: bool,
+    /// May workers reach the network (`--network`)?
+    pub network: bool,
+    /// More writable paths (`[sandbox] writable`), e.g. a tool's cache directory.
+    pub writable: Vec<PathBuf>,
+    /// Paths hidden from workers (the credential stores, `[sandbox] hide`, minus `unhide`).
+    #[serde(default)]
+    pub hide: Vec<PathBuf>,
+    /// Secret variables passed to workers anyway (`[sandbox] env`).
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+impl SandboxPolicy {
+    /// The default hidden paths under `home`.
+    pub fn default_hidden(home: &Path) -> Vec<PathBuf> {
+        DEFAULT_HIDDEN.iter().map(|p| home.join(p)).collect()
+    }
+}
+
+/// How worktrees are prepared for workers (`[worktree]` in `swarm.toml`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorktreeSettings {
+    /// Gitignored files copied from the user's checkout into each worktree.
+    pub copy: Vec<String>,
+    /// Command run once per worktree after it is created.
+    pub setup: Option<String>,
+}
+
+/// The model endpoint of the built-in worker (no secret: this is saved in plan.json).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelSettings {
+    pub name: Option<String>,
+    pub base_url: String,
+    /// Server-sent events (the default) or one JSON answer per request.
+    pub stream: bool,
+    pub request_timeout_secs: u64,
+    pub connect_timeout_secs: u64,
+    /// Retries of one request (429, 5xx, timeouts, dropped connections).
+    pub max_retries: u32,
+}
+
+impl ModelSettings {
+    pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+    /// Is the endpoint on this machine (where servers such as Ollama need no key)?
+    pub fn is_local(&self) -> bool {
+        Self::url_is_local(&self.base_url)
+    }
+
+    /// Is `url` an endpoint on this machine?
+    pub fn url_is_local(url: &str) -> bool {
+        let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+        let host = rest.split(['/', ':']).next().unwrap_or("");
+        let host = if rest.starts_with('[') {
+            rest.split(']').next().unwrap_or("").trim_start_matches('[')
+        } else {
+            host
+        };
+        host == "localhost" || host.starts_with("127.") || host == "::1"
+    }
+}
+
+/// An API key. It prints as `***`, is never serialized, and is only ever put in the
+/// `Authorization` header of a request.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: String) -> Self {
+        Self(key)
+    }
+
+    /// The key itself, for the `Authorization` header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `SWARM_API_KEY`, else `OPENAI_API_KEY`.
+    pub fn from_env() -> Option<Self> {
+        [env_vars::SWARM_API_KEY, env_vars::OPENAI_API_KEY]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+            .map(|k| Self(k.trim().to_string()))
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
+/// What the built-in worker's `run` tool may run: nothing by default, the commands matching
+/// `[sandbox] allow_run`, or anything with `--allow-run` (still confined). The worker's
+/// approval code matches commands against the patterns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunToolPolicy {
+    pub allow_all: bool,
+    pub patterns: Vec<String>,
+}
+
+impl RunToolPolicy {
+    pub fn enabled(&self) -> bool {
+        self.allow_all || !self.patterns.is_empty()
+    }
+}
