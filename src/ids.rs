@@ -239,6 +239,56 @@ impl PartialEq<str> for TaskId {
     }
 }
 
+/// The first 10 hex digits of a commit id, for people.
+pub fn short(oid: &git2::Oid) -> String {
+    abbrev(oid, 10)
+}
+
+/// The first `n` hex digits of a commit id.
+pub fn abbrev(oid: &git2::Oid, n: usize) -> String {
+    let s = oid.to_string();
+    s[..s.len().min(n)].to_string()
+}
+
+/// Commit ids (`git2::Oid`) in JSON: 40 hex digits, as git writes them.
+pub mod oid_hex {
+    use git2::Oid;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(oid: &Oid, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(oid)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Oid, D::Error> {
+        let text = String::deserialize(d)?;
+        Oid::from_str(&text)
+            .map_err(|_| serde::de::Error::custom(format!("'{text}' is not a commit id")))
+    }
+
+    /// The same for `Option<Oid>` (`null` when absent).
+    pub mod option {
+        use git2::Oid;
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(oid: &Option<Oid>, s: S) -> Result<S::Ok, S::Error> {
+            match oid {
+                Some(oid) => s.collect_str(oid),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Oid>, D::Error> {
+            Option::<String>::deserialize(d)?
+                .map(|text| {
+                    Oid::from_str(&text).map_err(|_| {
+                        serde::de::Error::custom(format!("'{text}' is not a commit id"))
+                    })
+                })
+                .transpose()
+        }
+    }
+}
+
 /// Task ids separated by ", ", for messages.
 pub fn join(ids: &[TaskId]) -> String {
     ids.iter()

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{RunBranch, RunId, TaskId};
+use git2::Oid;
+
+use crate::ids::{RunBranch, RunId, TaskId, oid_hex};
 use crate::repo_path::RepoPath;
 
 pub const REPORT_SCHEMA_VERSION: u32 = 1;
@@ -82,11 +84,14 @@ pub struct TaskReport {
     #[serde(skip_deserializing)]
     pub branch: String,
     /// The task's own commit (tip of its branch), if it changed anything.
-    pub commit: Option<String>,
+    #[serde(with = "oid_hex::option")]
+    pub commit: Option<Oid>,
     /// The commit the task's last attempt started from.
-    pub start: Option<String>,
+    #[serde(with = "oid_hex::option")]
+    pub start: Option<Oid>,
     /// The `--no-ff` merge commit that brought the task in.
-    pub merge_commit: Option<String>,
+    #[serde(with = "oid_hex::option")]
+    pub merge_commit: Option<Oid>,
     pub attempts: u32,
     pub duration_ms: u64,
     pub tokens: Tokens,
@@ -154,12 +159,15 @@ pub struct Report {
     pub schema_version: u32,
     pub run_id: RunId,
     pub instruction: String,
-    pub base: String,
+    #[serde(with = "oid_hex")]
+    pub base: Oid,
     pub into: String,
     /// Where `into` pointed when the run started (the first parent of the first merge).
-    pub into_start: String,
+    #[serde(with = "oid_hex")]
+    pub into_start: Oid,
     /// The final integration tip, or null when nothing was merged.
-    pub result: Option<String>,
+    #[serde(with = "oid_hex::option")]
+    pub result: Option<Oid>,
     /// Was `into` moved to `result`? If not, `result_branch` holds the result.
     pub into_updated: bool,
     /// `swarm/<RUN-ID>/result` when it holds the result (like `branch`, never read back).

@@ -43,7 +43,7 @@ pub fn of_run(cwd: &Path, wanted: &RunSelector, task: Option<&str>) -> AppResult
     let repo = Repository::open(&info.common_dir)?;
     let Some(wanted) = task else {
         return match &report.result {
-            Some(result) => Ok(Shown::Files(between(&repo, &report.into_start, result)?)),
+            Some(result) => Ok(Shown::Files(between(&repo, report.into_start, *result)?)),
             None => Ok(Shown::Nothing(format!("run {id} merged nothing"))),
         };
     };
@@ -75,7 +75,7 @@ pub fn of_run(cwd: &Path, wanted: &RunSelector, task: Option<&str>) -> AppResult
 /// What a task changed (from its start commit to its commit); `None` when it has no commit.
 fn of_task(repo: &Repository, task: &TaskReport) -> AppResult<Option<Vec<FileDiff>>> {
     match (&task.start, &task.commit) {
-        (Some(start), Some(commit)) => Ok(Some(between(repo, start, commit)?)),
+        (Some(start), Some(commit)) => Ok(Some(between(repo, *start, *commit)?)),
         _ => Ok(None),
     }
 }
@@ -99,10 +99,10 @@ impl Differ {
 }
 
 /// The files that differ between two commits.
-pub fn between(repo: &Repository, old: &str, new: &str) -> AppResult<Vec<FileDiff>> {
-    let tree = |sha: &str| -> AppResult<git2::Tree<'_>> {
-        let commit = repo.find_commit(Oid::from_str(sha)?).map_err(|e| {
-            anyhow::anyhow!("commit {sha} is gone (was it garbage-collected?): {e}")
+pub fn between(repo: &Repository, old: Oid, new: Oid) -> AppResult<Vec<FileDiff>> {
+    let tree = |oid: Oid| -> AppResult<git2::Tree<'_>> {
+        let commit = repo.find_commit(oid).map_err(|e| {
+            anyhow::anyhow!("commit {oid} is gone (was it garbage-collected?): {e}")
         })?;
         Ok(commit.tree()?)
     };

@@ -201,7 +201,7 @@ fn new_plan(
         schema_version: PLAN_SCHEMA_VERSION,
         run_id: RunId::new_now(),
         instruction: req.instruction.clone(),
-        base: base.to_string(),
+        base,
         into: into.branch.clone(),
         pathspecs: req.pathspecs.clone(),
         grep: req.grep.clone(),

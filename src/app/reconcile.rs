@@ -65,7 +65,7 @@ pub async fn continue_run(
         plan.settings.verify_merged = Some(check);
     }
     let mut report = run_dir.load_report()?;
-    let into_start = Oid::from_str(&report.into_start)?;
+    let into_start = report.into_start;
     let repo = info.open()?;
     let tip = repo
         .refname_to_id(&format!("refs/heads/{}", result_branch(&id)))
@@ -125,8 +125,8 @@ fn mark_merged_from_git(
     for (task_id, merge, task_commit) in merge::merges_between(repo, into_start, tip)? {
         if let Some(t) = report.tasks.iter_mut().find(|t| t.id == task_id) {
             t.status = TaskStatus::Merged;
-            t.merge_commit = Some(merge.to_string());
-            t.commit = Some(task_commit.to_string());
+            t.merge_commit = Some(merge);
+            t.commit = Some(task_commit);
             t.error = None;
         }
     }
@@ -276,9 +276,9 @@ fn gather(
                     *t = r.clone();
                 }
                 t.status = TaskStatus::Done;
-                t.commit = Some(tip.to_string());
+                t.commit = Some(tip);
                 if t.start.is_none() {
-                    t.start = Some(plan.base.clone());
+                    t.start = Some(plan.base);
                 }
                 t.error = None;
             }

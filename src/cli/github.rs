@@ -114,11 +114,15 @@ fn summary(report: &Report) -> String {
         }
     }
     let result = match (&report.result, report.into_updated, &report.result_branch) {
-        (Some(r), true, _) => format!("`{}` is now at `{}`", report.into, &r[..r.len().min(12)]),
+        (Some(r), true, _) => format!(
+            "`{}` is now at `{}`",
+            report.into,
+            crate::ids::abbrev(r, 12)
+        ),
         (Some(r), false, Some(b)) => format!(
             "`{}` was not updated; the result `{}` is on branch `{b}`",
             report.into,
-            &r[..r.len().min(12)]
+            crate::ids::abbrev(r, 12)
         ),
         _ => format!("nothing merged; `{}` unchanged", report.into),
     };
@@ -190,7 +194,10 @@ fn outputs(report: &Report) -> String {
     let mut out = String::new();
     for (k, v) in [
         ("run-id", report.run_id.to_string()),
-        ("result", report.result.clone().unwrap_or_default()),
+        (
+            "result",
+            report.result.map(|r| r.to_string()).unwrap_or_default(),
+        ),
         ("into", report.into.clone()),
         ("into-updated", report.into_updated.to_string()),
         (

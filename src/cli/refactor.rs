@@ -288,7 +288,7 @@ pub(super) async fn plan_only(args: RefactorArgs, output: &Path) -> AppResult<i3
         plan.run_id,
         plan.tasks.len(),
         ready.file_count,
-        &plan.base[..10.min(plan.base.len())],
+        crate::ids::short(&plan.base),
         output.display()
     );
     eprintln!(

@@ -383,13 +383,17 @@ pub fn print_summary(report: &Report, interrupted: bool) {
     }
     match (&report.result, report.into_updated, &report.result_branch) {
         (Some(result), true, _) => {
-            eprintln!("result: {} is now at {}", report.into, &result[..10]);
+            eprintln!(
+                "result: {} is now at {}",
+                report.into,
+                crate::ids::short(result)
+            );
         }
         (Some(result), false, Some(branch)) => {
             eprintln!(
                 "result: {} was NOT updated; the merged result ({}) is on branch {branch}",
                 report.into,
-                &result[..10]
+                crate::ids::short(result)
             );
             if let Some(hint) = &report.merge_hint {
                 eprintln!("  merge it with: {hint}");

@@ -82,12 +82,12 @@ fn print_run(report: &Report) {
         report.run_id,
         state_word(report.state),
         report.into,
-        &report.base[..10.min(report.base.len())]
+        crate::ids::short(&report.base)
     );
     if let Some(result) = &report.result {
         println!(
             "result {}{}",
-            &result[..10.min(result.len())],
+            crate::ids::short(result),
             match (&report.result_branch, report.into_updated) {
                 (_, true) => format!(" ({} updated)", report.into),
                 (Some(b), false) => format!(" (on branch {b}; {} not updated)", report.into),

@@ -42,7 +42,7 @@ pub struct Committed {
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
     /// The branch now points at this commit, which does not contain the start commit.
-    #[error("the worker rewrote the task branch: {} no longer descends from the start commit", short(*.0))]
+    #[error("the worker rewrote the task branch: {} no longer descends from the start commit", crate::ids::short(.0))]
     RewroteBranch(Oid),
     /// A changed file holds the value of a secret variable swarm knows (it was passed to the
     /// worker with `[sandbox] env`, or found another way): it is not committed, so it cannot
@@ -74,7 +74,7 @@ pub fn commit_task(
             Some(t) => t.trim_start_matches("refs/heads/").to_string(),
             None => head
                 .target()
-                .map(|o| format!("detached at {}", short(o)))
+                .map(|o| format!("detached at {}", crate::ids::short(&o)))
                 .unwrap_or_else(|| "unreadable".into()),
         };
         // Back on the task branch: what the worker changed (committed elsewhere or not) is
@@ -278,9 +278,4 @@ impl RealDirs {
         self.known.insert(rel.to_path_buf(), real);
         real
     }
-}
-
-pub fn short(oid: Oid) -> String {
-    let s = oid.to_string();
-    s[..s.len().min(10)].to_string()
 }

@@ -37,7 +37,7 @@ pub fn update_target(
                 reason: format!(
                     "branch {} moved during the run (it is now at {})",
                     into.branch,
-                    super::commit::short(now)
+                    crate::ids::short(&now)
                 ),
                 first: None,
             }));

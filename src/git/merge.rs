@@ -133,7 +133,7 @@ impl MergeTrain {
             fast_path,
             paths,
             "merged as {}",
-            super::commit::short(commit)
+            crate::ids::short(&commit)
         );
         Ok(MergeOutcome::Merged { commit, fast_path })
     }

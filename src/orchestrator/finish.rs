@@ -70,7 +70,7 @@ pub(super) async fn finish(shared: &Arc<Shared>, end: &Ending<'_>, report: &mut 
     let run_id = shared.plan.run_id.clone();
     let result_branch = result_branch(&run_id);
     let merged_any = tip != into_start;
-    report.result = merged_any.then(|| tip.to_string());
+    report.result = merged_any.then_some(tip);
     let not_moved = if let (true, false, Some(reason)) = (merged_any, stopped, hold) {
         Some(NotMoved {
             reason: reason.to_string(),

@@ -92,9 +92,9 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
         schema_version: REPORT_SCHEMA_VERSION,
         run_id: plan.run_id.clone(),
         instruction: plan.instruction.clone(),
-        base: plan.base.clone(),
+        base: plan.base,
         into: into.to_string(),
-        into_start: into_start.to_string(),
+        into_start,
         result: None,
         into_updated: false,
         result_branch: None,
@@ -150,7 +150,7 @@ pub async fn run(
     state::write_json_atomic(&run_dir.report(), &report)?;
     sink.emit(Event::RunStarted {
         run_id: req.plan.run_id.clone(),
-        base: req.plan.base.clone(),
+        base: req.plan.base.to_string(),
         into: req.into.branch.clone(),
         tasks: req.plan.tasks.len(),
         jobs: req.plan.settings.jobs,
@@ -236,7 +236,7 @@ fn close_report(
     let report = report.redacted();
     state::write_json_atomic(&shared.run_dir.report(), &report)?;
     shared.sink.emit(Event::RunFinished {
-        result: report.result.clone(),
+        result: report.result.map(|r| r.to_string()),
         merged: report.totals.merged,
         failed: report.tasks.len() - report.totals.merged - report.totals.no_change,
     });
@@ -252,7 +252,7 @@ impl Shared {
         sink: Arc<EventSink>,
         cancel: CancellationToken,
     ) -> anyhow::Result<Self> {
-        let base = Oid::from_str(&plan.base)?;
+        let base = plan.base;
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
         let settings = &plan.settings;
         let model = match (&settings.model.name, settings.uses_model()) {

@@ -106,13 +106,13 @@ impl Scheduler {
         let mut internal: Option<anyhow::Error> = None;
         for idx in merge_first {
             let t = &self.report.tasks[idx];
-            let (Some(start), Some(tip)) = (t.start.as_deref(), t.commit.as_deref()) else {
+            let (Some(start), Some(tip)) = (t.start, t.commit) else {
                 continue;
             };
             let job = MergeJob {
                 idx,
-                start: Oid::from_str(start)?,
-                tip: Oid::from_str(tip)?,
+                start,
+                tip,
                 resolved: None,
             };
             if job_tx.send(job).is_ok() {
@@ -246,7 +246,7 @@ impl Scheduler {
         let t = &mut self.report.tasks[idx];
         t.status = TaskStatus::Running;
         t.attempts = attempt;
-        t.start = Some(start.to_string());
+        t.start = Some(start);
         self.save();
     }
 
@@ -255,7 +255,7 @@ impl Scheduler {
         let t = &mut self.report.tasks[a.idx];
         t.duration_ms += a.duration.as_millis() as u64;
         t.changed_files = a.changed.clone();
-        t.commit = a.tip.filter(|tip| *tip != a.start).map(|o| o.to_string());
+        t.commit = a.tip.filter(|tip| *tip != a.start);
         t.summary = a.summary.clone();
         t.tokens.prompt += a.tokens.prompt;
         t.tokens.completion += a.tokens.completion;
@@ -300,7 +300,7 @@ impl Scheduler {
         match done.outcome {
             Ok(MergeOutcome::Merged { commit, fast_path }) => {
                 t.status = TaskStatus::Merged;
-                t.merge_commit = Some(commit.to_string());
+                t.merge_commit = Some(commit);
                 self.tip = commit;
                 self.shared.sink.emit(Event::Merged {
                     task: t.id.clone(),
@@ -352,14 +352,14 @@ impl Scheduler {
     /// A conflict repair of task `idx` on the current integration tip.
     fn conflict_repair(&self, idx: usize, attempt: u32) -> anyhow::Result<ConflictRepair> {
         let t = &self.report.tasks[idx];
-        let oid = |o: &Option<String>| -> anyhow::Result<Oid> {
-            Ok(Oid::from_str(o.as_deref().unwrap_or_default())?)
+        let (Some(task_start), Some(task_tip)) = (t.start, t.commit) else {
+            anyhow::bail!("task {} has no commit to repair", t.id);
         };
         Ok(ConflictRepair {
             idx,
             tip: self.tip,
-            task_start: oid(&t.start)?,
-            task_tip: oid(&t.commit)?,
+            task_start,
+            task_tip,
             attempt,
             changed: t.changed_files.clone(),
         })

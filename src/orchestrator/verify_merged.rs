@@ -197,7 +197,7 @@ pub(super) async fn verify_merged(
             let problem = format!(
                 "--verify-merged `{command}` fails on {} (where {} started) already, so the \
                  check is broken, not the tasks; fix the check (output: {})",
-                crate::git::commit::short(into_start),
+                crate::ids::short(&into_start),
                 shared.plan.into,
                 base.log.display()
             );
@@ -255,11 +255,7 @@ pub(super) async fn verify_merged(
             reason,
         });
         outcome.excluded.push(task_id);
-        let culprit_commit = sched.report.tasks[culprit.idx]
-            .commit
-            .as_deref()
-            .map(Oid::from_str)
-            .transpose()?;
+        let culprit_commit = sched.report.tasks[culprit.idx].commit;
         let from = at(&chain, hi - 1);
         (train, chain) = rebuild(sched, train, &chain, hi - 1, from, culprit_commit).await?;
         good = hi - 1;
@@ -311,10 +307,10 @@ async fn rebuild(
     let mut todo = Vec::new();
     for link in &chain[keep + 1..] {
         let t = &mut sched.report.tasks[link.idx];
-        let (Some(start), Some(tip)) = (t.start.as_deref(), t.commit.as_deref()) else {
+        let (Some(start), Some(tip)) = (t.start, t.commit) else {
             continue;
         };
-        todo.push((link.idx, Oid::from_str(start)?, Oid::from_str(tip)?));
+        todo.push((link.idx, start, tip));
         // Finished, not merged: what `swarm resume` merges if this is interrupted.
         t.status = TaskStatus::Done;
         t.merge_commit = None;
@@ -331,7 +327,7 @@ async fn rebuild(
         match result {
             Remerged::Merged(commit) => {
                 t.status = TaskStatus::Merged;
-                t.merge_commit = Some(commit.to_string());
+                t.merge_commit = Some(commit);
                 new_chain.push(Link { merge: commit, idx });
             }
             Remerged::Conflict(paths) => {

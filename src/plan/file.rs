@@ -45,8 +45,8 @@ pub fn write(plan: &Plan, path: &Path) -> Result<String, PlanError> {
 
 /// The plan's base commit, which must be in `repo`.
 pub fn base(repo: &Repository, plan: &Plan) -> Result<Oid, PlanError> {
-    Oid::from_str(&plan.base)
-        .ok()
-        .filter(|oid| repo.find_commit(*oid).is_ok())
-        .ok_or_else(|| PlanError::BaseMissing(plan.base.clone()))
+    match repo.find_commit(plan.base) {
+        Ok(_) => Ok(plan.base),
+        Err(_) => Err(PlanError::BaseMissing(plan.base.to_string())),
+    }
 }

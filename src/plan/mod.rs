@@ -29,7 +29,8 @@ pub struct Plan {
     pub run_id: RunId,
     pub instruction: String,
     /// The commit every task starts from.
-    pub base: String,
+    #[serde(with = "crate::ids::oid_hex")]
+    pub base: git2::Oid,
     /// The branch that receives the merges.
     pub into: String,
     pub pathspecs: Vec<String>,
@@ -85,9 +86,6 @@ impl Plan {
                 "'{}' is not a branch name swarm can merge into",
                 self.into
             ));
-        }
-        if git2::Oid::from_str(&self.base).is_err() {
-            return Err(format!("the base '{}' is not a commit id", self.base));
         }
         Ok(())
     }
