@@ -32,6 +32,9 @@ pub enum IdError {
     Task(String),
 }
 
+/// Every branch swarm makes lives under this prefix, and no user branch may (`--into`).
+pub const BRANCH_NAMESPACE: &str = "swarm/";
+
 /// A run's id: `YYYYMMDD-HHMMSS-xxxx`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -74,12 +77,12 @@ impl RunId {
 
     /// `swarm/<RUN-ID>/`: every branch of the run starts with this.
     pub fn branch_prefix(&self) -> String {
-        format!("swarm/{}/", self.0)
+        format!("{BRANCH_NAMESPACE}{}/", self.0)
     }
 
     /// The short name of one of the run's branches.
     pub fn branch(&self, which: &RunBranch) -> String {
-        format!("swarm/{}/{}", self.0, which.name())
+        format!("{BRANCH_NAMESPACE}{}/{}", self.0, which.name())
     }
 
     /// The short name of a task's branch: `swarm/<RUN-ID>/<TASK-ID>`.

@@ -33,6 +33,9 @@ pub enum AppError {
     /// Another swarm process holds the run (`doing`: what could not be done).
     #[error("run {run} is still running in another swarm process")]
     RunBusy { run: RunId, doing: Busy },
+    /// The run's plan.json and report.json do not describe the same run (edited by hand?).
+    #[error("the records of run {run} disagree: report.json {problem}")]
+    RunRecords { run: RunId, problem: String },
     #[error("which run should be cleaned?")]
     CleanWhat,
     #[error("nothing to clean for run '{0}'")]

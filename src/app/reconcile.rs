@@ -65,12 +65,21 @@ pub async fn continue_run(
         plan.settings.verify_merged = Some(check);
     }
     let mut report = run_dir.load_report()?;
-    let into_start = report.into_start;
+    if let Err(problem) = report.matches(&plan) {
+        return Err(AppError::RunRecords { run: id, problem });
+    }
     let repo = info.open()?;
+    // Where the target stands for this run: where the run started, or the result it was
+    // moved to by the run's last attempt (merges continue from there).
+    let into_start = match (report.into_updated, report.result) {
+        (true, Some(result)) => result,
+        _ => report.into_start,
+    };
     let tip = repo
         .refname_to_id(&format!("refs/heads/{}", result_branch(&id)))
         .unwrap_or(into_start);
-    mark_merged_from_git(&repo, &mut report, into_start, tip)?;
+    let run_start = report.into_start;
+    mark_merged_from_git(&repo, &mut report, run_start, tip)?;
     let merge_only = !mode.runs_workers();
     let to_do = report
         .tasks

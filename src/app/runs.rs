@@ -117,7 +117,7 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
         ),
         None => {
             // Everything of swarm's but what belongs to runs in progress.
-            let branches = finish::branches_under(common, "swarm/")?
+            let branches = finish::branches_under(common, crate::ids::BRANCH_NAMESPACE)?
                 .into_iter()
                 .filter(|name| !busy.iter().any(|b| name.starts_with(&b.branch_prefix())))
                 .collect();

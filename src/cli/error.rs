@@ -40,6 +40,11 @@ fn describe(e: &AppError) -> (String, Option<String>) {
         AppError::NoSuchTask { run, .. } => Some(format!("`swarm status {run}` lists its tasks")),
         AppError::AmbiguousTask(_) => Some("give more characters of the task id".into()),
         AppError::RunBusy { doing, .. } => Some(busy(*doing).into()),
+        AppError::RunRecords { run, .. } => Some(format!(
+            "the run's files under .git/swarm/runs/{run}/ were changed by hand; its branches \
+             are intact (`git branch --list 'swarm/{run}/*'`), and `swarm clean {run}` removes \
+             the run"
+        )),
         AppError::CleanWhat => Some("pass a RUN-ID (see `swarm status`) or --all".into()),
         AppError::NoWorker { for_plan: true } => {
             Some("pass --exec CMD or --model NAME; the plan records it for swarm run".into())

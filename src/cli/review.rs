@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::app::AppResult;
 use crate::app::diff::Differ;
+use crate::plan::TaskIdx;
 use crate::report::{Report, TaskStatus};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,19 +34,19 @@ fn parse(line: &str) -> Option<Answer> {
 /// many were accepted.
 pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> AppResult<usize> {
     let differ = Differ::open(common_dir)?;
-    let to_review: Vec<usize> = report
-        .tasks
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.status == TaskStatus::Done && t.commit.is_some() && t.start.is_some())
-        .map(|(i, _)| i)
+    let to_review: Vec<TaskIdx> = report
+        .indices()
+        .filter(|&i| {
+            let t = report.task(i);
+            t.status == TaskStatus::Done && t.commit.is_some() && t.start.is_some()
+        })
         .collect();
     let mut err = std::io::stderr().lock();
     let mut input = std::io::stdin().lock();
     let mut accepted = 0;
     let mut rest: Option<Answer> = None;
     for (n, &idx) in to_review.iter().enumerate() {
-        let t = &mut report.tasks[idx];
+        let t = report.task_mut(idx);
         let answer = match rest {
             Some(answer) => answer,
             None => {

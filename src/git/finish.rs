@@ -49,6 +49,10 @@ pub fn update_target(
             }));
         }
     }
+    if result == into_start {
+        // Already there: a continued run that merged nothing new.
+        return Ok(Ok(()));
+    }
     let head = repo.find_reference("HEAD")?;
     let checked_out = head.symbolic_target().ok().flatten() == Some(into_ref.as_str());
     if checked_out {

@@ -142,7 +142,9 @@ pub fn resolve_into(
     let branch = match into {
         Some(b) => {
             let b = b.strip_prefix("refs/heads/").unwrap_or(b);
-            if !git2::Branch::name_is_valid(b).unwrap_or(false) || b.starts_with("swarm/") {
+            if !git2::Branch::name_is_valid(b).unwrap_or(false)
+                || b.starts_with(crate::ids::BRANCH_NAMESPACE)
+            {
                 return Err(RepoError::InvalidInto(b.to_string()));
             }
             b.to_string()

@@ -69,7 +69,9 @@ pub(super) async fn finish(shared: &Arc<Shared>, end: &Ending<'_>, report: &mut 
     let (keep, stopped, hold) = (end.keep, end.stopped, end.hold);
     let run_id = shared.plan.run_id.clone();
     let result_branch = result_branch(&run_id);
-    let merged_any = tip != into_start;
+    // `into_start` is where this attempt found the target; a continued run may have moved it
+    // to the result of its earlier merges already.
+    let merged_any = tip != report.into_start;
     report.result = merged_any.then_some(tip);
     let not_moved = if let (true, false, Some(reason)) = (merged_any, stopped, hold) {
         Some(NotMoved {

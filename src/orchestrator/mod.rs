@@ -41,7 +41,9 @@ pub struct RunRequest {
     pub info: RepoInfo,
     pub plan: Plan,
     pub into: IntoTarget,
-    /// Where `into` starts: its tip, or the base when swarm creates it.
+    /// Where `into` stands for this run: its tip, or the base when swarm creates it. For a
+    /// continued run whose target already holds its earlier merges, that result (the report
+    /// keeps where the run first started).
     pub into_start: Oid,
     pub keep: bool,
     /// The model API key (LLM worker); never stored anywhere.

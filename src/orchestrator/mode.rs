@@ -1,5 +1,6 @@
 //! What a run does, decided once, from the command, by the application layer.
 
+use crate::plan::TaskIdx;
 use crate::report::Report;
 use git2::Oid;
 
@@ -56,11 +57,12 @@ pub struct Continuation {
 impl Continuation {
     /// The report to continue, the integration tip, and the tasks that finished but were not
     /// merged (merged first). Tasks `mode` runs again are set back to pending.
-    pub(super) fn prepare(self, mode: RunMode) -> (Report, Oid, Vec<usize>) {
+    pub(super) fn prepare(self, mode: RunMode) -> (Report, Oid, Vec<TaskIdx>) {
         let mut report = self.report;
         report.reset_outcome();
         let mut merge_first = Vec::new();
-        for (idx, t) in report.tasks.iter_mut().enumerate() {
+        for idx in report.indices() {
+            let t = report.task_mut(idx);
             let finished_unmerged = t.status == crate::report::TaskStatus::Done
                 && t.commit.is_some()
                 && t.start.is_some();

@@ -5,6 +5,7 @@
 //! built-in agent edits it; `--verify` runs on its `finish`; what it leaves (no marker left)
 //! becomes the tree of the task's `--no-ff` merge commit.
 
+use crate::plan::TaskIdx;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,7 +24,7 @@ use crate::worker::llm::LlmShared;
 
 /// What a conflict repair starts from.
 pub(super) struct ConflictRepair {
-    pub(super) idx: usize,
+    pub(super) idx: TaskIdx,
     /// The integration tip the task's merge conflicted with.
     pub(super) tip: Oid,
     /// The task's own start and tip (its branch is not changed).
@@ -55,7 +56,7 @@ async fn attempt_repair(
     r: &ConflictRepair,
     a: &mut Attempt,
 ) -> anyhow::Result<()> {
-    let task = &shared.plan.tasks[r.idx];
+    let task = shared.plan.task(r.idx);
     let llm = shared
         .model
         .clone()
@@ -108,7 +109,7 @@ async fn resolve_in(
     conflicted: Vec<RepoPath>,
     a: &mut Attempt,
 ) -> anyhow::Result<()> {
-    let task = &shared.plan.tasks[r.idx];
+    let task = shared.plan.task(r.idx);
     let worktree = slot.path.as_path();
     shared.sink.emit(Event::TaskStarted {
         task: task.id.clone(),

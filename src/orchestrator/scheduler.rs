@@ -1,6 +1,7 @@
 //! The scheduler loop: starts workers up to `--jobs`, feeds finished tasks to the merge
 //! thread, applies the conflict policy, and schedules retries after the first wave.
 
+use crate::plan::TaskIdx;
 use std::collections::{HashMap, VecDeque};
 
 use tokio::sync::mpsc;
@@ -24,7 +25,7 @@ use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 
 pub(super) struct MergeJob {
-    pub(super) idx: usize,
+    pub(super) idx: TaskIdx,
     pub(super) start: Oid,
     pub(super) tip: Oid,
     /// Merge this resolved tree instead (`--on-conflict repair`).
@@ -40,7 +41,7 @@ enum FollowUp {
 }
 
 struct MergeDone {
-    pub(super) idx: usize,
+    pub(super) idx: TaskIdx,
     pub(super) outcome: Result<MergeOutcome, String>,
 }
 
@@ -82,7 +83,7 @@ impl Scheduler {
         &mut self,
         info: &RepoInfo,
         start: Oid,
-        merge_first: Vec<usize>,
+        merge_first: Vec<TaskIdx>,
     ) -> anyhow::Result<()> {
         let shared = self.shared.clone();
         let settings = &shared.plan.settings;
@@ -94,18 +95,20 @@ impl Scheduler {
             std::thread::spawn(move || merge_loop(train, &shared, job_rx, done_tx))
         };
 
-        let mut pending: VecDeque<usize> = (0..shared.plan.tasks.len())
+        let mut pending: VecDeque<TaskIdx> = shared
+            .plan
+            .indices()
             .filter(|&i| {
-                self.mode.runs_workers() && self.report.tasks[i].status == TaskStatus::Pending
+                self.mode.runs_workers() && self.report.task(i).status == TaskStatus::Pending
             })
             .collect();
-        let mut retries: VecDeque<(usize, FollowUp)> = VecDeque::new();
+        let mut retries: VecDeque<(TaskIdx, FollowUp)> = VecDeque::new();
         let mut running: JoinSet<Attempt> = JoinSet::new();
-        let mut running_ids: HashMap<tokio::task::Id, usize> = HashMap::new();
+        let mut running_ids: HashMap<tokio::task::Id, TaskIdx> = HashMap::new();
         let mut merging = 0usize;
         let mut internal: Option<anyhow::Error> = None;
         for idx in merge_first {
-            let t = &self.report.tasks[idx];
+            let t = self.report.task(idx);
             let (Some(start), Some(tip)) = (t.start, t.commit) else {
                 continue;
             };
@@ -141,7 +144,7 @@ impl Scheduler {
                     && merging == 0
                     && let Some((idx, follow_up)) = retries.pop_front()
                 {
-                    let attempt = self.report.tasks[idx].attempts + 1;
+                    let attempt = self.report.task(idx).attempts + 1;
                     let handle = match follow_up {
                         FollowUp::Retry(paths) => {
                             let context = conflict_context(&paths);
@@ -173,10 +176,11 @@ impl Scheduler {
                         Some(Err(e)) => {
                             // A panic in swarm's own code for this task: that task fails,
                             // the run goes on.
-                            let idx = running_ids.get(&e.id()).copied().unwrap_or_default();
-                            let t = &mut self.report.tasks[idx];
-                            t.status = TaskStatus::Failed;
-                            t.error = Some(format!("internal error in swarm: {e}"));
+                            if let Some(&idx) = running_ids.get(&e.id()) {
+                                let t = self.report.task_mut(idx);
+                                t.status = TaskStatus::Failed;
+                                t.error = Some(format!("internal error in swarm: {e}"));
+                            }
                             continue;
                         }
                         None => continue,
@@ -219,7 +223,7 @@ impl Scheduler {
             .into_iter()
             .chain(retries.into_iter().map(|(i, _)| i))
         {
-            let t = &mut self.report.tasks[idx];
+            let t = self.report.task_mut(idx);
             if t.status == TaskStatus::Pending {
                 if let Some(reason) = &not_run {
                     t.status = TaskStatus::Skipped;
@@ -242,8 +246,8 @@ impl Scheduler {
         })
     }
 
-    fn set_running(&mut self, idx: usize, attempt: u32, start: Oid) {
-        let t = &mut self.report.tasks[idx];
+    fn set_running(&mut self, idx: TaskIdx, attempt: u32, start: Oid) {
+        let t = self.report.task_mut(idx);
         t.status = TaskStatus::Running;
         t.attempts = attempt;
         t.start = Some(start);
@@ -252,7 +256,7 @@ impl Scheduler {
 
     /// Records a finished attempt; returns the merge job if it is to be merged.
     fn on_attempt(&mut self, a: Attempt) -> Option<MergeJob> {
-        let t = &mut self.report.tasks[a.idx];
+        let t = self.report.task_mut(a.idx);
         t.duration_ms += a.duration.as_millis() as u64;
         t.changed_files = a.changed.clone();
         t.commit = a.tip.filter(|tip| *tip != a.start);
@@ -293,9 +297,9 @@ impl Scheduler {
     }
 
     /// Records a merge; returns a retry to schedule for a conflict under `retry`.
-    fn on_merged(&mut self, done: MergeDone) -> Option<(usize, FollowUp)> {
+    fn on_merged(&mut self, done: MergeDone) -> Option<(TaskIdx, FollowUp)> {
         let policy = self.shared.plan.settings.on_conflict;
-        let t = &mut self.report.tasks[done.idx];
+        let t = self.report.task_mut(done.idx);
         let mut retry = None;
         match done.outcome {
             Ok(MergeOutcome::Merged { commit, fast_path }) => {
@@ -350,8 +354,8 @@ impl Scheduler {
     }
 
     /// A conflict repair of task `idx` on the current integration tip.
-    fn conflict_repair(&self, idx: usize, attempt: u32) -> anyhow::Result<ConflictRepair> {
-        let t = &self.report.tasks[idx];
+    fn conflict_repair(&self, idx: TaskIdx, attempt: u32) -> anyhow::Result<ConflictRepair> {
+        let t = self.report.task(idx);
         let (Some(task_start), Some(task_tip)) = (t.start, t.commit) else {
             anyhow::bail!("task {} has no commit to repair", t.id);
         };
@@ -397,7 +401,7 @@ fn merge_loop(
     done: mpsc::UnboundedSender<MergeDone>,
 ) -> MergeTrain {
     for job in jobs {
-        let task = &shared.plan.tasks[job.idx];
+        let task = shared.plan.task(job.idx);
         let req = MergeRequest {
             task_id: &task.id,
             files: &task.files,

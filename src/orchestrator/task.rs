@@ -3,6 +3,7 @@
 use crate::git::commit::{self, CommitError};
 use crate::git::finish;
 use crate::git::worktree::Slot;
+use crate::plan::TaskIdx;
 use crate::report::Tokens;
 use crate::settings::Scope;
 use crate::worker::Verdict;
@@ -23,7 +24,7 @@ use crate::report::TaskStatus;
 
 /// One attempt at one task, as a worker task returns it.
 pub(super) struct Attempt {
-    pub(super) idx: usize,
+    pub(super) idx: TaskIdx,
     pub(super) attempt: u32,
     pub(super) start: Oid,
     pub(super) status: TaskStatus,
@@ -41,7 +42,7 @@ pub(super) struct Attempt {
 
 impl Attempt {
     /// An attempt that has not produced anything yet: `status` unless it does.
-    pub(super) fn new(idx: usize, attempt: u32, start: Oid, status: TaskStatus) -> Self {
+    pub(super) fn new(idx: TaskIdx, attempt: u32, start: Oid, status: TaskStatus) -> Self {
         Self {
             idx,
             attempt,
@@ -92,7 +93,7 @@ impl WorkerResult {
 /// status and error.
 pub(super) async fn run_task(
     shared: Arc<Shared>,
-    idx: usize,
+    idx: TaskIdx,
     attempt: u32,
     start: Oid,
     context: Option<String>,
@@ -112,7 +113,7 @@ async fn attempt_task(
     a: &mut Attempt,
     context: Option<&str>,
 ) -> anyhow::Result<()> {
-    let task = &shared.plan.tasks[a.idx];
+    let task = shared.plan.task(a.idx);
     let run_id = &shared.plan.run_id;
     let branch = task.branch(run_id);
     let step = |s: &str| {
@@ -330,12 +331,12 @@ pub(super) async fn set_up(
 /// itself and can react to it).
 async fn run_worker(
     shared: &Arc<Shared>,
-    idx: usize,
+    idx: TaskIdx,
     worktree: &std::path::Path,
     task_dir: &std::path::Path,
     context: Option<&str>,
 ) -> anyhow::Result<WorkerResult> {
-    let task = &shared.plan.tasks[idx];
+    let task = shared.plan.task(idx);
     let settings = &shared.plan.settings;
     let WorkerKind::Exec(command) = &shared.worker else {
         let llm = shared
@@ -435,13 +436,13 @@ async fn run_worker(
 pub(super) async fn run_agent(
     shared: &Arc<Shared>,
     llm: &LlmShared,
-    idx: usize,
+    idx: TaskIdx,
     worktree: &std::path::Path,
     task_dir: &std::path::Path,
     files: &[RepoPath],
     context: Option<&str>,
 ) -> anyhow::Result<WorkerResult> {
-    let task = &shared.plan.tasks[idx];
+    let task = shared.plan.task(idx);
     let settings = &shared.plan.settings;
     let instruction = shared.plan.instruction_for(idx);
     let out = agent::run(AgentTask {
@@ -479,7 +480,7 @@ pub(super) fn user_branches(
 ) -> anyhow::Result<std::collections::BTreeSet<String>> {
     Ok(finish::branches_under(common_dir, "")?
         .into_iter()
-        .filter(|b| !b.starts_with("swarm/"))
+        .filter(|b| !b.starts_with(crate::ids::BRANCH_NAMESPACE))
         .collect())
 }
 

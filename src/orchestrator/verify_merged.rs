@@ -16,6 +16,7 @@
 //! as a rename split across files, or a flaky check), nothing is left out after all: the
 //! result keeps every task, stays on `swarm/<RUN-ID>/result`, and the target is not moved.
 
+use crate::plan::TaskIdx;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -45,7 +46,7 @@ fn exclusion_limit(merged: usize) -> usize {
 #[derive(Debug, Clone, Copy)]
 struct Link {
     merge: Oid,
-    idx: usize,
+    idx: TaskIdx,
 }
 
 #[derive(Debug, Clone)]
@@ -240,12 +241,12 @@ pub(super) async fn verify_merged(
             break;
         }
         let culprit = chain[hi - 1];
-        let task_id = shared.plan.tasks[culprit.idx].id.clone();
+        let task_id = shared.plan.task(culprit.idx).id.clone();
         let reason = format!(
             "breaks --verify-merged (passes before it is merged, fails after; output: {})",
             first_failure.log.display()
         );
-        let t = &mut sched.report.tasks[culprit.idx];
+        let t = sched.report.task_mut(culprit.idx);
         t.status = TaskStatus::Excluded;
         t.error = Some(reason.clone());
         t.output_tail = Some(first_failure.output.clone());
@@ -255,7 +256,7 @@ pub(super) async fn verify_merged(
             reason,
         });
         outcome.excluded.push(task_id);
-        let culprit_commit = sched.report.tasks[culprit.idx].commit;
+        let culprit_commit = sched.report.task(culprit.idx).commit;
         let from = at(&chain, hi - 1);
         (train, chain) = rebuild(sched, train, &chain, hi - 1, from, culprit_commit).await?;
         good = hi - 1;
@@ -274,12 +275,10 @@ pub(super) async fn verify_merged(
 /// The merges on the integration branch, oldest first.
 fn chain(sched: &Scheduler, train: &MergeTrain, into_start: Oid) -> anyhow::Result<Vec<Link>> {
     let merges = train.merges_since(into_start)?;
-    let by_id: HashMap<&str, usize> = sched
+    let by_id: HashMap<&str, TaskIdx> = sched
         .report
-        .tasks
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.id.as_str(), i))
+        .indices()
+        .map(|i| (sched.report.task(i).id.as_str(), i))
         .collect();
     let mut links = Vec::with_capacity(merges.len());
     for (task_id, merge, _) in merges {
@@ -306,7 +305,7 @@ async fn rebuild(
     let shared = sched.shared.clone();
     let mut todo = Vec::new();
     for link in &chain[keep + 1..] {
-        let t = &mut sched.report.tasks[link.idx];
+        let t = sched.report.task_mut(link.idx);
         let (Some(start), Some(tip)) = (t.start, t.commit) else {
             continue;
         };
@@ -323,7 +322,7 @@ async fn rebuild(
     })
     .await?;
     for (idx, result) in outcomes? {
-        let t = &mut sched.report.tasks[idx];
+        let t = sched.report.task_mut(idx);
         match result {
             Remerged::Merged(commit) => {
                 t.status = TaskStatus::Merged;
@@ -362,9 +361,9 @@ fn remerge(
     train: &mut MergeTrain,
     shared: &Shared,
     from: Oid,
-    todo: &[(usize, Oid, Oid)],
+    todo: &[(TaskIdx, Oid, Oid)],
     left_out: Option<Oid>,
-) -> anyhow::Result<Vec<(usize, Remerged)>> {
+) -> anyhow::Result<Vec<(TaskIdx, Remerged)>> {
     train.reset(from)?;
     let mut outcomes = Vec::with_capacity(todo.len());
     for &(idx, start, tip) in todo {
@@ -374,7 +373,7 @@ fn remerge(
             outcomes.push((idx, Remerged::NeedsLeftOut));
             continue;
         }
-        let task = &shared.plan.tasks[idx];
+        let task = shared.plan.task(idx);
         let outcome = train.merge(&MergeRequest {
             task_id: &task.id,
             files: &task.files,

@@ -42,6 +42,23 @@ pub struct Plan {
     pub skipped: Vec<SkippedFile>,
 }
 
+/// A task's position in its plan, and in every report of the plan's run: `plan.tasks` and
+/// `report.tasks` list the same tasks in the same order ([`crate::report::Report::matches`]
+/// checks a report read back from disk). Made only by [`Plan::indices`] and
+/// [`crate::report::Report::indices`], so it is always in bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskIdx(usize);
+
+impl TaskIdx {
+    pub(crate) fn all(len: usize) -> impl DoubleEndedIterator<Item = TaskIdx> + Clone {
+        (0..len).map(TaskIdx)
+    }
+
+    pub(crate) fn get(self) -> usize {
+        self.0
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
     pub id: TaskId,
@@ -80,7 +97,7 @@ impl Plan {
             }
         }
         let into_ok = git2::Branch::name_is_valid(&self.into).unwrap_or(false)
-            && !self.into.starts_with("swarm/");
+            && !self.into.starts_with(crate::ids::BRANCH_NAMESPACE);
         if !into_ok {
             return Err(format!(
                 "'{}' is not a branch name swarm can merge into",
@@ -90,10 +107,19 @@ impl Plan {
         Ok(())
     }
 
+    /// Every task's index, in order.
+    pub fn indices(&self) -> impl DoubleEndedIterator<Item = TaskIdx> + Clone + use<> {
+        TaskIdx::all(self.tasks.len())
+    }
+
+    pub fn task(&self, idx: TaskIdx) -> &Task {
+        &self.tasks[idx.get()]
+    }
+
     /// The instruction the workers of task `idx` get: the run's, verbatim, then the task's
     /// own if it has one.
-    pub fn instruction_for(&self, idx: usize) -> std::borrow::Cow<'_, str> {
-        match self.tasks[idx].instruction.as_deref() {
+    pub fn instruction_for(&self, idx: TaskIdx) -> std::borrow::Cow<'_, str> {
+        match self.task(idx).instruction.as_deref() {
             Some(own) if !own.trim().is_empty() => {
                 format!("{}\n\nFor this task: {}", self.instruction, own.trim()).into()
             }

@@ -237,3 +237,38 @@ fn sigterm_is_an_interruption_too() {
     repo.swarm(&["resume", &id]).assert_code(0);
     assert_finished_like_an_uninterrupted_run(&repo, &base);
 }
+
+/// A finished run that merged some tasks moved the target; running its failed tasks again
+/// continues from there: the target fast-forwards to a result holding every task, and a
+/// second attempt that merges nothing new leaves it where it is.
+#[test]
+fn resume_failed_continues_from_the_target_the_run_moved() {
+    let repo = repo();
+    let base = repo.git(&["rev-parse", "main"]);
+    let marker = repo.root().join("fail-b");
+    std::fs::write(&marker, "").unwrap();
+    let exec = format!(
+        r#"test -e '{}' && test "$SWARM_FILE" = b.txt && exit 1; sed -i s/foo/bar/ "$SWARM_FILE""#,
+        marker.display()
+    );
+    let first = repo.swarm(&["refactor", "x", "--exec", &exec]);
+    first.assert_code(1);
+    let id = first.run_id();
+    let partial = repo.git(&["rev-parse", "main"]);
+    assert_ne!(partial, base);
+    assert_eq!(repo.read("b.txt"), "foo\n");
+
+    // b.txt still fails: nothing new is merged, main stays at the partial result.
+    repo.swarm(&["resume", &id, "--failed"]).assert_code(1);
+    assert_eq!(repo.git(&["rev-parse", "main"]), partial);
+    assert_eq!(repo.report(&first)["into_updated"], true);
+
+    std::fs::remove_file(&marker).unwrap();
+    let last = repo.swarm(&["resume", &id, "--failed"]);
+    last.assert_code(0);
+    assert!(last.stderr.contains("main is now at"), "{}", last.stderr);
+    // A fast-forward from the partial result: nothing the first attempt delivered is lost.
+    repo.git(&["merge-base", "--is-ancestor", &partial, "main"]);
+    assert_finished_like_an_uninterrupted_run(&repo, &base);
+    assert_eq!(repo.report(&first)["into_updated"], true);
+}

@@ -210,3 +210,61 @@ fn a_forged_shard_record_cannot_name_branches_to_delete() {
     assert!(!repo.git(&["rev-parse", "--verify", "precious"]).is_empty());
     assert_eq!(repo.git(&["rev-parse", "--abbrev-ref", "HEAD"]), "main");
 }
+
+#[test]
+fn resume_refuses_a_report_that_does_not_list_the_plans_tasks() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")]);
+    // b.txt fails while the marker exists, so the run has something left to resume.
+    let marker = repo.root().join("fail-b");
+    std::fs::write(&marker, "").unwrap();
+    let worker = format!(
+        "test -e '{}' && test \"$SWARM_FILE\" = b.txt && exit 1; {SED_FOO_BAR}",
+        marker.display()
+    );
+    let run = repo.swarm(&["refactor", "x", "--exec", &worker]);
+    run.assert_code(1);
+    let id = run.run_id();
+    let path = repo.swarm_dir().join("runs").join(&id).join("report.json");
+    let original: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let dropped = {
+        let mut r = original.clone();
+        r["tasks"].as_array_mut().unwrap().pop();
+        r
+    };
+    let swapped = {
+        let mut r = original.clone();
+        r["tasks"].as_array_mut().unwrap().swap(0, 1);
+        r
+    };
+    for (what, edited) in [("a task dropped", dropped), ("two tasks swapped", swapped)] {
+        std::fs::write(&path, serde_json::to_string(&edited).unwrap()).unwrap();
+        let main = repo.git(&["rev-parse", "main"]);
+        let branches = repo.swarm_branches();
+        for args in [
+            vec!["resume", &id],
+            vec!["resume", &id, "--failed"],
+            vec!["merge", &id],
+        ] {
+            let resumed = repo.swarm(&args);
+            resumed.assert_code(2);
+            assert!(
+                resumed.stderr.contains("disagree") && resumed.stderr.contains("hint:"),
+                "{what}: {}",
+                resumed.stderr
+            );
+        }
+        assert_eq!(repo.git(&["rev-parse", "main"]), main, "{what}");
+        assert_eq!(repo.swarm_branches(), branches, "{what}");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            serde_json::to_string(&edited).unwrap(),
+            "{what}: the report was rewritten"
+        );
+    }
+    // Put back as swarm wrote it, the run resumes.
+    std::fs::write(&path, serde_json::to_string(&original).unwrap()).unwrap();
+    std::fs::remove_file(&marker).unwrap();
+    repo.swarm(&["resume", &id, "--failed"]).assert_code(0);
+    assert_eq!(repo.read("b.txt"), "bar\n");
+}
