@@ -65,7 +65,8 @@ pub enum Event {
         tool: String,
         path: Option<String>,
     },
-    /// A tool call finished; `ok` is false when its result was an `error:`.
+    /// A tool call finished; `ok` is false when the tool refused or failed (the model read
+    /// `error: …`).
     ToolResult {
         task: TaskId,
         tool: String,
@@ -89,7 +90,7 @@ pub enum Event {
     Conflict {
         task: TaskId,
         paths: Vec<RepoPath>,
-        action: String,
+        action: ConflictAction,
     },
     Warning {
         task: Option<TaskId>,
@@ -98,8 +99,7 @@ pub enum Event {
     /// One run of `--verify-merged` on a commit of the integration branch.
     VerifyMerged {
         commit: String,
-        /// `result` (the merged tip), `base` (where the target started) or `bisect`.
-        role: String,
+        role: CheckRole,
         passed: bool,
         /// How many times the check has run so far in this run.
         runs: u32,
@@ -130,6 +130,53 @@ pub enum Event {
         merged: usize,
         failed: usize,
     },
+}
+
+/// What the run does with a task whose merge conflicted (`--on-conflict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConflictAction {
+    /// Run again on the integration tip after the first wave.
+    Retry,
+    /// The model resolves the conflicted merge after the first wave.
+    Repair,
+    /// Leave it out; its branch stays.
+    Skip,
+    /// Stop merging (`--on-conflict fail`).
+    Stop,
+}
+
+impl ConflictAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConflictAction::Retry => "retry",
+            ConflictAction::Repair => "repair",
+            ConflictAction::Skip => "skip",
+            ConflictAction::Stop => "stop",
+        }
+    }
+}
+
+/// Which commit a run of `--verify-merged` checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckRole {
+    /// The merged tip.
+    Result,
+    /// Where the target started, to tell a broken check from a broken task.
+    Base,
+    /// A merge in the middle of the chain, looking for the first that breaks the check.
+    Bisect,
+}
+
+impl CheckRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckRole::Result => "result",
+            CheckRole::Base => "base",
+            CheckRole::Bisect => "bisect",
+        }
+    }
 }
 
 impl Event {

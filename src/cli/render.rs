@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::events::{Event, Reporter};
+use crate::events::{CheckRole, ConflictAction, Event, Reporter};
 use crate::report::{Report, TaskStatus};
 
 pub enum TerminalReporter {
@@ -158,10 +158,11 @@ impl Live {
             } => {
                 let list: Vec<String> = paths.iter().map(|p| p.display()).collect();
                 let _ = self.multi.println(format!(
-                    "  conflict {task} in {}: {action}",
-                    list.join(", ")
+                    "  conflict {task} in {}: {}",
+                    list.join(", "),
+                    action.as_str()
                 ));
-                if action == "retry" {
+                if *action == ConflictAction::Retry {
                     if let Some((bar, _)) = self.lock_workers().remove(task) {
                         bar.finish_and_clear();
                         self.multi.remove(&bar);
@@ -244,7 +245,11 @@ fn plain_text(event: &Event) -> Option<String> {
             action,
         } => {
             let list: Vec<String> = paths.iter().map(|p| p.display()).collect();
-            format!("conflict  {task} in {}: {action}", list.join(", "))
+            format!(
+                "conflict  {task} in {}: {}",
+                list.join(", "),
+                action.as_str()
+            )
         }
         Event::Warning { task, message } => format!(
             "warning{}: {message}",
@@ -264,10 +269,10 @@ fn plain_text(event: &Event) -> Option<String> {
         } => format!(
             "verify-merged #{runs} on {} ({}): {}",
             &commit[..10],
-            match role.as_str() {
-                "result" => "merged result",
-                "base" => "the base, to tell a broken check from a broken task",
-                _ => "bisecting the merges",
+            match role {
+                CheckRole::Result => "merged result",
+                CheckRole::Base => "the base, to tell a broken check from a broken task",
+                CheckRole::Bisect => "bisecting the merges",
             },
             if *passed { "passed" } else { "FAILED" }
         ),

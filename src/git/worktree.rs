@@ -18,11 +18,14 @@
 //!   thread that Landlock lets write only in the worktree and its administrative directory
 //!   ([`crate::worker::sandbox::confined`]): a link a worker planted is never followed out.
 //!   A reset that fails anyway throws the worktree away; the task gets a new one.
+//!
+//! A worktree is lent as a [`Lease`], which gives it back to the pool when dropped, on every
+//! path out of the code that holds it (an error, a cancelled task, a panic).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
@@ -34,7 +37,7 @@ use crate::state;
 use crate::worker::sandbox;
 
 /// One worktree of the pool.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Slot {
     /// libgit2 worktree name (no `/` allowed).
     pub name: String,
@@ -45,6 +48,64 @@ pub struct Slot {
     pub fresh: bool,
     /// The worktree's `.git` file as libgit2 wrote it.
     gitlink: Vec<u8>,
+}
+
+/// A worktree of the pool, lent to one task (or check, or repair). Dropping it gives the
+/// worktree back to the pool ([`Lease::release`]); that is blocking work, so async code
+/// releases a lease explicitly on a blocking thread where it can.
+pub struct Lease {
+    pool: Arc<WorktreePool>,
+    slot: Slot,
+    /// Has the slot gone back (or been thrown away) already?
+    ended: bool,
+}
+
+impl Lease {
+    /// Gives the worktree back to the pool: HEAD detached (so its branch can be moved or
+    /// deleted) and unlocked; a worktree whose worker tampered with it is thrown away instead.
+    /// Blocking.
+    pub fn release(mut self) -> anyhow::Result<()> {
+        let slot = self.end();
+        self.pool.give_back(slot)
+    }
+
+    /// Throws the worktree away (its worker tampered with it); the pool makes a new one when
+    /// it needs one. Blocking.
+    pub fn discard(mut self) {
+        let slot = self.end();
+        self.pool.discard(slot);
+    }
+
+    fn end(&mut self) -> Slot {
+        self.ended = true;
+        std::mem::take(&mut self.slot)
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = Slot;
+
+    fn deref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+impl std::ops::DerefMut for Lease {
+    fn deref_mut(&mut self) -> &mut Slot {
+        &mut self.slot
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.ended {
+            let slot = self.end();
+            let name = slot.name.clone();
+            if let Err(e) = self.pool.give_back(slot) {
+                tracing::warn!("cannot return worktree {name} to the pool: {e:#}");
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -100,9 +161,9 @@ impl WorktreePool {
         }
     }
 
-    /// Gives a worktree with `branch` (created or moved to `start`) checked out at `start`.
+    /// Lends a worktree with `branch` (created or moved to `start`) checked out at `start`.
     /// Blocking: call from a blocking thread.
-    pub fn acquire(&self, branch: &str, start: Oid) -> anyhow::Result<Slot> {
+    pub fn acquire(self: &Arc<Self>, branch: &str, start: Oid) -> anyhow::Result<Lease> {
         let repo = Repository::open(&self.common_dir)?;
         let commit = repo.find_commit(start)?;
         // `force`: a retry moves its branch to the new start commit. Idle worktrees have a
@@ -135,12 +196,17 @@ impl WorktreePool {
             Some(slot) => slot,
             None => self.create(&repo, &branch_ref)?,
         };
-        let wt = repo.find_worktree(&slot.name)?;
+        let lease = Lease {
+            pool: self.clone(),
+            slot,
+            ended: false,
+        };
+        let wt = repo.find_worktree(&lease.name)?;
         // Locking is advisory (it stops `git worktree prune/remove`); a failure is not fatal.
         if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
-            tracing::debug!("cannot lock worktree {}: {e}", slot.name);
+            tracing::debug!("cannot lock worktree {}: {e}", lease.name);
         }
-        Ok(slot)
+        Ok(lease)
     }
 
     /// The administrative directory of worktree `name`: `.git/worktrees/<name>`.
@@ -178,7 +244,7 @@ impl WorktreePool {
 
     /// Removes a worktree that must not be used again (its worker tampered with it, or it
     /// could not be reset); the pool makes a new one when it needs one.
-    pub fn discard(&self, slot: Slot) {
+    fn discard(&self, slot: Slot) {
         self.lock_state()
             .created
             .retain(|(name, _)| *name != slot.name);
@@ -287,9 +353,9 @@ impl WorktreePool {
         Ok(oid)
     }
 
-    /// Returns a worktree to the pool: HEAD detached (so its branch can be moved or deleted)
-    /// and unlocked.
-    pub fn release(&self, slot: Slot) -> anyhow::Result<()> {
+    /// Takes a worktree back: HEAD detached (so its branch can be moved or deleted) and
+    /// unlocked, or thrown away if its worker tampered with it.
+    fn give_back(&self, slot: Slot) -> anyhow::Result<()> {
         if let Err(why) = self.check_intact(&slot) {
             tracing::warn!("worktree {} is not used again: {why}", slot.name);
             self.discard(slot);
@@ -550,4 +616,62 @@ fn remove_worktrees_where(
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A repository with one commit, in a temporary directory.
+    fn repo() -> (tempfile::TempDir, Repository, Oid) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path().join("repo")).unwrap();
+        std::fs::write(dir.path().join("repo/a.txt"), "a\n").unwrap();
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new("a.txt")).unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let commit = repo
+            .commit(Some("HEAD"), &sig, &sig, "one", &tree, &[])
+            .unwrap();
+        drop(tree);
+        (dir, repo, commit)
+    }
+
+    fn locked(repo: &Repository, name: &str) -> bool {
+        matches!(
+            repo.find_worktree(name).unwrap().is_locked().unwrap(),
+            git2::WorktreeLockStatus::Locked(_)
+        )
+    }
+
+    #[test]
+    fn a_lease_dropped_on_an_error_path_gives_its_worktree_back() {
+        let (dir, repo, commit) = repo();
+        let run: RunId = "20261124-000000-abcd".parse().unwrap();
+        let pool = Arc::new(WorktreePool::new(
+            repo.path(),
+            &run,
+            Vec::new(),
+            &dir.path().join("repo"),
+        ));
+        let branch = run.task_branch(&"a-txt".parse().unwrap());
+        let name = {
+            let fails = || -> anyhow::Result<String> {
+                let lease = pool.acquire(&branch, commit)?;
+                assert!(lease.fresh);
+                assert!(locked(&repo, &lease.name));
+                anyhow::ensure!(lease.name.is_empty(), "{}", lease.name);
+                Ok(String::new())
+            };
+            fails().unwrap_err().to_string()
+        };
+        assert!(!locked(&repo, &name), "the worktree is still locked");
+        let again = pool.acquire(&branch, commit).unwrap();
+        assert_eq!(again.name, name);
+        assert!(!again.fresh, "the worktree was not reused");
+        again.release().unwrap();
+        assert_eq!(pool.remove_all(), 1);
+        assert!(repo.worktrees().unwrap().is_empty());
+    }
 }

@@ -71,7 +71,7 @@ struct Shared {
     plan: Plan,
     base: Oid,
     run_dir: RunDir,
-    pool: WorktreePool,
+    pool: Arc<WorktreePool>,
     sink: Arc<EventSink>,
     cancel: CancellationToken,
     worker: WorkerKind,
@@ -266,12 +266,12 @@ impl Shared {
             (None, Some(_)) => WorkerKind::Llm,
             (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
         };
-        let pool = WorktreePool::new(
+        let pool = Arc::new(WorktreePool::new(
             &info.common_dir,
             &plan.run_id,
             plan.settings.worktree.copy.clone(),
             &info.workdir,
-        );
+        ));
         Ok(Self {
             known_branches: std::sync::Mutex::new(user_branches(&info.common_dir)?),
             plan,

@@ -85,14 +85,10 @@ async fn attempt_repair(
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
     if let Err(why) = shared.pool.check_intact(&slot) {
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || shared.pool.discard(slot)).await?;
+        tokio::task::spawn_blocking(move || slot.discard()).await?;
         return Err(anyhow::anyhow!(why)).context(format!("task {}", task.id));
     }
-    {
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
-    }
+    tokio::task::spawn_blocking(move || slot.release()).await??;
     if let Err(e) = outcome {
         return Err(e).context(format!("task {}", task.id));
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use git2::Oid;
 
 use super::{RunMode, Shared, result_branch};
-use crate::events::Event;
+use crate::events::{ConflictAction, Event};
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 
@@ -323,25 +323,27 @@ impl Scheduler {
                 let action = match policy {
                     OnConflict::Retry if t.attempts < 2 => {
                         retry = Some((done.idx, FollowUp::Retry(paths.clone())));
-                        "retry"
+                        ConflictAction::Retry
                     }
                     OnConflict::Repair if self.shared.model.is_some() => {
                         retry = Some((done.idx, FollowUp::Repair));
-                        "repair"
+                        ConflictAction::Repair
                     }
-                    OnConflict::Retry | OnConflict::Skip | OnConflict::Repair => "skip",
+                    OnConflict::Retry | OnConflict::Skip | OnConflict::Repair => {
+                        ConflictAction::Skip
+                    }
                     OnConflict::Fail => {
                         self.stopped = Some(format!(
                             "merging stopped after task {} conflicted (--on-conflict fail)",
                             t.id
                         ));
-                        "stop"
+                        ConflictAction::Stop
                     }
                 };
                 self.shared.sink.emit(Event::Conflict {
                     task: t.id.clone(),
                     paths,
-                    action: action.to_string(),
+                    action,
                 });
             }
             Err(e) => {

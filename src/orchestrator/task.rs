@@ -151,15 +151,8 @@ async fn attempt_task(
         Some(o) => o,
         None => {
             step("running");
-            match run_worker(shared, a.idx, &slot.path, &task_dir, context).await {
-                Ok(result) => result,
-                Err(e) => {
-                    // The worktree goes back to the pool even so (its next task resets it).
-                    let shared = shared.clone();
-                    tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
-                    return Err(e);
-                }
-            }
+            // On an error the lease gives the worktree back (its next task resets it).
+            run_worker(shared, a.idx, &slot.path, &task_dir, context).await?
         }
     };
     let verdict = result.verdict;
@@ -185,8 +178,7 @@ async fn attempt_task(
     // A worktree whose link to the repository the worker changed is neither committed nor
     // used again.
     if let Err(why) = shared.pool.check_intact(&slot) {
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || shared.pool.discard(slot)).await?;
+        tokio::task::spawn_blocking(move || slot.discard()).await?;
         a.status = TaskStatus::Failed;
         a.error = Some(why);
         return Ok(());
@@ -212,10 +204,7 @@ async fn attempt_task(
         })
         .await?
     };
-    {
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
-    }
+    tokio::task::spawn_blocking(move || slot.release()).await??;
     let committed = match committed {
         Ok(c) => c,
         Err(e @ CommitError::RewroteBranch(tip)) => {

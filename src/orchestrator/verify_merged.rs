@@ -26,7 +26,7 @@ use git2::Oid;
 use super::Shared;
 use super::scheduler::Scheduler;
 use super::task::set_up;
-use crate::events::Event;
+use crate::events::{CheckRole, Event};
 use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
 use crate::report::{TaskStatus, VerifyMergedReport};
 use crate::worker::Verdict;
@@ -68,7 +68,7 @@ struct Checker {
 
 impl Checker {
     /// Checks `commit`; `None` when the run was interrupted.
-    async fn check(&mut self, commit: Oid, role: &str) -> anyhow::Result<Option<Check>> {
+    async fn check(&mut self, commit: Oid, role: CheckRole) -> anyhow::Result<Option<Check>> {
         let tree = {
             let common_dir = self.shared.common_dir.clone();
             tokio::task::spawn_blocking(move || {
@@ -118,10 +118,7 @@ impl Checker {
             )),
             Err(e) => Err(e),
         };
-        {
-            let shared = shared.clone();
-            tokio::task::spawn_blocking(move || shared.pool.release(slot)).await??;
-        }
+        tokio::task::spawn_blocking(move || slot.release()).await??;
         let Some(ran) = ran? else {
             return Ok(None);
         };
@@ -139,7 +136,7 @@ impl Checker {
         };
         shared.sink.emit(Event::VerifyMerged {
             commit: commit.to_string(),
-            role: role.to_string(),
+            role,
             passed: check.passed,
             runs: self.runs,
         });
@@ -185,13 +182,13 @@ pub(super) async fn verify_merged(
         }
     };
 
-    let Some(mut failing) = checker.check(sched.tip, "result").await? else {
+    let Some(mut failing) = checker.check(sched.tip, CheckRole::Result).await? else {
         return Ok(());
     };
     let first = failing.clone();
     let mut good = 0;
     if !failing.passed {
-        let Some(base) = checker.check(into_start, "base").await? else {
+        let Some(base) = checker.check(into_start, CheckRole::Base).await? else {
             return Ok(());
         };
         if !base.passed {
@@ -212,7 +209,7 @@ pub(super) async fn verify_merged(
         let mut first_failure = failing.clone();
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            let Some(c) = checker.check(at(&chain, mid), "bisect").await? else {
+            let Some(c) = checker.check(at(&chain, mid), CheckRole::Bisect).await? else {
                 return Ok(());
             };
             if c.passed {
@@ -260,7 +257,7 @@ pub(super) async fn verify_merged(
         let from = at(&chain, hi - 1);
         (train, chain) = rebuild(sched, train, &chain, hi - 1, from, culprit_commit).await?;
         good = hi - 1;
-        let Some(c) = checker.check(sched.tip, "result").await? else {
+        let Some(c) = checker.check(sched.tip, CheckRole::Result).await? else {
             return Ok(());
         };
         failing = c;

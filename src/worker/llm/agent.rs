@@ -203,22 +203,19 @@ async fn run_loop(
                 path: target.clone(),
             });
             let outcome = if call.name == "run" {
-                Outcome::Result(run_command(task, &call.arguments).await?)
+                run_command(task, &call.arguments).await?
             } else {
                 workspace.call(&call.name, &call.arguments)
             };
+            if let Outcome::Finish { status, summary } = &outcome {
+                finished = Some((*status, summary.clone()));
+            }
             // What a tool read or ran never carries a secret to the model.
-            let content = match &outcome {
-                Outcome::Result(text) => crate::secrets::redact(text).into_owned(),
-                Outcome::Finish { status, summary } => {
-                    finished = Some((*status, summary.clone()));
-                    "finish recorded".to_string()
-                }
-            };
+            let content = crate::secrets::redact(&outcome.for_model()).into_owned();
             task.events.emit(Event::ToolResult {
                 task: task.task_id.clone(),
                 tool: call.name.clone(),
-                ok: !content.starts_with("error:"),
+                ok: !matches!(outcome, Outcome::Failed(_)),
             });
             remember(&mut state.tail, &call.name, &content);
             let message = json!({"role": "tool", "tool_call_id": call.id, "content": content});
@@ -281,12 +278,12 @@ async fn run_loop(
 
 /// The `run` tool: the command runs (confined, with the task's limits) only if the policy
 /// allows it; every decision is an `approval` event.
-async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<String> {
+async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<Outcome> {
     let command = serde_json::from_str::<Value>(arguments)
         .ok()
         .and_then(|a| a.get("command").and_then(Value::as_str).map(str::to_string));
     let Some(command) = command.filter(|c| !c.trim().is_empty()) else {
-        return Ok("error: run needs {\"command\": \"...\"}".into());
+        return Ok(Outcome::Failed("run needs {\"command\": \"...\"}".into()));
     };
     let approval = approval::decide(task.run_tool, &command);
     let (program, rule) = match &approval {
@@ -299,7 +296,7 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<St
                 allowed: false,
                 rule: None,
             });
-            return Ok(format!("error: {why}"));
+            return Ok(Outcome::Failed(why.to_string()));
         }
     };
     task.events.emit(Event::Approval {
@@ -329,7 +326,7 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<St
         .into_iter()
         .rev()
         .collect();
-    Ok(format!("[{}]\n{output}", describe(ran.exit)))
+    Ok(Outcome::Text(format!("[{}]\n{output}", describe(ran.exit))))
 }
 
 /// Runs `--verify` in the worktree; `None` when it passes, else its output tail.

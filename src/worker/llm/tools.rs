@@ -95,8 +95,10 @@ pub fn definitions(with_run: bool) -> Value {
 /// What a tool call did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// The text to give back to the model (starts with `error:` on failure).
-    Result(String),
+    /// What the tool did or read, for the model.
+    Text(String),
+    /// Why the tool did nothing; the model reads it as `error: …`.
+    Failed(String),
     /// `finish` was called.
     Finish {
         status: FinishStatus,
@@ -121,8 +123,19 @@ pub struct Workspace {
 
 macro_rules! error {
     ($($arg:tt)*) => {
-        Outcome::Result(format!("error: {}", format!($($arg)*)))
+        Outcome::Failed(format!($($arg)*))
     };
+}
+
+impl Outcome {
+    /// The text the model gets back for this call.
+    pub fn for_model(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Outcome::Text(text) => text.into(),
+            Outcome::Failed(why) => format!("error: {why}").into(),
+            Outcome::Finish { .. } => "finish recorded".into(),
+        }
+    }
 }
 
 impl Workspace {
@@ -276,7 +289,7 @@ impl Workspace {
             .map(|l| l.max(1) as usize)
             .unwrap_or(READ_LINES);
         if lines.is_empty() {
-            return Outcome::Result(format!("({rel} is empty)"));
+            return Outcome::Text(format!("({rel} is empty)"));
         }
         if offset > lines.len() {
             return error!(
@@ -301,7 +314,7 @@ impl Workspace {
                 last + 1
             ));
         }
-        Outcome::Result(out)
+        Outcome::Text(out)
     }
 
     fn edit_file(&self, args: &Value) -> Outcome {
@@ -359,7 +372,7 @@ impl Workspace {
         if let Err(e) = std::fs::write(&path, updated) {
             return error!("cannot write '{rel}': {e}");
         }
-        Outcome::Result(format!(
+        Outcome::Text(format!(
             "edited {rel}: replaced {} occurrence(s)",
             if replace_all { count } else { 1 }
         ))
@@ -388,7 +401,7 @@ impl Workspace {
             return error!("cannot create the directory of '{rel}': {e}");
         }
         match std::fs::write(&path, content) {
-            Ok(()) => Outcome::Result(format!("wrote {rel} ({} bytes)", content.len())),
+            Ok(()) => Outcome::Text(format!("wrote {rel} ({} bytes)", content.len())),
             Err(e) => error!("cannot write '{rel}': {e}"),
         }
     }
@@ -433,13 +446,13 @@ impl Workspace {
             }
         }
         if out.is_empty() {
-            return Outcome::Result(format!("(no files under {rel})"));
+            return Outcome::Text(format!("(no files under {rel})"));
         }
         let mut text = out.join("\n");
         if more > 0 {
             text.push_str(&format!("\n[{more} more files; list a subdirectory]"));
         }
-        Outcome::Result(text)
+        Outcome::Text(text)
     }
 
     fn search(&self, args: &Value) -> Outcome {
@@ -484,7 +497,7 @@ impl Workspace {
             }
         }
         if hits.is_empty() {
-            return Outcome::Result(format!("no match for /{pattern}/ under {rel}"));
+            return Outcome::Text(format!("no match for /{pattern}/ under {rel}"));
         }
         let mut text = hits.join("\n");
         if more > 0 {
@@ -492,7 +505,7 @@ impl Workspace {
                 "\n[{more} more matches; narrow the pattern or the path]"
             ));
         }
-        Outcome::Result(text)
+        Outcome::Text(text)
     }
 }
 
@@ -561,7 +574,8 @@ mod tests {
 
     fn text(o: Outcome) -> String {
         match o {
-            Outcome::Result(t) => t,
+            Outcome::Text(t) => t,
+            Outcome::Failed(why) => format!("error: {why}"),
             Outcome::Finish { .. } => panic!("finish"),
         }
     }
