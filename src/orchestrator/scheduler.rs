@@ -40,6 +40,42 @@ enum FollowUp {
     Repair,
 }
 
+/// What is under way while the scheduler drives a run.
+struct Flight {
+    /// First-wave tasks not started yet.
+    pending: VecDeque<TaskIdx>,
+    /// Conflicted tasks to run again or repair after the first wave.
+    retries: VecDeque<(TaskIdx, FollowUp)>,
+    running: JoinSet<Attempt>,
+    running_ids: HashMap<tokio::task::Id, TaskIdx>,
+    /// Merge jobs sent to the merge thread and not answered yet.
+    merging: usize,
+    jobs: std::sync::mpsc::Sender<MergeJob>,
+    done: mpsc::UnboundedReceiver<MergeDone>,
+}
+
+impl Flight {
+    fn spawn(
+        &mut self,
+        idx: TaskIdx,
+        attempt: impl std::future::Future<Output = Attempt> + Send + 'static,
+    ) {
+        let handle = self.running.spawn(attempt);
+        self.running_ids.insert(handle.id(), idx);
+    }
+
+    /// Hands `job` to the merge thread.
+    fn merge(&mut self, job: MergeJob) -> anyhow::Result<()> {
+        self.jobs.send(job).map_err(|_| merge_thread_stopped())?;
+        self.merging += 1;
+        Ok(())
+    }
+}
+
+fn merge_thread_stopped() -> anyhow::Error {
+    anyhow::anyhow!("the merge thread stopped")
+}
+
 struct MergeDone {
     pub(super) idx: TaskIdx,
     pub(super) outcome: Result<MergeOutcome, String>,
@@ -86,27 +122,29 @@ impl Scheduler {
         merge_first: Vec<TaskIdx>,
     ) -> anyhow::Result<()> {
         let shared = self.shared.clone();
-        let settings = &shared.plan.settings;
         let train = MergeTrain::new(&info.common_dir, &result_branch(&shared.plan.run_id), start)?;
         let (job_tx, job_rx) = std::sync::mpsc::channel::<MergeJob>();
-        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<MergeDone>();
+        let (done_tx, done_rx) = mpsc::unbounded_channel::<MergeDone>();
         let merge_thread = {
             let shared = shared.clone();
             std::thread::spawn(move || merge_loop(train, &shared, job_rx, done_tx))
         };
-
-        let mut pending: VecDeque<TaskIdx> = shared
+        let pending = shared
             .plan
             .indices()
             .filter(|&i| {
                 self.mode.runs_workers() && self.report.task(i).status == TaskStatus::Pending
             })
             .collect();
-        let mut retries: VecDeque<(TaskIdx, FollowUp)> = VecDeque::new();
-        let mut running: JoinSet<Attempt> = JoinSet::new();
-        let mut running_ids: HashMap<tokio::task::Id, TaskIdx> = HashMap::new();
-        let mut merging = 0usize;
-        let mut internal: Option<anyhow::Error> = None;
+        let mut flight = Flight {
+            pending,
+            retries: VecDeque::new(),
+            running: JoinSet::new(),
+            running_ids: HashMap::new(),
+            merging: 0,
+            jobs: job_tx,
+            done: done_rx,
+        };
         for idx in merge_first {
             let t = self.report.task(idx);
             let (Some(start), Some(tip)) = (t.start, t.commit) else {
@@ -118,65 +156,47 @@ impl Scheduler {
                 tip,
                 resolved: None,
             };
-            if job_tx.send(job).is_ok() {
-                merging += 1;
-            }
+            // A merge thread that stopped already shows below.
+            let _ = flight.merge(job);
         }
+        if let Err(e) = self.fly(&mut flight).await {
+            // Stop the workers still running (their process groups) before giving up.
+            shared.cancel.cancel();
+            while flight.running.join_next().await.is_some() {}
+            return Err(e);
+        }
+        let Flight {
+            pending,
+            retries,
+            jobs,
+            ..
+        } = flight;
+        drop(jobs);
+        self.train = merge_thread.join().ok();
+        self.mark_not_run(
+            pending
+                .into_iter()
+                .chain(retries.into_iter().map(|(i, _)| i)),
+        );
+        self.save();
+        Ok(())
+    }
+
+    /// Starts tasks and merges what finishes until nothing runs or waits to be merged.
+    async fn fly(&mut self, flight: &mut Flight) -> anyhow::Result<()> {
         loop {
-            if self.budget_spent.is_none()
-                && let Some(reason) = self.token_budget_spent()
-            {
-                self.budget_spent = Some(reason);
-            }
-            let may_start = !shared.cancel.is_cancelled()
-                && self.stopped.is_none()
-                && self.budget_spent.is_none();
-            if may_start {
-                while running.len() < settings.jobs
-                    && let Some(idx) = pending.pop_front()
-                {
-                    self.set_running(idx, 1, shared.base);
-                    let handle = running.spawn(run_task(shared.clone(), idx, 1, shared.base, None));
-                    running_ids.insert(handle.id(), idx);
-                }
-                if pending.is_empty()
-                    && running.is_empty()
-                    && merging == 0
-                    && let Some((idx, follow_up)) = retries.pop_front()
-                {
-                    let attempt = self.report.task(idx).attempts + 1;
-                    let handle = match follow_up {
-                        FollowUp::Retry(paths) => {
-                            let context = conflict_context(&paths);
-                            self.set_running(idx, attempt, self.tip);
-                            running.spawn(run_task(
-                                shared.clone(),
-                                idx,
-                                attempt,
-                                self.tip,
-                                Some(context),
-                            ))
-                        }
-                        FollowUp::Repair => {
-                            let repair = self.conflict_repair(idx, attempt)?;
-                            self.set_running(idx, attempt, repair.task_start);
-                            running.spawn(repair_conflict(shared.clone(), repair))
-                        }
-                    };
-                    running_ids.insert(handle.id(), idx);
-                }
-            }
-            if running.is_empty() && merging == 0 {
-                break;
+            self.start_what_may_start(flight)?;
+            if flight.running.is_empty() && flight.merging == 0 {
+                return Ok(());
             }
             tokio::select! {
-                joined = running.join_next_with_id(), if !running.is_empty() => {
+                joined = flight.running.join_next_with_id(), if !flight.running.is_empty() => {
                     let attempt = match joined {
                         Some(Ok((_, attempt))) => attempt,
                         Some(Err(e)) => {
                             // A panic in swarm's own code for this task: that task fails,
                             // the run goes on.
-                            if let Some(&idx) = running_ids.get(&e.id()) {
+                            if let Some(&idx) = flight.running_ids.get(&e.id()) {
                                 let t = self.report.task_mut(idx);
                                 t.status = TaskStatus::Failed;
                                 t.error = Some(format!("internal error in swarm: {e}"));
@@ -186,55 +206,82 @@ impl Scheduler {
                         None => continue,
                     };
                     if let Some(job) = self.on_attempt(attempt) {
-                        if job_tx.send(job).is_err() {
-                            internal = Some(anyhow::anyhow!("the merge thread stopped"));
-                            break;
-                        }
-                        merging += 1;
+                        flight.merge(job)?;
                     }
                 }
-                done = done_rx.recv(), if merging > 0 => {
-                    let Some(done) = done else {
-                        internal = Some(anyhow::anyhow!("the merge thread stopped"));
-                        break;
-                    };
-                    merging -= 1;
+                done = flight.done.recv(), if flight.merging > 0 => {
+                    let done = done.ok_or_else(merge_thread_stopped)?;
+                    flight.merging -= 1;
                     if let Some(retry) = self.on_merged(done) {
-                        retries.push_back(retry);
+                        flight.retries.push_back(retry);
                     }
                 }
             }
         }
-        if let Some(e) = internal {
-            // Stop the workers still running (their process groups) before giving up.
-            shared.cancel.cancel();
-            while running.join_next().await.is_some() {}
-            return Err(e);
-        }
-        drop(job_tx);
-        self.train = merge_thread.join().ok();
-        // Tasks that never started.
-        let not_run = if shared.cancel.is_cancelled() {
-            None
-        } else {
-            self.stopped.clone().or_else(|| self.budget_spent.clone())
-        };
-        for idx in pending
-            .into_iter()
-            .chain(retries.into_iter().map(|(i, _)| i))
+    }
+
+    /// Starts pending tasks up to `--jobs`, and once the first wave is done and merged, the
+    /// retries and repairs of conflicted tasks, one at a time; none when the run is stopping.
+    fn start_what_may_start(&mut self, flight: &mut Flight) -> anyhow::Result<()> {
+        let shared = self.shared.clone();
+        if self.budget_spent.is_none()
+            && let Some(reason) = self.token_budget_spent()
         {
+            self.budget_spent = Some(reason);
+        }
+        let may_start =
+            !shared.cancel.is_cancelled() && self.stopped.is_none() && self.budget_spent.is_none();
+        if !may_start {
+            return Ok(());
+        }
+        while flight.running.len() < shared.plan.settings.jobs
+            && let Some(idx) = flight.pending.pop_front()
+        {
+            self.set_running(idx, 1, shared.base);
+            flight.spawn(idx, run_task(shared.clone(), idx, 1, shared.base, None));
+        }
+        if flight.pending.is_empty()
+            && flight.running.is_empty()
+            && flight.merging == 0
+            && let Some((idx, follow_up)) = flight.retries.pop_front()
+        {
+            let attempt = self.report.task(idx).attempts + 1;
+            match follow_up {
+                FollowUp::Retry(paths) => {
+                    let context = conflict_context(&paths);
+                    self.set_running(idx, attempt, self.tip);
+                    let retry = run_task(shared.clone(), idx, attempt, self.tip, Some(context));
+                    flight.spawn(idx, retry);
+                }
+                FollowUp::Repair => {
+                    let repair = self.conflict_repair(idx, attempt)?;
+                    self.set_running(idx, attempt, repair.task_start);
+                    flight.spawn(idx, repair_conflict(shared.clone(), repair));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tasks that never started (`left`): skipped, saying why, when the run stopped for a
+    /// reason of its own (not an interruption: those stay pending, for `swarm resume`).
+    fn mark_not_run(&mut self, left: impl Iterator<Item = TaskIdx>) {
+        let cancelled = self.shared.cancel.is_cancelled();
+        let not_run = match cancelled {
+            true => None,
+            false => self.stopped.clone().or_else(|| self.budget_spent.clone()),
+        };
+        for idx in left {
             let t = self.report.task_mut(idx);
             if t.status == TaskStatus::Pending {
                 if let Some(reason) = &not_run {
                     t.status = TaskStatus::Skipped;
                     t.error = Some(format!("not run: {reason}"));
                 }
-            } else if t.status == TaskStatus::Conflict && shared.cancel.is_cancelled() {
+            } else if t.status == TaskStatus::Conflict && cancelled {
                 t.error = Some("conflicted; the retry did not run (interrupted)".into());
             }
         }
-        self.save();
-        Ok(())
     }
 
     /// Why no new task may start for lack of tokens (`--max-tokens`), if so.

@@ -2,7 +2,8 @@
 
 use crate::git::commit::{self, CommitError};
 use crate::git::finish;
-use crate::git::worktree::Slot;
+use crate::git::worktree::{Lease, Slot};
+use crate::ids::TaskId;
 use crate::plan::TaskIdx;
 use crate::report::Tokens;
 use crate::settings::Scope;
@@ -114,67 +115,17 @@ async fn attempt_task(
     context: Option<&str>,
 ) -> anyhow::Result<()> {
     let task = shared.plan.task(a.idx);
-    let run_id = &shared.plan.run_id;
-    let branch = task.branch(run_id);
-    let step = |s: &str| {
-        shared.sink.emit(Event::TaskStep {
-            task: task.id.clone(),
-            step: s.to_string(),
-        })
-    };
-
-    let mut slot = {
-        let shared = shared.clone();
-        let (branch, start) = (branch.clone(), a.start);
-        tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, start)).await??
-    };
-    if slot.fresh {
-        shared.sink.emit(Event::WorktreeCreated {
-            worktree: slot.path.display().to_string(),
-        });
-    }
-    shared.sink.emit(Event::TaskStarted {
-        task: task.id.clone(),
-        files: task.files.clone(),
-        attempt: a.attempt,
-        worktree: slot.path.display().to_string(),
-    });
-    let task_dir = shared.run_dir.task_dir(&task.id);
-    std::fs::create_dir_all(&task_dir)?;
-    if shared.plan.settings.worktree.setup.is_some() && !slot.set_up {
-        step("setup");
-    }
-    let outcome = set_up(shared, &mut slot)
-        .await?
-        .map(|(verdict, tail)| WorkerResult::just(verdict, Some(tail)));
-    let result = match outcome {
-        Some(o) => o,
-        None => {
-            step("running");
-            // On an error the lease gives the worktree back (its next task resets it).
-            run_worker(shared, a.idx, &slot.path, &task_dir, context).await?
-        }
-    };
+    let branch = task.branch(&shared.plan.run_id);
+    let mut slot = start_attempt(shared, a, &branch).await?;
+    // On an error the lease gives the worktree back (its next task resets it).
+    let result = work(shared, a.idx, &mut slot, context).await?;
     let verdict = result.verdict;
     a.summary = result.summary;
     a.output_tail = result.output_tail.filter(|t| !t.is_empty());
     a.tokens = result.tokens;
     a.turns = result.turns;
 
-    // Branches the worker made, whatever else it did.
-    let created = {
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || new_user_branches(&shared)).await??
-    };
-    if !created.is_empty() {
-        shared.sink.emit(Event::Warning {
-            task: Some(task.id.clone()),
-            message: format!(
-                "the worker created branch(es) {}; swarm leaves them as they are",
-                created.join(", ")
-            ),
-        });
-    }
+    warn_about_new_branches(shared, &task.id).await?;
     // A worktree whose link to the repository the worker changed is neither committed nor
     // used again.
     if let Err(why) = shared.pool.check_intact(&slot) {
@@ -183,29 +134,8 @@ async fn attempt_task(
         a.error = Some(why);
         return Ok(());
     }
-
-    step("committing");
-    let (slot, committed) = {
-        let shared = shared.clone();
-        let (branch, start) = (branch.clone(), a.start);
-        let message = format!(
-            "swarm: {}\n\n{}\n\nSwarm-Run: {run_id}\nSwarm-Task: {}\n",
-            task.id,
-            shared.plan.instruction.trim(),
-            task.id
-        );
-        tokio::task::spawn_blocking(move || {
-            let committed = shared
-                .pool
-                .open(&slot)
-                .map_err(|e| CommitError::Git(git2::Error::from_str(&format!("{e:#}"))))
-                .and_then(|repo| commit::commit_task(&repo, &branch, start, &message));
-            (slot, committed)
-        })
-        .await?
-    };
-    tokio::task::spawn_blocking(move || slot.release()).await??;
-    let committed = match committed {
+    step(shared, &task.id, "committing");
+    let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start).await? {
         Ok(c) => c,
         Err(e @ CommitError::RewroteBranch(tip)) => {
             // Kept for inspection, like any failed task's branch.
@@ -232,33 +162,149 @@ async fn attempt_task(
         return Ok(());
     }
     for path in &committed.skipped {
-        shared.sink.emit(Event::Warning {
-            task: Some(task.id.clone()),
-            message: format!("{path} could not be staged (a nested repository?); left out"),
-        });
+        warn(
+            shared,
+            &task.id,
+            format!("{path} could not be staged (a nested repository?); left out"),
+        );
     }
     if committed.worker_commits > 0 {
-        shared.sink.emit(Event::Warning {
-            task: Some(task.id.clone()),
-            message: format!(
+        warn(
+            shared,
+            &task.id,
+            format!(
                 "the worker made {} commit(s) itself; they are kept on the task branch",
                 committed.worker_commits
             ),
+        );
+    }
+    (a.status, a.error) = outcome(verdict, &a.changed, &task.files, shared.plan.settings.scope);
+    Ok(())
+}
+
+fn step(shared: &Shared, task: &TaskId, step: &str) {
+    shared.sink.emit(Event::TaskStep {
+        task: task.clone(),
+        step: step.to_string(),
+    });
+}
+
+fn warn(shared: &Shared, task: &TaskId, message: String) {
+    shared.sink.emit(Event::Warning {
+        task: Some(task.clone()),
+        message,
+    });
+}
+
+/// A worktree for the attempt, with `branch` at its start commit; says so in events.
+async fn start_attempt(shared: &Arc<Shared>, a: &Attempt, branch: &str) -> anyhow::Result<Lease> {
+    let task = shared.plan.task(a.idx);
+    let slot = {
+        let shared = shared.clone();
+        let (branch, start) = (branch.to_string(), a.start);
+        tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, start)).await??
+    };
+    if slot.fresh {
+        shared.sink.emit(Event::WorktreeCreated {
+            worktree: slot.path.display().to_string(),
         });
     }
-    (a.status, a.error) = match verdict {
+    shared.sink.emit(Event::TaskStarted {
+        task: task.id.clone(),
+        files: task.files.clone(),
+        attempt: a.attempt,
+        worktree: slot.path.display().to_string(),
+    });
+    Ok(slot)
+}
+
+/// `[worktree] setup` if the worktree needs it, then the worker.
+async fn work(
+    shared: &Arc<Shared>,
+    idx: TaskIdx,
+    slot: &mut Slot,
+    context: Option<&str>,
+) -> anyhow::Result<WorkerResult> {
+    let task = shared.plan.task(idx);
+    let task_dir = shared.run_dir.task_dir(&task.id);
+    std::fs::create_dir_all(&task_dir)?;
+    if shared.plan.settings.worktree.setup.is_some() && !slot.set_up {
+        step(shared, &task.id, "setup");
+    }
+    if let Some((verdict, tail)) = set_up(shared, slot).await? {
+        return Ok(WorkerResult::just(verdict, Some(tail)));
+    }
+    step(shared, &task.id, "running");
+    run_worker(shared, idx, &slot.path, &task_dir, context).await
+}
+
+/// Branches the worker made, whatever else it did: a warning (swarm leaves them be).
+async fn warn_about_new_branches(shared: &Arc<Shared>, task: &TaskId) -> anyhow::Result<()> {
+    let created = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || new_user_branches(&shared)).await??
+    };
+    if !created.is_empty() {
+        warn(
+            shared,
+            task,
+            format!(
+                "the worker created branch(es) {}; swarm leaves them as they are",
+                created.join(", ")
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Commits what the worker left in the worktree onto `branch` (which started at `start`),
+/// then gives the worktree back.
+async fn commit_attempt(
+    shared: &Arc<Shared>,
+    slot: Lease,
+    task: &TaskId,
+    branch: &str,
+    start: Oid,
+) -> anyhow::Result<Result<commit::Committed, CommitError>> {
+    let message = format!(
+        "swarm: {task}\n\n{}\n\nSwarm-Run: {}\nSwarm-Task: {task}\n",
+        shared.plan.instruction.trim(),
+        shared.plan.run_id,
+    );
+    let shared = shared.clone();
+    let branch = branch.to_string();
+    let (slot, committed) = tokio::task::spawn_blocking(move || {
+        let committed = shared
+            .pool
+            .open(&slot)
+            .map_err(|e| CommitError::Git(git2::Error::from_str(&format!("{e:#}"))))
+            .and_then(|repo| commit::commit_task(&repo, &branch, start, &message));
+        (slot, committed)
+    })
+    .await?;
+    tokio::task::spawn_blocking(move || slot.release()).await??;
+    Ok(committed)
+}
+
+/// The attempt's status and error, from the worker's verdict and what it changed.
+fn outcome(
+    verdict: Verdict,
+    changed: &[RepoPath],
+    files: &[RepoPath],
+    scope: Scope,
+) -> (TaskStatus, Option<String>) {
+    match verdict {
         Verdict::Interrupted => (TaskStatus::Interrupted, Some("interrupted".into())),
         Verdict::Timeout(why) => (TaskStatus::Timeout, Some(why)),
         Verdict::Failed(why) => (TaskStatus::Failed, Some(why)),
-        Verdict::Done | Verdict::NoChange if a.changed.is_empty() => (TaskStatus::NoChange, None),
+        Verdict::Done | Verdict::NoChange if changed.is_empty() => (TaskStatus::NoChange, None),
         Verdict::Done | Verdict::NoChange => {
-            let outside: Vec<String> = a
-                .changed
+            let outside: Vec<String> = changed
                 .iter()
-                .filter(|p| !task.files.contains(p))
+                .filter(|p| !files.contains(p))
                 .map(|p| p.display())
                 .collect();
-            if shared.plan.settings.scope == Scope::Task && !outside.is_empty() {
+            if scope == Scope::Task && !outside.is_empty() {
                 (
                     TaskStatus::Failed,
                     Some(format!(
@@ -270,8 +316,7 @@ async fn attempt_task(
                 (TaskStatus::Done, None)
             }
         }
-    };
-    Ok(())
+    }
 }
 
 /// Runs `[worktree] setup` in a worktree that has not had it yet. `Some` (the verdict and the
@@ -363,46 +408,24 @@ async fn run_worker(
     if result.verdict != Verdict::Done {
         return Ok(result);
     }
-    shared.sink.emit(Event::TaskStep {
-        task: task.id.clone(),
-        step: "verify".into(),
-    });
-    let ran = process::run(ProcessRequest {
-        program: Program::Shell(verify),
-        cwd: worktree,
-        env: Vec::new(),
-        log: &task_dir.join("verify.log"),
-        timeout: settings.timeout(),
-        idle_timeout: Some(settings.idle_timeout()),
-        sandbox: Some(&settings.sandbox),
-        also_writable: &[],
-        cancel: &shared.cancel,
-    })
-    .await?;
-    result.verdict = match ran.exit {
-        Exit::Code(0) => return Ok(result),
-        Exit::Cancelled => Verdict::Interrupted,
-        Exit::TimedOut => Verdict::Timeout("--verify timed out (--timeout)".into()),
-        Exit::Idle => Verdict::Timeout("--verify was stale (--idle-timeout)".into()),
-        Exit::Code(c) => Verdict::Failed(format!("--verify `{verify}` failed (exit status {c})")),
-        Exit::Signal(s) => Verdict::Failed(format!("--verify `{verify}` was killed by signal {s}")),
+    let Some((verdict, tail)) = verify_exec(shared, &task.id, verify, worktree, task_dir).await?
+    else {
+        return Ok(result);
     };
-    result.output_tail = Some(ran.output_tail.clone());
+    result.verdict = verdict;
+    result.output_tail = Some(tail.clone());
     let (Verdict::Failed(_), true, Some(llm)) =
         (&result.verdict, settings.repair, shared.model.as_deref())
     else {
         return Ok(result);
     };
     // Codemod first, agent second: the model fixes what the command broke.
-    shared.sink.emit(Event::TaskStep {
-        task: task.id.clone(),
-        step: "repair".into(),
-    });
+    step(shared, &task.id, "repair");
     let context = format!(
         "The command `{command}` has already made this change in the worktree (the task's \
          files are modified). The check `{verify}` now fails:\n\n{}\n\nFix what is broken, \
          keeping the command's change, then call finish; the check runs again then.",
-        ran.output_tail.trim_end()
+        tail.trim_end()
     );
     let repaired = run_agent(
         shared,
@@ -418,6 +441,40 @@ async fn run_worker(
         summary: repaired.summary.or(result.summary),
         ..repaired
     })
+}
+
+/// Runs `--verify` after an `--exec` worker: `None` when it passes, else the verdict and the
+/// check's output tail.
+async fn verify_exec(
+    shared: &Shared,
+    task: &TaskId,
+    verify: &str,
+    worktree: &std::path::Path,
+    task_dir: &std::path::Path,
+) -> anyhow::Result<Option<(Verdict, String)>> {
+    let settings = &shared.plan.settings;
+    step(shared, task, "verify");
+    let ran = process::run(ProcessRequest {
+        program: Program::Shell(verify),
+        cwd: worktree,
+        env: Vec::new(),
+        log: &task_dir.join("verify.log"),
+        timeout: settings.timeout(),
+        idle_timeout: Some(settings.idle_timeout()),
+        sandbox: Some(&settings.sandbox),
+        also_writable: &[],
+        cancel: &shared.cancel,
+    })
+    .await?;
+    let verdict = match ran.exit {
+        Exit::Code(0) => return Ok(None),
+        Exit::Cancelled => Verdict::Interrupted,
+        Exit::TimedOut => Verdict::Timeout("--verify timed out (--timeout)".into()),
+        Exit::Idle => Verdict::Timeout("--verify was stale (--idle-timeout)".into()),
+        Exit::Code(c) => Verdict::Failed(format!("--verify `{verify}` failed (exit status {c})")),
+        Exit::Signal(s) => Verdict::Failed(format!("--verify `{verify}` was killed by signal {s}")),
+    };
+    Ok(Some((verdict, ran.output_tail)))
 }
 
 /// Runs the built-in agent on task `idx` in `worktree`, allowed to write `files` (with

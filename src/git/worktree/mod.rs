@@ -29,12 +29,18 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
-use git2::{Oid, Repository, WorktreeAddOptions, WorktreePruneOptions};
+use git2::{Oid, Repository, WorktreeAddOptions};
 
 use crate::ids::{RunBranch, RunId};
 use crate::repo_path::RepoPath;
 use crate::state;
 use crate::worker::sandbox;
+
+mod cleanup;
+mod files;
+
+pub use cleanup::{remove_run_worktrees, remove_run_worktrees_except, remove_worktree};
+use files::{copy_into, reset};
 
 /// One worktree of the pool.
 #[derive(Debug, Default)]
@@ -399,57 +405,6 @@ impl WorktreePool {
     }
 }
 
-/// Points the idle worktree `wt` (at `path`) at `branch_ref` and makes its files those of
-/// `start`.
-///
-/// When the worktree is clean (its files and index are exactly its HEAD commit, as they are
-/// after swarm committed a task), only the paths that differ between that commit and `start`
-/// are checked out: proportional to the previous task's change. Otherwise (a worker left
-/// something behind that was not committed) the paths that differ from HEAD are put back
-/// too, untracked files removed; ignored files survive either way. Paths are literal (no
-/// pathspec patterns: [`super::literal_pathspec`]), and links standing on them are removed
-/// first.
-fn reset(
-    wt: &Repository,
-    path: &Path,
-    branch_ref: &str,
-    start: &git2::Commit<'_>,
-) -> anyhow::Result<()> {
-    let dirty = super::commit::dirty_paths(wt)?;
-    let head_tree = wt.head().ok().and_then(|h| h.peel_to_tree().ok());
-    tracing::debug!(
-        worktree = %path.display(),
-        clean = dirty.is_empty(),
-        "reset for {}",
-        branch_ref
-    );
-    let mut paths: Vec<RepoPath> = match &head_tree {
-        Some(tree) => super::changed_paths(wt, tree, &start.tree()?)?,
-        None => Vec::new(),
-    };
-    paths.extend(dirty.iter().map(|p| RepoPath::from_bytes(p.clone())));
-    paths.sort();
-    paths.dedup();
-    wt.set_head(branch_ref)?;
-    if paths.is_empty() && head_tree.is_some() {
-        return Ok(());
-    }
-    clear_links(path, &paths)?;
-    let mut checkout = CheckoutBuilder::new();
-    checkout.force();
-    if head_tree.is_some() {
-        for p in &paths {
-            checkout.path(super::literal_pathspec(p));
-        }
-    }
-    if !dirty.is_empty() {
-        checkout.remove_untracked(true);
-    }
-    wt.checkout_head(Some(&mut checkout))
-        .with_context(|| format!("cannot reset worktree {}", path.display()))?;
-    Ok(())
-}
-
 /// Opens worktree `name` of the repository whose git directory is `common_dir` through its
 /// administrative directory, checking that it is the worktree at `path`.
 pub fn open_worktree(common_dir: &Path, name: &str, path: &Path) -> anyhow::Result<Repository> {
@@ -480,142 +435,6 @@ fn describe_gitlink(path: &Path) -> String {
             Err(e) => format!("it cannot be read: {e}"),
         },
     }
-}
-
-/// Removes every symbolic link (and every file where a folder belongs) standing on `paths`
-/// under `root`, so that writing them cannot go through a link a worker planted.
-fn clear_links(root: &Path, paths: &[RepoPath]) -> std::io::Result<()> {
-    for p in paths {
-        let parts: Vec<&[u8]> = p.as_bytes().split(|b| *b == b'/').collect();
-        let mut at = root.to_path_buf();
-        for (i, part) in parts.iter().enumerate() {
-            at.push(OsStr::from_bytes(part));
-            let meta = match std::fs::symlink_metadata(&at) {
-                Ok(meta) => meta,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                Err(e) => return Err(e),
-            };
-            let last = i + 1 == parts.len();
-            if meta.is_symlink() || (!last && !meta.is_dir()) {
-                std::fs::remove_file(&at)?;
-                break;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Copies `rel` (`[worktree] copy`) from the user's checkout into a new worktree: a regular
-/// file reached through real directories on both sides (no link is followed, so a link in the
-/// checkout cannot bring in a file from elsewhere, nor one in the worktree send it out).
-fn copy_into(checkout: &Path, worktree: &Path, rel: &RepoPath) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let real_dirs = |root: &Path| {
-        rel.as_path()
-            .parent()
-            .into_iter()
-            .flat_map(Path::ancestors)
-            .filter(|a| !a.as_os_str().is_empty())
-            .all(|a| std::fs::symlink_metadata(root.join(a)).is_ok_and(|m| m.is_dir()))
-    };
-    let from = checkout.join(rel.as_path());
-    let is_file = std::fs::symlink_metadata(&from).is_ok_and(|m| m.is_file());
-    if !is_file || !real_dirs(checkout) {
-        tracing::warn!("[worktree] copy: {rel} is not a file of your checkout; skipped");
-        return Ok(());
-    }
-    let mut source = std::fs::File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&from)
-        .with_context(|| format!("cannot read {}", from.display()))?;
-    let to = worktree.join(rel.as_path());
-    if let Some(parent) = rel.as_path().parent() {
-        clear_links(
-            worktree,
-            &[RepoPath::from_bytes(parent.as_os_str().as_bytes().to_vec())],
-        )?;
-        std::fs::create_dir_all(worktree.join(parent))?;
-    }
-    anyhow::ensure!(
-        real_dirs(worktree),
-        "[worktree] copy: cannot place {rel} in the worktree"
-    );
-    let mut target =
-        state::create_file(&to).with_context(|| format!("cannot copy {rel} into the worktree"))?;
-    std::io::copy(&mut source, &mut target)?;
-    Ok(())
-}
-
-/// Removes a worktree of swarm's: its record in the git directory, then its directory,
-/// which must be under `<git-common-dir>/swarm/worktrees/` (whatever the record says).
-pub fn remove_worktree(repo: &Repository, name: &str, path: &Path) -> anyhow::Result<()> {
-    if let Ok(wt) = repo.find_worktree(name) {
-        let _ = wt.unlock();
-        // The directory is removed below, by swarm, only where swarm puts worktrees.
-        let mut opts = WorktreePruneOptions::new();
-        opts.valid(true).locked(true).working_tree(false);
-        wt.prune(Some(&mut opts))
-            .with_context(|| format!("cannot remove worktree {name}"))?;
-    }
-    state::remove_owned(repo.commondir(), path)?;
-    Ok(())
-}
-
-/// Removes the worktrees of run `run_id`, including records whose directory is gone and
-/// directories left without a record (a crash between the two). Returns how many.
-pub fn remove_run_worktrees(common_dir: &Path, run_id: &RunId) -> anyhow::Result<usize> {
-    let prefix = format!("{run_id}-");
-    remove_worktrees_where(common_dir, |run_part| run_part.starts_with(&prefix))
-}
-
-/// Removes every swarm worktree except those of the runs in `keep` (runs in progress).
-pub fn remove_run_worktrees_except(common_dir: &Path, keep: &[RunId]) -> anyhow::Result<usize> {
-    remove_worktrees_where(common_dir, |run_part| {
-        !keep
-            .iter()
-            .any(|id| run_part.starts_with(&format!("{id}-")))
-    })
-}
-
-/// Is `part` a `<RUN-ID>-<n>` (a worktree directory's name)?
-fn is_slot_name(part: &str) -> bool {
-    part.split_at_checked(20).is_some_and(|(run, n)| {
-        run.parse::<RunId>().is_ok()
-            && n.strip_prefix('-')
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
-    })
-}
-
-/// Worktree names are `swarm-<RUN-ID>-<n>` and directories `<RUN-ID>-<n>`; `select` gets the
-/// `<RUN-ID>-<n>` part. Names of any other shape are not swarm's.
-fn remove_worktrees_where(
-    common_dir: &Path,
-    select: impl Fn(&str) -> bool,
-) -> anyhow::Result<usize> {
-    let select = |part: &str| is_slot_name(part) && select(part);
-    let repo = Repository::open(common_dir)?;
-    let mut removed = 0;
-    for name in repo.worktrees()?.iter().flatten().flatten() {
-        let Some(run_part) = name.strip_prefix("swarm-") else {
-            continue;
-        };
-        if !select(run_part) {
-            continue;
-        }
-        // The directory is where swarm puts it, not where the record says.
-        let path = state::worktrees_dir(common_dir).join(run_part);
-        remove_worktree(&repo, name, &path)?;
-        removed += 1;
-    }
-    if let Ok(entries) = std::fs::read_dir(state::worktrees_dir(common_dir)) {
-        for entry in entries.flatten() {
-            if select(&entry.file_name().to_string_lossy()) {
-                let _ = state::remove_owned(common_dir, &entry.path());
-            }
-        }
-    }
-    Ok(removed)
 }
 
 #[cfg(test)]
