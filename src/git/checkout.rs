@@ -95,24 +95,9 @@ pub fn update_checkout(
     old: Oid,
     new: Oid,
 ) -> anyhow::Result<Result<(), NotMoved>> {
-    if let Some(what) = operation_in_progress(repo) {
-        return Ok(Err(NotMoved::new(
-            format!("{what} is in progress in your checkout"),
-            Some("finish or abort it"),
-        )));
-    }
-    let mut lock = match IndexLock::take(git_dir.join("index.lock")) {
+    let mut lock = match lock_index(repo, git_dir)? {
         Ok(lock) => lock,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Ok(Err(NotMoved::new(
-                format!(
-                    "{} exists: another git process is working in your checkout",
-                    git_dir.join("index.lock").display()
-                ),
-                Some("wait for it (or remove the lock if no git process is running)"),
-            )));
-        }
-        Err(e) => return Err(e).context("cannot lock the index"),
+        Err(not_moved) => return Ok(Err(not_moved)),
     };
     match repo.refname_to_id(into_ref) {
         Ok(now) if now == old => {}
@@ -138,58 +123,76 @@ pub fn update_checkout(
             Some("commit or stash them"),
         )));
     }
-
-    // Render the new files where nothing of the user's is.
-    let written: Vec<&Change> = changes
-        .iter()
-        .filter(|c| c.new.is_some() && !c.sparse)
-        .collect();
-    if !written.is_empty() {
-        let tree = repo.find_commit(new)?.tree()?;
-        let mut checkout = CheckoutBuilder::new();
-        checkout.force().update_index(false).target_dir(staging);
-        for c in &written {
-            checkout.path(super::literal_pathspec(&c.path));
-        }
-        let rendered = repo
-            .checkout_tree(tree.as_object(), Some(&mut checkout))
-            .map_err(anyhow::Error::from)
-            .and_then(|()| render_skipped(repo, staging, &written));
-        if let Err(e) = rendered {
-            return Ok(Err(NotMoved::new(
-                format!("cannot write the result's files: {e:#}"),
-                None,
-            )));
-        }
+    if let Err(e) = stage(repo, staging, new, &changes) {
+        return Ok(Err(NotMoved::new(
+            format!("cannot write the result's files: {e:#}"),
+            None,
+        )));
     }
     let mut swap = Swap::new(workdir, staging);
-    if let Err(e) = swap.apply(&changes) {
+    let swapped = swap
+        .apply(&changes)
+        .map_err(|e| format!("cannot update your checkout: {e:#}"))
+        .and_then(|()| {
+            write_index(git_dir, &lock.path, workdir, &changes, repo, new)
+                .map_err(|e| format!("cannot write the index: {e:#}"))
+        })
+        .and_then(|()| {
+            repo.reference_matching(into_ref, new, true, old, "swarm: merge result")
+                .map(drop)
+                .map_err(|e| format!("cannot move the branch: {}", e.message()))
+        });
+    if let Err(reason) = swapped {
         swap.undo();
-        return Ok(Err(NotMoved::new(
-            format!("cannot update your checkout: {e:#}"),
-            None,
-        )));
-    }
-    let written_index = write_index(git_dir, &lock.path, workdir, &changes, repo, new);
-    if let Err(e) = written_index {
-        swap.undo();
-        return Ok(Err(NotMoved::new(
-            format!("cannot write the index: {e:#}"),
-            None,
-        )));
-    }
-    if let Err(e) = repo.reference_matching(into_ref, new, true, old, "swarm: merge result") {
-        swap.undo();
-        return Ok(Err(NotMoved::new(
-            format!("cannot move the branch: {}", e.message()),
-            None,
-        )));
+        return Ok(Err(NotMoved::new(reason, None)));
     }
     std::fs::rename(&lock.path, git_dir.join("index"))
         .context("cannot put the new index in place")?;
     lock.held = false;
     swap.finish();
     Ok(Ok(()))
+}
+
+/// Takes the checkout's index lock, unless a git operation (a merge, a rebase…) is under way
+/// or another git process holds it.
+fn lock_index(repo: &Repository, git_dir: &Path) -> anyhow::Result<Result<IndexLock, NotMoved>> {
+    if let Some(what) = operation_in_progress(repo) {
+        return Ok(Err(NotMoved::new(
+            format!("{what} is in progress in your checkout"),
+            Some("finish or abort it"),
+        )));
+    }
+    match IndexLock::take(git_dir.join("index.lock")) {
+        Ok(lock) => Ok(Ok(lock)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Err(NotMoved::new(
+            format!(
+                "{} exists: another git process is working in your checkout",
+                git_dir.join("index.lock").display()
+            ),
+            Some("wait for it (or remove the lock if no git process is running)"),
+        ))),
+        Err(e) => Err(e).context("cannot lock the index"),
+    }
+}
+
+/// Renders the files of `new` that `changes` writes into `staging`, where nothing of the
+/// user's is.
+fn stage(repo: &Repository, staging: &Path, new: Oid, changes: &[Change]) -> anyhow::Result<()> {
+    let written: Vec<&Change> = changes
+        .iter()
+        .filter(|c| c.new.is_some() && !c.sparse)
+        .collect();
+    if written.is_empty() {
+        return Ok(());
+    }
+    let tree = repo.find_commit(new)?.tree()?;
+    let mut checkout = CheckoutBuilder::new();
+    checkout.force().update_index(false).target_dir(staging);
+    for c in &written {
+        checkout.path(super::literal_pathspec(&c.path));
+    }
+    repo.checkout_tree(tree.as_object(), Some(&mut checkout))?;
+    render_skipped(repo, staging, &written)
 }
 
 /// Writes what libgit2's checkout into a target directory skips: paths whose type changed

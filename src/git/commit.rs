@@ -149,45 +149,8 @@ fn stage_changes(
         .into_iter()
         .map(RepoPath::from_bytes)
         .partition(|rel| dirs.holds_file(rel));
-    let mut removals: BTreeSet<PathBuf> = BTreeSet::new();
-    for rel in &gone {
-        // Deleted (the index may not have it if the worker staged the deletion).
-        let _ = index.remove_path(rel.as_path());
-        if head_tree.get_path(rel.as_path()).is_ok() {
-            removals.insert(rel.as_path().to_path_buf());
-        }
-    }
-    for rel in &present {
-        // An entry standing where a folder now is, or the entries of a folder replaced by a
-        // file or a link.
-        let _ = index.remove_path(rel.as_path());
-        let _ = index.remove_dir(rel.as_path(), 0);
-        if let Ok(entry) = head_tree.get_path(rel.as_path())
-            && entry.kind() == Some(git2::ObjectType::Tree)
-        {
-            removals.insert(rel.as_path().to_path_buf());
-        }
-        for parent in rel.as_path().ancestors().skip(1) {
-            if parent.as_os_str().is_empty() {
-                break;
-            }
-            if let Ok(entry) = head_tree.get_path(parent)
-                && entry.kind() != Some(git2::ObjectType::Tree)
-            {
-                let _ = index.remove_path(parent);
-                removals.insert(parent.to_path_buf());
-            }
-        }
-    }
-    // A folder removed whole takes what is below it along.
-    let mut remove = TreeUpdateBuilder::new();
-    for path in &removals {
-        let below_another = path.ancestors().skip(1).any(|a| removals.contains(a));
-        if !below_another {
-            remove.remove(path.as_os_str().as_bytes());
-        }
-    }
-    let base_tree = repo.find_tree(remove.create_updated(repo, head_tree)?)?;
+    let removals = clear_old_entries(&mut index, head_tree, &present, &gone);
+    let base_tree = repo.find_tree(remove_all(repo, head_tree, &removals)?)?;
     let mut update = TreeUpdateBuilder::new();
     let mut skipped = Vec::new();
     for rel in present {
@@ -219,6 +182,64 @@ fn stage_changes(
     index.write()?;
     tracing::debug!("staged {} changed path(s)", changed_count - skipped.len());
     Ok((update.create_updated(repo, &base_tree)?, skipped))
+}
+
+/// Removes from `index` the entries the changed paths replace: deleted files (`gone`), and
+/// for each path still there (`present`), a folder's entries where it is now a file or a
+/// link, or a file where it is now a folder. Returns the paths to remove from the tree.
+fn clear_old_entries(
+    index: &mut git2::Index,
+    head_tree: &git2::Tree<'_>,
+    present: &[RepoPath],
+    gone: &[RepoPath],
+) -> BTreeSet<PathBuf> {
+    let mut removals: BTreeSet<PathBuf> = BTreeSet::new();
+    for rel in gone {
+        // Deleted (the index may not have it if the worker staged the deletion).
+        let _ = index.remove_path(rel.as_path());
+        if head_tree.get_path(rel.as_path()).is_ok() {
+            removals.insert(rel.as_path().to_path_buf());
+        }
+    }
+    for rel in present {
+        // An entry standing where a folder now is, or the entries of a folder replaced by a
+        // file or a link.
+        let _ = index.remove_path(rel.as_path());
+        let _ = index.remove_dir(rel.as_path(), 0);
+        if let Ok(entry) = head_tree.get_path(rel.as_path())
+            && entry.kind() == Some(git2::ObjectType::Tree)
+        {
+            removals.insert(rel.as_path().to_path_buf());
+        }
+        for parent in rel.as_path().ancestors().skip(1) {
+            if parent.as_os_str().is_empty() {
+                break;
+            }
+            if let Ok(entry) = head_tree.get_path(parent)
+                && entry.kind() != Some(git2::ObjectType::Tree)
+            {
+                let _ = index.remove_path(parent);
+                removals.insert(parent.to_path_buf());
+            }
+        }
+    }
+    removals
+}
+
+/// `tree` without `removals` (a folder removed whole takes what is below it along).
+fn remove_all(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    removals: &BTreeSet<PathBuf>,
+) -> Result<Oid, git2::Error> {
+    let mut remove = TreeUpdateBuilder::new();
+    for path in removals {
+        let below_another = path.ancestors().skip(1).any(|a| removals.contains(a));
+        if !below_another {
+            remove.remove(path.as_os_str().as_bytes());
+        }
+    }
+    remove.create_updated(repo, tree)
 }
 
 /// The name of a secret variable whose value the file (or link) at `path` holds.

@@ -65,64 +65,82 @@ pub(super) struct Ending<'a> {
 /// Moves the target (unless stopped), removes worktrees, deletes the branches that are no
 /// longer needed, and fills the run-level fields of the report.
 pub(super) async fn finish(shared: &Arc<Shared>, end: &Ending<'_>, report: &mut Report) {
-    let (info, into, into_start, tip) = (end.info, end.into, end.into_start, end.tip);
-    let (keep, stopped, hold) = (end.keep, end.stopped, end.hold);
-    let run_id = shared.plan.run_id.clone();
-    let result_branch = result_branch(&run_id);
+    let result_branch = result_branch(&shared.plan.run_id);
     // `into_start` is where this attempt found the target; a continued run may have moved it
     // to the result of its earlier merges already.
-    let merged_any = tip != report.into_start;
-    report.result = merged_any.then_some(tip);
-    let not_moved = if let (true, false, Some(reason)) = (merged_any, stopped, hold) {
-        Some(NotMoved {
+    let merged_any = end.tip != report.into_start;
+    report.result = merged_any.then_some(end.tip);
+    let not_moved = match (merged_any, end.stopped, end.hold) {
+        (true, false, Some(reason)) => Some(NotMoved {
             reason: reason.to_string(),
             first: None,
-        })
-    } else if merged_any && !stopped {
-        let (info, into2) = (info.clone(), into.clone());
-        let staging = shared.run_dir.path.join("checkout");
-        let moved = tokio::task::spawn_blocking(move || {
-            finish::update_target(&info, &into2, into_start, tip, &staging)
-        })
-        .await;
-        match moved {
-            Ok(Ok(Ok(()))) => {
-                report.into_updated = true;
-                shared.sink.emit(Event::TargetUpdated {
-                    into: into.branch.clone(),
-                    result: tip.to_string(),
-                });
-                None
-            }
-            Ok(Ok(Err(not_moved))) => Some(not_moved),
-            Ok(Err(e)) => Some(NotMoved {
-                reason: format!("{e:#}"),
-                first: None,
-            }),
-            Err(e) => Some(NotMoved {
-                reason: format!("the target update failed: {e}"),
-                first: None,
-            }),
-        }
-    } else {
-        None
+        }),
+        (true, false, None) => move_target(shared, end, report).await,
+        _ => None,
     };
     if merged_any && !report.into_updated {
         report.result_branch = Some(result_branch.clone());
     }
-    if merged_any && !report.into_updated && !stopped {
-        let hint = merge_hint(info, into, into_start, &result_branch, not_moved.as_ref());
+    if merged_any && !report.into_updated && !end.stopped {
+        let hint = merge_hint(
+            end.info,
+            end.into,
+            end.into_start,
+            &result_branch,
+            not_moved.as_ref(),
+        );
         report.merge_hint = Some(hint.clone());
         if let Some(not_moved) = not_moved {
             shared.sink.emit(Event::TargetNotUpdated {
-                into: into.branch.clone(),
+                into: end.into.branch.clone(),
                 result_branch: result_branch.clone(),
                 reason: not_moved.reason,
                 hint,
             });
         }
     }
+    clean_up(shared, end.info, end.keep, report).await;
+}
 
+/// Moves the target to the integration tip; `Some` (why) when it stayed where it was.
+async fn move_target(
+    shared: &Arc<Shared>,
+    end: &Ending<'_>,
+    report: &mut Report,
+) -> Option<NotMoved> {
+    let (info, into, into_start, tip) =
+        (end.info.clone(), end.into.clone(), end.into_start, end.tip);
+    let staging = shared.run_dir.path.join("checkout");
+    let moved = tokio::task::spawn_blocking(move || {
+        finish::update_target(&info, &into, into_start, tip, &staging)
+    })
+    .await;
+    match moved {
+        Ok(Ok(Ok(()))) => {
+            report.into_updated = true;
+            shared.sink.emit(Event::TargetUpdated {
+                into: end.into.branch.clone(),
+                result: tip.to_string(),
+            });
+            None
+        }
+        Ok(Ok(Err(not_moved))) => Some(not_moved),
+        Ok(Err(e)) => Some(NotMoved {
+            reason: format!("{e:#}"),
+            first: None,
+        }),
+        Err(e) => Some(NotMoved {
+            reason: format!("the target update failed: {e}"),
+            first: None,
+        }),
+    }
+}
+
+/// Removes the run's worktrees (unless `keep`) and the branches no longer needed: those of
+/// merged tasks and tasks without change, and swarm's own; a failed or unmerged task keeps
+/// its branch.
+async fn clean_up(shared: &Arc<Shared>, info: &RepoInfo, keep: bool, report: &mut Report) {
+    let run_id = &shared.plan.run_id;
     let common_dir = info.common_dir.clone();
     let mut delete = Vec::new();
     let mut kept = Vec::new();
@@ -142,7 +160,7 @@ pub(super) async fn finish(shared: &Arc<Shared>, end: &Ending<'_>, report: &mut 
         }
     }
     if report.result_branch.is_none() {
-        delete.push(result_branch);
+        delete.push(result_branch(run_id));
     }
     delete.push(run_id.branch(&RunBranch::Verify));
     delete.push(run_id.branch(&RunBranch::Repair));

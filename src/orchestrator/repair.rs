@@ -5,6 +5,7 @@
 //! built-in agent edits it; `--verify` runs on its `finish`; what it leaves (no marker left)
 //! becomes the tree of the task's `--no-ff` merge commit.
 
+use crate::ids::TaskId;
 use crate::plan::TaskIdx;
 use std::sync::Arc;
 use std::time::Instant;
@@ -117,20 +118,7 @@ async fn resolve_in(
         task: task.id.clone(),
         step: "repairing the conflict".into(),
     });
-    let list: Vec<String> = conflicted
-        .iter()
-        .map(|p| format!("- {}", p.display()))
-        .collect();
-    let context = format!(
-        "This task's change is done, but merging it conflicts with changes other tasks already \
-         merged. The worktree holds the merged result so far with this task's change applied; \
-         these files contain conflict markers:\n{}\n\nEach conflict shows the already merged \
-         version after `<<<<<<< already merged`, the common ancestor after `|||||||`, and this \
-         task's version after `=======`, up to `>>>>>>> this task`. Resolve every conflict so \
-         that both the already merged changes and this task's change (the instruction above) \
-         are kept, remove every marker, then call finish.",
-        list.join("\n")
-    );
+    let context = repair_context(&conflicted);
     let mut files = task.files.clone();
     for p in &conflicted {
         if !files.contains(p) {
@@ -178,25 +166,53 @@ async fn resolve_in(
         return Ok(());
     }
     shared.pool.check_intact(slot).map_err(anyhow::Error::msg)?;
-    let committed = {
-        let (branch, tip) = (branch.to_string(), r.tip);
-        let (common_dir, name, path) = (
-            shared.common_dir.clone(),
-            slot.name.clone(),
-            slot.path.clone(),
-        );
-        let message = format!("swarm: resolve the merge of {}\n", task.id);
-        tokio::task::spawn_blocking(move || {
-            let repo = worktree::open_worktree(&common_dir, &name, &path)?;
-            let c = commit::commit_task(&repo, &branch, tip, &message)?;
-            Ok::<_, anyhow::Error>(repo.find_commit(c.tip)?.tree_id())
-        })
-        .await??
-    };
+    let committed = commit_resolution(shared, slot, branch, r.tip, &task.id).await?;
     a.status = TaskStatus::Done;
     a.resolved = Some(Resolved {
         tree: committed,
         on: r.tip,
     });
     Ok(())
+}
+
+/// What the agent is told about the conflict it resolves.
+fn repair_context(conflicted: &[RepoPath]) -> String {
+    let list: Vec<String> = conflicted
+        .iter()
+        .map(|p| format!("- {}", p.display()))
+        .collect();
+    format!(
+        "This task's change is done, but merging it conflicts with changes other tasks already \
+         merged. The worktree holds the merged result so far with this task's change applied; \
+         these files contain conflict markers:\n{}\n\nEach conflict shows the already merged \
+         version after `<<<<<<< already merged`, the common ancestor after `|||||||`, and this \
+         task's version after `=======`, up to `>>>>>>> this task`. Resolve every conflict so \
+         that both the already merged changes and this task's change (the instruction above) \
+         are kept, remove every marker, then call finish.",
+        list.join("\n")
+    )
+}
+
+/// Commits the resolved merge in `slot` onto `branch` (at integration tip `tip`); returns
+/// its tree.
+async fn commit_resolution(
+    shared: &Shared,
+    slot: &Slot,
+    branch: &str,
+    tip: Oid,
+    task: &TaskId,
+) -> anyhow::Result<Oid> {
+    let branch = branch.to_string();
+    let (common_dir, name, path) = (
+        shared.common_dir.clone(),
+        slot.name.clone(),
+        slot.path.clone(),
+    );
+    let message = format!("swarm: resolve the merge of {task}\n");
+    tokio::task::spawn_blocking(move || {
+        let repo = worktree::open_worktree(&common_dir, &name, &path)?;
+        let c = commit::commit_task(&repo, &branch, tip, &message)?;
+        Ok::<_, anyhow::Error>(repo.find_commit(c.tip)?.tree_id())
+    })
+    .await?
 }

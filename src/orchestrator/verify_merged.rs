@@ -154,7 +154,7 @@ pub(super) async fn verify_merged(
     command: &str,
 ) -> anyhow::Result<()> {
     let shared = sched.shared.clone();
-    let mut train = sched
+    let train = sched
         .train
         .take()
         .context("the merge train did not come back")?;
@@ -171,46 +171,154 @@ pub(super) async fn verify_merged(
         excluded: Vec::new(),
         problem: None,
     };
-    let mut chain = chain(sched, &train, into_start)?;
-    let limit = exclusion_limit(chain.len());
-    let original = (sched.tip, sched.report.tasks.clone());
-    let at = |chain: &[Link], p: usize| {
-        if p == 0 {
-            into_start
-        } else {
-            chain[p - 1].merge
-        }
-    };
-
-    let Some(mut failing) = checker.check(sched.tip, CheckRole::Result).await? else {
+    let Some(failing) = checker.check(sched.tip, CheckRole::Result).await? else {
         return Ok(());
     };
-    let first = failing.clone();
-    let mut good = 0;
     if !failing.passed {
         let Some(base) = checker.check(into_start, CheckRole::Base).await? else {
             return Ok(());
         };
         if !base.passed {
-            let problem = format!(
+            outcome.problem = Some(format!(
                 "--verify-merged `{command}` fails on {} (where {} started) already, so the \
                  check is broken, not the tasks; fix the check (output: {})",
                 crate::ids::short(&into_start),
                 shared.plan.into,
                 base.log.display()
-            );
-            sched.hold = Some(problem.clone());
-            outcome.problem = Some(problem);
+            ));
         }
     }
-    while !failing.passed && outcome.problem.is_none() {
-        // Known: position `good` passes, position `chain.len()` fails.
-        let (mut lo, mut hi) = (good, chain.len());
-        let mut first_failure = failing.clone();
+    let mut search = Search {
+        chain: Chain {
+            links: chain(sched, &train, into_start)?,
+            into_start,
+        },
+        train: Some(train),
+        checker,
+        outcome,
+    };
+    let Some(last) = search.leave_out_culprits(sched, failing).await? else {
+        return Ok(());
+    };
+    let Search {
+        train,
+        checker,
+        mut outcome,
+        ..
+    } = search;
+    if let Some(problem) = &outcome.problem {
+        sched.hold = Some(problem.clone());
+    }
+    outcome.passed = last.passed;
+    outcome.runs = checker.runs;
+    sched.report.verify_merged = Some(outcome);
+    sched.train = train;
+    Ok(())
+}
+
+/// The merges on the integration branch, by position: 0 is where the target started, k the
+/// k-th merge (holding exactly the first k merged tasks).
+struct Chain {
+    links: Vec<Link>,
+    into_start: Oid,
+}
+
+impl Chain {
+    fn at(&self, position: usize) -> Oid {
+        match position {
+            0 => self.into_start,
+            p => self.links[p - 1].merge,
+        }
+    }
+}
+
+/// The search for the tasks that break the check.
+struct Search {
+    chain: Chain,
+    /// The merge train (away while tasks are merged again).
+    train: Option<MergeTrain>,
+    checker: Checker,
+    outcome: VerifyMergedReport,
+}
+
+impl Search {
+    /// While the tip fails the check (and the check is not broken), finds the first merge that
+    /// breaks it, leaves that task out and merges the later ones again; up to the limit, past
+    /// which every task is put back. Returns the last check of the tip; `None` when the run
+    /// was interrupted.
+    async fn leave_out_culprits(
+        &mut self,
+        sched: &mut Scheduler,
+        mut failing: Check,
+    ) -> anyhow::Result<Option<Check>> {
+        let limit = exclusion_limit(self.chain.links.len());
+        let original = (sched.tip, sched.report.tasks.clone());
+        let first = failing.clone();
+        let mut good = 0;
+        while !failing.passed && self.outcome.problem.is_none() {
+            let Some((culprit, failure)) = self.first_failing(good, failing.clone()).await? else {
+                return Ok(None);
+            };
+            if self.outcome.excluded.len() == limit {
+                // Leaving tasks out does not help: keep them all, do not move the target.
+                self.train
+                    .as_mut()
+                    .context("the merge train did not come back")?
+                    .reset(original.0)?;
+                sched.tip = original.0;
+                sched.report.tasks = original.1;
+                self.outcome.problem = Some(format!(
+                    "--verify-merged `{}` still fails after leaving out {limit} task(s) ({}); \
+                     the tasks may only work together (a rename split across files, say) or \
+                     the check may be flaky, so none is left out and {} is not moved (output: \
+                     {})",
+                    self.checker.command,
+                    crate::ids::join(&self.outcome.excluded),
+                    sched.shared.plan.into,
+                    first.log.display()
+                ));
+                self.outcome.excluded.clear();
+                return Ok(Some(failing));
+            }
+            let link = self.chain.links[culprit - 1];
+            self.outcome
+                .excluded
+                .push(exclude(sched, link.idx, &failure));
+            let left_out = sched.report.task(link.idx).commit;
+            let from = self.chain.at(culprit - 1);
+            let train = self
+                .train
+                .take()
+                .context("the merge train did not come back")?;
+            let (train, links) =
+                rebuild(sched, train, &self.chain.links, culprit - 1, from, left_out).await?;
+            (self.train, self.chain.links) = (Some(train), links);
+            good = culprit - 1;
+            let Some(c) = self.checker.check(sched.tip, CheckRole::Result).await? else {
+                return Ok(None);
+            };
+            failing = c;
+        }
+        Ok(Some(failing))
+    }
+
+    /// The first position of the chain that fails the check, knowing that position `good`
+    /// passes and the tip fails (`failing`), with its check; `None` when interrupted.
+    async fn first_failing(
+        &mut self,
+        good: usize,
+        failing: Check,
+    ) -> anyhow::Result<Option<(usize, Check)>> {
+        let (mut lo, mut hi) = (good, self.chain.links.len());
+        let mut first_failure = failing;
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            let Some(c) = checker.check(at(&chain, mid), CheckRole::Bisect).await? else {
-                return Ok(());
+            let Some(c) = self
+                .checker
+                .check(self.chain.at(mid), CheckRole::Bisect)
+                .await?
+            else {
+                return Ok(None);
             };
             if c.passed {
                 lo = mid;
@@ -219,54 +327,27 @@ pub(super) async fn verify_merged(
                 first_failure = c;
             }
         }
-        if outcome.excluded.len() == limit {
-            // Leaving tasks out does not help: keep them all, do not move the target.
-            train.reset(original.0)?;
-            sched.tip = original.0;
-            sched.report.tasks = original.1;
-            let problem = format!(
-                "--verify-merged `{command}` still fails after leaving out {limit} task(s) \
-                 ({}); the tasks may only work together (a rename split across files, say) or \
-                 the check may be flaky, so none is left out and {} is not moved (output: {})",
-                crate::ids::join(&outcome.excluded),
-                shared.plan.into,
-                first.log.display()
-            );
-            outcome.excluded.clear();
-            sched.hold = Some(problem.clone());
-            outcome.problem = Some(problem);
-            break;
-        }
-        let culprit = chain[hi - 1];
-        let task_id = shared.plan.task(culprit.idx).id.clone();
-        let reason = format!(
-            "breaks --verify-merged (passes before it is merged, fails after; output: {})",
-            first_failure.log.display()
-        );
-        let t = sched.report.task_mut(culprit.idx);
-        t.status = TaskStatus::Excluded;
-        t.error = Some(reason.clone());
-        t.output_tail = Some(first_failure.output.clone());
-        t.merge_commit = None;
-        shared.sink.emit(Event::Excluded {
-            task: task_id.clone(),
-            reason,
-        });
-        outcome.excluded.push(task_id);
-        let culprit_commit = sched.report.task(culprit.idx).commit;
-        let from = at(&chain, hi - 1);
-        (train, chain) = rebuild(sched, train, &chain, hi - 1, from, culprit_commit).await?;
-        good = hi - 1;
-        let Some(c) = checker.check(sched.tip, CheckRole::Result).await? else {
-            return Ok(());
-        };
-        failing = c;
+        Ok(Some((hi, first_failure)))
     }
-    outcome.passed = failing.passed;
-    outcome.runs = checker.runs;
-    sched.report.verify_merged = Some(outcome);
-    sched.train = Some(train);
-    Ok(())
+}
+
+/// Leaves task `idx` out of the result: `excluded`, with the failing check's output.
+fn exclude(sched: &mut Scheduler, idx: TaskIdx, failure: &Check) -> crate::ids::TaskId {
+    let reason = format!(
+        "breaks --verify-merged (passes before it is merged, fails after; output: {})",
+        failure.log.display()
+    );
+    let t = sched.report.task_mut(idx);
+    t.status = TaskStatus::Excluded;
+    t.error = Some(reason.clone());
+    t.output_tail = Some(failure.output.clone());
+    t.merge_commit = None;
+    let task = t.id.clone();
+    sched.shared.sink.emit(Event::Excluded {
+        task: task.clone(),
+        reason,
+    });
+    task
 }
 
 /// The merges on the integration branch, oldest first.

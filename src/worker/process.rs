@@ -95,46 +95,9 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
     let started = Instant::now();
     let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
     let writer_err = writer.try_clone()?;
-    let argv = req.program.argv();
-    // Confined processes run in a jail and write temporary files in a private directory.
-    let mut _tmp = None;
-    let mut cmd = match req.sandbox.filter(|p| p.enabled) {
-        Some(policy) => {
-            let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
-            let mut writable = vec![req.cwd.to_path_buf(), tmp.path().to_path_buf()];
-            writable.extend(req.also_writable.iter().map(|p| p.to_path_buf()));
-            writable.extend(policy.writable.iter().cloned());
-            let spec = JailSpec::new(&argv, req.cwd, &writable, &policy.hide, policy.network);
-            _tmp = Some(tmp);
-            spec.command()?
-        }
-        None => {
-            let mut cmd = Command::new(&argv[0]);
-            cmd.args(&argv[1..]);
-            cmd
-        }
-    };
-    cmd.current_dir(req.cwd)
-        .stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(writer_err)
-        .process_group(0)
-        .kill_on_drop(true);
-    // Swarm's environment without its secrets, nor the variables that would point the
-    // worker's git at another repository.
-    let pass = req.sandbox.map(|p| p.env.as_slice()).unwrap_or_default();
-    cmd.env_clear().envs(secrets::worker_env(pass));
-    if let Some(tmp) = &_tmp {
-        for var in ["TMPDIR", "TMP", "TEMP"] {
-            cmd.env(var, tmp.path());
-        }
-    }
-    for (k, v) in no_background_git() {
-        cmd.env(k, v);
-    }
-    for (k, v) in &req.env {
-        cmd.env(k, v);
-    }
+    // Kept until the process is gone: confined processes write temporary files there.
+    let (mut cmd, _tmp) = command(&req)?;
+    cmd.stdout(writer).stderr(writer_err);
     let log = state::create_file(req.log)
         .with_context(|| format!("cannot create {}", req.log.display()))?;
     let mut child = cmd
@@ -154,29 +117,8 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
             let _ = tail_tx.send(capture(reader, log, &last_activity, started));
         });
     }
-
-    let grace = kill_grace();
-    let exit = tokio::select! {
-        status = child.wait() => {
-            let status = status?;
-            // Leftover background processes of the worker die with it.
-            signal_group(pgid, libc::SIGKILL);
-            exit_of(status)
-        }
-        () = tokio::time::sleep(req.timeout) => {
-            stop_group(&mut child, pgid, grace).await;
-            Exit::TimedOut
-        }
-        () = stale(req.idle_timeout, req.cwd, &last_activity, started) => {
-            stop_group(&mut child, pgid, grace).await;
-            Exit::Idle
-        }
-        () = req.cancel.cancelled() => {
-            stop_group(&mut child, pgid, grace).await;
-            Exit::Cancelled
-        }
-    };
-    // Dealt with above; a later signal could hit a reused process group id.
+    let exit = wait(&mut child, pgid, &req, &last_activity, started).await?;
+    // Dealt with in `wait`; a later signal could hit a reused process group id.
     group.0 = None;
     // Normally the pipe closes as soon as the group is gone; a process that escaped the group
     // (setsid) may hold it open, and is not waited for.
@@ -190,6 +132,80 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
         output_tail,
         output_bytes,
         duration: started.elapsed(),
+    })
+}
+
+/// The command for `req`, but for its output: in a jail when confined (with the private
+/// temporary directory it gets, to keep until the process is gone), stdin from `/dev/null`,
+/// its own process group, and swarm's environment without its secrets.
+fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Option<tempfile::TempDir>)> {
+    let argv = req.program.argv();
+    let (mut cmd, tmp) = match req.sandbox.filter(|p| p.enabled) {
+        Some(policy) => {
+            let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
+            let mut writable = vec![req.cwd.to_path_buf(), tmp.path().to_path_buf()];
+            writable.extend(req.also_writable.iter().map(|p| p.to_path_buf()));
+            writable.extend(policy.writable.iter().cloned());
+            let spec = JailSpec::new(&argv, req.cwd, &writable, &policy.hide, policy.network);
+            (spec.command()?, Some(tmp))
+        }
+        None => {
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..]);
+            (cmd, None)
+        }
+    };
+    cmd.current_dir(req.cwd)
+        .stdin(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    // Swarm's environment without its secrets, nor the variables that would point the
+    // worker's git at another repository.
+    let pass = req.sandbox.map(|p| p.env.as_slice()).unwrap_or_default();
+    cmd.env_clear().envs(secrets::worker_env(pass));
+    if let Some(tmp) = &tmp {
+        for var in ["TMPDIR", "TMP", "TEMP"] {
+            cmd.env(var, tmp.path());
+        }
+    }
+    for (k, v) in no_background_git() {
+        cmd.env(k, v);
+    }
+    for (k, v) in &req.env {
+        cmd.env(k, v);
+    }
+    Ok((cmd, tmp))
+}
+
+/// Waits for the process to exit, or stops its group at the timeout, when it goes stale, or
+/// when the run is cancelled. Whatever the group still holds afterwards is killed.
+async fn wait(
+    child: &mut tokio::process::Child,
+    pgid: Option<i32>,
+    req: &ProcessRequest<'_>,
+    last_activity: &AtomicU64,
+    started: Instant,
+) -> anyhow::Result<Exit> {
+    let grace = kill_grace();
+    Ok(tokio::select! {
+        status = child.wait() => {
+            let status = status?;
+            // Leftover background processes of the worker die with it.
+            signal_group(pgid, libc::SIGKILL);
+            exit_of(status)
+        }
+        () = tokio::time::sleep(req.timeout) => {
+            stop_group(child, pgid, grace).await;
+            Exit::TimedOut
+        }
+        () = stale(req.idle_timeout, req.cwd, last_activity, started) => {
+            stop_group(child, pgid, grace).await;
+            Exit::Idle
+        }
+        () = req.cancel.cancelled() => {
+            stop_group(child, pgid, grace).await;
+            Exit::Cancelled
+        }
     })
 }
 

@@ -22,7 +22,8 @@ use super::approval::{self, Approval};
 use super::tools::{self, FinishStatus, Outcome, Workspace};
 use crate::events::{Event, EventSink};
 use crate::ids::TaskId;
-use crate::model::client::RetryNotice;
+use crate::model::client::{AttemptError, RetryNotice};
+use crate::model::sse::Reply;
 use crate::repo_path::RepoPath;
 use crate::report::Tokens;
 use crate::settings::RunToolPolicy;
@@ -126,102 +127,26 @@ async fn run_loop(
         task.context,
         agents_md.as_deref(),
     );
-    let mut messages = vec![
-        json!({"role": "system", "content": super::prompt::system(task.scope_task)}),
-        json!({"role": "user", "content": crate::secrets::redact(&first)}),
-    ];
-    for m in &messages {
-        transcript.append(m);
-    }
+    let mut talk = Conversation {
+        messages: Vec::new(),
+        transcript,
+    };
+    talk.push(json!({"role": "system", "content": super::prompt::system(task.scope_task)}));
+    talk.push(json!({"role": "user", "content": crate::secrets::redact(&first)}));
     let mut verify_failure: Option<String> = None;
     while state.turns < task.max_turns {
         state.turns += 1;
         let turn = state.turns;
-        shorten_old_results(&mut messages);
-        task.events.emit(Event::TaskStep {
-            task: task.task_id.clone(),
-            step: format!("turn {turn}: thinking"),
-        });
-        task.events.emit(Event::ModelRequest {
-            task: task.task_id.clone(),
-            turn,
-        });
-        let on_retry = |n: &RetryNotice| {
-            task.events.emit(Event::ModelRetry {
-                task: task.task_id.clone(),
-                attempt: n.attempt,
-                wait_ms: n.wait.as_millis() as u64,
-                reason: n.reason.clone(),
-            });
-        };
-        let reply = match task
-            .shared
-            .client
-            .chat(&messages, &definitions, turn, &on_retry)
-            .await
-        {
+        let reply = match ask(task, state, &mut talk, &definitions, turn).await {
             Ok(reply) => reply,
             Err(e) => return Ok(Verdict::Failed(format!("the model API failed: {e}"))),
         };
-        if let Some(usage) = reply.usage {
-            state.tokens.prompt += usage.prompt;
-            state.tokens.completion += usage.completion;
-            task.shared
-                .tokens_used
-                .fetch_add(usage.prompt + usage.completion, Ordering::Relaxed);
-        }
-        let assistant = reply.to_message();
-        transcript.append(&assistant);
-        messages.push(assistant);
-
         if reply.tool_calls.is_empty() {
-            let nudge = json!({"role": "user", "content":
-                "Continue with the tools. When the task is complete, call finish."});
-            transcript.append(&nudge);
-            messages.push(nudge);
+            talk.push(json!({"role": "user", "content":
+                "Continue with the tools. When the task is complete, call finish."}));
             continue;
         }
-        let mut finished = None;
-        for call in &reply.tool_calls {
-            let target = serde_json::from_str::<Value>(&call.arguments)
-                .ok()
-                .and_then(|a| a.get("path").and_then(Value::as_str).map(str::to_string));
-            task.events.emit(Event::TaskStep {
-                task: task.task_id.clone(),
-                step: format!(
-                    "turn {turn}: {}{}",
-                    call.name,
-                    target
-                        .as_deref()
-                        .map(|p| format!(" {p}"))
-                        .unwrap_or_default()
-                ),
-            });
-            task.events.emit(Event::ToolCall {
-                task: task.task_id.clone(),
-                tool: call.name.clone(),
-                path: target.clone(),
-            });
-            let outcome = if call.name == "run" {
-                run_command(task, &call.arguments).await?
-            } else {
-                workspace.call(&call.name, &call.arguments)
-            };
-            if let Outcome::Finish { status, summary } = &outcome {
-                finished = Some((*status, summary.clone()));
-            }
-            // What a tool read or ran never carries a secret to the model.
-            let content = crate::secrets::redact(&outcome.for_model()).into_owned();
-            task.events.emit(Event::ToolResult {
-                task: task.task_id.clone(),
-                tool: call.name.clone(),
-                ok: !matches!(outcome, Outcome::Failed(_)),
-            });
-            remember(&mut state.tail, &call.name, &content);
-            let message = json!({"role": "tool", "tool_call_id": call.id, "content": content});
-            transcript.append(&message);
-            messages.push(message);
-        }
+        let finished = call_tools(task, &workspace, state, &mut talk, &reply, turn).await?;
         if let Some(budget) = task.max_tokens
             && task.shared.tokens_used() >= budget
             && finished.is_none()
@@ -248,20 +173,16 @@ async fn run_loop(
             task: task.task_id.clone(),
             step: "verify".into(),
         });
-        match run_verify(verify, task).await? {
-            None => return Ok(Verdict::Done),
-            Some(output) => {
-                let text = crate::secrets::redact(&format!(
-                    "The check `{verify}` failed after your change:\n\n{output}\n\nFix the problem \
-                     (within this task's files), then call finish again."
-                ))
-                .into_owned();
-                verify_failure = Some(output);
-                let message = json!({"role": "user", "content": text});
-                transcript.append(&message);
-                messages.push(message);
-            }
-        }
+        let Some(output) = run_verify(verify, task).await? else {
+            return Ok(Verdict::Done);
+        };
+        let text = crate::secrets::redact(&format!(
+            "The check `{verify}` failed after your change:\n\n{output}\n\nFix the problem \
+             (within this task's files), then call finish again."
+        ))
+        .into_owned();
+        verify_failure = Some(output);
+        talk.push(json!({"role": "user", "content": text}));
     }
     Ok(Verdict::Failed(match verify_failure {
         Some(output) => format!(
@@ -274,6 +195,112 @@ async fn run_loop(
             task.max_turns
         ),
     }))
+}
+
+/// The messages sent to the model, each also appended to the task's transcript.
+struct Conversation<'t> {
+    messages: Vec<Value>,
+    transcript: &'t mut Transcript,
+}
+
+impl Conversation<'_> {
+    fn push(&mut self, message: Value) {
+        self.transcript.append(&message);
+        self.messages.push(message);
+    }
+}
+
+/// One request to the model (turn `turn`); its answer joins the conversation.
+async fn ask(
+    task: &AgentTask<'_>,
+    state: &mut LoopState,
+    talk: &mut Conversation<'_>,
+    definitions: &Value,
+    turn: u32,
+) -> Result<Reply, AttemptError> {
+    shorten_old_results(&mut talk.messages);
+    task.events.emit(Event::TaskStep {
+        task: task.task_id.clone(),
+        step: format!("turn {turn}: thinking"),
+    });
+    task.events.emit(Event::ModelRequest {
+        task: task.task_id.clone(),
+        turn,
+    });
+    let on_retry = |n: &RetryNotice| {
+        task.events.emit(Event::ModelRetry {
+            task: task.task_id.clone(),
+            attempt: n.attempt,
+            wait_ms: n.wait.as_millis() as u64,
+            reason: n.reason.clone(),
+        });
+    };
+    let reply = task
+        .shared
+        .client
+        .chat(&talk.messages, definitions, turn, &on_retry)
+        .await?;
+    if let Some(usage) = reply.usage {
+        state.tokens.prompt += usage.prompt;
+        state.tokens.completion += usage.completion;
+        task.shared
+            .tokens_used
+            .fetch_add(usage.prompt + usage.completion, Ordering::Relaxed);
+    }
+    talk.push(reply.to_message());
+    Ok(reply)
+}
+
+/// Runs the tool calls of `reply`, each result joining the conversation; returns what
+/// `finish` said, if it was called.
+async fn call_tools(
+    task: &AgentTask<'_>,
+    workspace: &Workspace,
+    state: &mut LoopState,
+    talk: &mut Conversation<'_>,
+    reply: &Reply,
+    turn: u32,
+) -> anyhow::Result<Option<(FinishStatus, String)>> {
+    let mut finished = None;
+    for call in &reply.tool_calls {
+        let target = serde_json::from_str::<Value>(&call.arguments)
+            .ok()
+            .and_then(|a| a.get("path").and_then(Value::as_str).map(str::to_string));
+        task.events.emit(Event::TaskStep {
+            task: task.task_id.clone(),
+            step: format!(
+                "turn {turn}: {}{}",
+                call.name,
+                target
+                    .as_deref()
+                    .map(|p| format!(" {p}"))
+                    .unwrap_or_default()
+            ),
+        });
+        task.events.emit(Event::ToolCall {
+            task: task.task_id.clone(),
+            tool: call.name.clone(),
+            path: target.clone(),
+        });
+        let outcome = if call.name == "run" {
+            run_command(task, &call.arguments).await?
+        } else {
+            workspace.call(&call.name, &call.arguments)
+        };
+        if let Outcome::Finish { status, summary } = &outcome {
+            finished = Some((*status, summary.clone()));
+        }
+        // What a tool read or ran never carries a secret to the model.
+        let content = crate::secrets::redact(&outcome.for_model()).into_owned();
+        task.events.emit(Event::ToolResult {
+            task: task.task_id.clone(),
+            tool: call.name.clone(),
+            ok: !matches!(outcome, Outcome::Failed(_)),
+        });
+        remember(&mut state.tail, &call.name, &content);
+        talk.push(json!({"role": "tool", "tool_call_id": call.id, "content": content}));
+    }
+    Ok(finished)
 }
 
 /// The `run` tool: the command runs (confined, with the task's limits) only if the policy

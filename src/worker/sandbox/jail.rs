@@ -156,28 +156,7 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
         .collect::<Result<_, _>>()
         .context("an argument contains a NUL byte")?;
     anyhow::ensure!(!argv.is_empty(), "nothing to run");
-    let (uid, gid) = (
-        // SAFETY: getuid/getgid cannot fail.
-        unsafe { libc::getuid() },
-        unsafe { libc::getgid() },
-    );
-    let mut flags =
-        libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
-    if !spec.network {
-        flags |= libc::CLONE_NEWNET;
-    }
-    // SAFETY: this process is single-threaded (a fresh exec), as unshare(CLONE_NEWUSER) needs.
-    if unsafe { libc::unshare(flags) } != 0 {
-        return Err(errno(
-            "cannot create namespaces (user, PID, mount, network)",
-        ));
-    }
-    // The caller's own uid and gid inside: files keep their owner, git sees no "dubious
-    // ownership".
-    std::fs::write("/proc/self/setgroups", "deny").context("/proc/self/setgroups")?;
-    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).context("uid_map")?;
-    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).context("gid_map")?;
-
+    enter_namespaces(spec.network)?;
     let status = pipe()?;
     let lifeline = pipe()?;
     // SAFETY: single-threaded; the child only runs `init`.
@@ -221,6 +200,32 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
     exit_like(worker_status)
 }
 
+/// Moves this process into new user, PID, mount and IPC namespaces (and network, unless
+/// `network`), as the caller's own uid and gid inside: files keep their owner, git sees no
+/// "dubious ownership".
+fn enter_namespaces(network: bool) -> anyhow::Result<()> {
+    let (uid, gid) = (
+        // SAFETY: getuid/getgid cannot fail.
+        unsafe { libc::getuid() },
+        unsafe { libc::getgid() },
+    );
+    let mut flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+    if !network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: this process is single-threaded (a fresh exec), as unshare(CLONE_NEWUSER) needs.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return Err(errno(
+            "cannot create namespaces (user, PID, mount, network)",
+        ));
+    }
+    std::fs::write("/proc/self/setgroups", "deny").context("/proc/self/setgroups")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).context("uid_map")?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).context("gid_map")?;
+    Ok(())
+}
+
 /// PID 1 of the new namespace: mounts, Landlock, then the worker; reaps orphans, passes
 /// signals on, and exits when the worker does (which ends every process left inside).
 fn init_main(
@@ -244,6 +249,25 @@ fn init_main(
             libc::_exit(i32::from(JAIL_FAILED));
         }
     }
+    confine(spec)?;
+    // SAFETY: handlers only store the signal number in an atomic.
+    unsafe {
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            // No SA_RESTART: waitpid returns EINTR, and the signal is passed on.
+            action.sa_flags = 0;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+    let worker = start_worker(spec, argv, &[status_fd, lifeline_fd])?;
+    reap(worker, status_fd)
+}
+
+/// The walls of the jail, from inside its namespaces: private mounts, a `/proc` of the new
+/// PID namespace, the hidden paths, then Landlock (writes only where `spec` allows).
+fn confine(spec: &JailSpec) -> anyhow::Result<()> {
     mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         .context("cannot make the mounts private")?;
     mount(
@@ -258,19 +282,12 @@ fn init_main(
         hide(&path(p))?;
     }
     let writable: Vec<PathBuf> = spec.writable.iter().map(path).collect();
-    super::restrict_writes(&writable).context("Landlock")?;
+    super::restrict_writes(&writable).context("Landlock")
+}
 
-    // SAFETY: handlers only store the signal number in an atomic.
-    unsafe {
-        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_signal as *const () as usize;
-            // No SA_RESTART: waitpid returns EINTR, and the signal is passed on.
-            action.sa_flags = 0;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(sig, &action, std::ptr::null_mut());
-        }
-    }
+/// Forks the worker: default signal handling, `close` closed, in the task's directory, then
+/// `argv`. Returns its pid.
+fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Result<i32> {
     let cwd = CString::new(spec.cwd.as_bytes()).context("the directory contains a NUL byte")?;
     // SAFETY: init is single-threaded; the child only calls chdir/execvp/_exit.
     let worker = unsafe { libc::fork() };
@@ -280,8 +297,9 @@ fn init_main(
     if worker == 0 {
         // SAFETY: syscalls on prepared C strings; _exit on failure.
         unsafe {
-            libc::close(status_fd);
-            libc::close(lifeline_fd);
+            for fd in close {
+                libc::close(*fd);
+            }
             for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
                 libc::signal(sig, libc::SIG_DFL);
             }
@@ -304,6 +322,13 @@ fn init_main(
             libc::_exit(127);
         }
     }
+    Ok(worker)
+}
+
+/// Init's life once the worker runs: reaps orphans, passes signals on to every process of
+/// the namespace, and when the worker ends, writes its status to `status_fd` and exits
+/// (which ends every process left inside).
+fn reap(worker: i32, status_fd: i32) -> ! {
     loop {
         let mut st: libc::c_int = 0;
         // SAFETY: waitpid into a local.
