@@ -12,6 +12,8 @@
 //!   and `.` are impossible), and none of the names of a run's own branches
 //!   ([`RunBranch`]).
 //! - [`RunSelector`]: what a user types for a run: a full id or a prefix of one.
+//! - [`TaskIdx`]: a task's position in its plan and in its run's report.
+//! - commit ids are `git2::Oid`, written as 40 hex digits ([`oid_hex`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -239,6 +241,23 @@ impl fmt::Display for TaskId {
 impl PartialEq<str> for TaskId {
     fn eq(&self, other: &str) -> bool {
         self.0 == other
+    }
+}
+
+/// A task's position in its plan, and in every report of the plan's run: `plan.tasks` and
+/// `report.tasks` list the same tasks in the same order ([`crate::plan::Plan::check_report`]
+/// checks a report read back from disk). Made only by [`crate::plan::Plan::indices`] and
+/// [`crate::report::Report::indices`], so it is always in bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskIdx(usize);
+
+impl TaskIdx {
+    pub(crate) fn all(len: usize) -> impl DoubleEndedIterator<Item = TaskIdx> + Clone {
+        (0..len).map(TaskIdx)
+    }
+
+    pub(crate) fn get(self) -> usize {
+        self.0
     }
 }
 

@@ -5,8 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use git2::Oid;
 
-use crate::ids::{RunBranch, RunId, TaskId, oid_hex};
-use crate::plan::{Plan, TaskIdx};
+use crate::ids::{RunBranch, RunId, TaskId, TaskIdx, oid_hex};
 use crate::repo_path::RepoPath;
 
 pub const REPORT_SCHEMA_VERSION: u32 = 1;
@@ -226,38 +225,6 @@ impl Report {
 
     pub fn task_mut(&mut self, idx: TaskIdx) -> &mut TaskReport {
         &mut self.tasks[idx.get()]
-    }
-
-    /// Does this report (read back from disk) describe the run of `plan`: its run, its tasks in
-    /// its order? Only then do a plan's [`TaskIdx`]es index this report.
-    pub fn matches(&self, plan: &Plan) -> Result<(), String> {
-        if self.run_id != plan.run_id {
-            return Err(format!(
-                "it is the report of run {}, not of run {}",
-                self.run_id, plan.run_id
-            ));
-        }
-        if self.tasks.len() != plan.tasks.len() {
-            return Err(format!(
-                "it lists {} tasks and the plan {}",
-                self.tasks.len(),
-                plan.tasks.len()
-            ));
-        }
-        match plan
-            .tasks
-            .iter()
-            .zip(&self.tasks)
-            .position(|(p, r)| p.id != r.id)
-        {
-            Some(n) => Err(format!(
-                "task {} is {} in the plan and {} in the report",
-                n + 1,
-                plan.tasks[n].id,
-                self.tasks[n].id
-            )),
-            None => Ok(()),
-        }
     }
 
     /// The report with the secrets swarm knows redacted from its strings

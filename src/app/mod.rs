@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Each command resolves one [`RunMode`](crate::orchestrator::RunMode) here and hands the
-//! engine one [`RunRequest`](crate::orchestrator::RunRequest).
+//! engine one [`RunRequest`].
 
 pub mod checks;
 pub mod diff;

@@ -65,7 +65,7 @@ pub async fn continue_run(
         plan.settings.verify_merged = Some(check);
     }
     let mut report = run_dir.load_report()?;
-    if let Err(problem) = report.matches(&plan) {
+    if let Err(problem) = plan.check_report(&report) {
         return Err(AppError::RunRecords { run: id, problem });
     }
     let repo = info.open()?;

@@ -314,6 +314,14 @@ pub fn print_summary(report: &Report, interrupted: bool) {
         t.tasks,
         counts.join(", ")
     );
+    print_table(report);
+    print_kept(report);
+    print_verify_merged(report);
+    print_result(report);
+}
+
+/// One row per task (only the unsuccessful ones past 20 tasks).
+fn print_table(report: &Report) {
     let show_all = report.tasks.len() <= 20;
     let rows: Vec<_> = report
         .tasks
@@ -348,6 +356,10 @@ pub fn print_summary(report: &Report, interrupted: bool) {
             );
         }
     }
+}
+
+/// The branches kept for inspection, and how to inspect or remove them.
+fn print_kept(report: &Report) {
     let kept: Vec<&str> = report
         .tasks
         .iter()
@@ -366,26 +378,34 @@ pub fn print_summary(report: &Report, interrupted: bool) {
             report.run_id, report.run_id
         );
     }
-    if let Some(v) = &report.verify_merged {
-        match (&v.problem, v.passed) {
-            (Some(problem), _) => eprintln!("verify-merged: {problem}"),
-            (None, true) => eprintln!(
-                "verify-merged: `{}` passes on the result ({} check run(s){})",
-                v.command,
-                v.runs,
-                if v.excluded.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        ", {} task(s) left out: {}",
-                        v.excluded.len(),
-                        crate::ids::join(&v.excluded)
-                    )
-                }
-            ),
-            (None, false) => eprintln!("verify-merged: `{}` did not finish", v.command),
-        }
+}
+
+fn print_verify_merged(report: &Report) {
+    let Some(v) = &report.verify_merged else {
+        return;
+    };
+    match (&v.problem, v.passed) {
+        (Some(problem), _) => eprintln!("verify-merged: {problem}"),
+        (None, true) => eprintln!(
+            "verify-merged: `{}` passes on the result ({} check run(s){})",
+            v.command,
+            v.runs,
+            if v.excluded.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} task(s) left out: {}",
+                    v.excluded.len(),
+                    crate::ids::join(&v.excluded)
+                )
+            }
+        ),
+        (None, false) => eprintln!("verify-merged: `{}` did not finish", v.command),
     }
+}
+
+/// Where the result is: the target moved, or a branch and the commands that merge it.
+fn print_result(report: &Report) {
     match (&report.result, report.into_updated, &report.result_branch) {
         (Some(result), true, _) => {
             eprintln!(

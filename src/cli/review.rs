@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::app::AppResult;
 use crate::app::diff::Differ;
-use crate::plan::TaskIdx;
+use crate::ids::TaskIdx;
 use crate::report::{Report, TaskStatus};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

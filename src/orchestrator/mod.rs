@@ -6,7 +6,7 @@
 //! and returns. A finished task with changes goes straight to the merge thread, which owns the
 //! `MergeTrain` (git2 handles are not `Sync`), so merging overlaps the workers still running.
 //! Conflicts under `--on-conflict retry` are retried after the first wave, one at a time
-//! (see docs/ARCHITECTURE.md). Whatever happens in the loop, [`finish`] runs: worktrees are
+//! (see docs/ARCHITECTURE.md). Whatever happens in the loop, `finish` runs: worktrees are
 //! removed and merged branches deleted on every exit path.
 
 use std::sync::Arc;

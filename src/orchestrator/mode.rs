@@ -1,6 +1,6 @@
 //! What a run does, decided once, from the command, by the application layer.
 
-use crate::plan::TaskIdx;
+use crate::ids::TaskIdx;
 use crate::report::Report;
 use git2::Oid;
 

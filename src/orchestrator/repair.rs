@@ -6,7 +6,7 @@
 //! becomes the tree of the task's `--no-ff` merge commit.
 
 use crate::ids::TaskId;
-use crate::plan::TaskIdx;
+use crate::ids::TaskIdx;
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! The scheduler loop: starts workers up to `--jobs`, feeds finished tasks to the merge
 //! thread, applies the conflict policy, and schedules retries after the first wave.
 
-use crate::plan::TaskIdx;
+use crate::ids::TaskIdx;
 use std::collections::{HashMap, VecDeque};
 
 use tokio::sync::mpsc;

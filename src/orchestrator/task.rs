@@ -4,7 +4,7 @@ use crate::git::commit::{self, CommitError};
 use crate::git::finish;
 use crate::git::worktree::{Lease, Slot};
 use crate::ids::TaskId;
-use crate::plan::TaskIdx;
+use crate::ids::TaskIdx;
 use crate::report::Tokens;
 use crate::settings::Scope;
 use crate::worker::Verdict;

@@ -16,7 +16,7 @@
 //! as a rename split across files, or a flaky check), nothing is left out after all: the
 //! result keeps every task, stays on `swarm/<RUN-ID>/result`, and the target is not moved.
 
-use crate::plan::TaskIdx;
+use crate::ids::TaskIdx;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -16,8 +16,9 @@ pub use error::PlanError;
 pub use pathspec::Pathspec;
 pub use select::{SelectOptions, Selection, select_files};
 
-use crate::ids::{RunId, TaskId};
+use crate::ids::{RunId, TaskId, TaskIdx};
 use crate::repo_path::RepoPath;
+use crate::report::Report;
 use crate::settings::Settings;
 
 pub const PLAN_SCHEMA_VERSION: u32 = 1;
@@ -40,23 +41,6 @@ pub struct Plan {
     /// Files the planner (`--split llm`) chose not to change, with its reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedFile>,
-}
-
-/// A task's position in its plan, and in every report of the plan's run: `plan.tasks` and
-/// `report.tasks` list the same tasks in the same order ([`crate::report::Report::matches`]
-/// checks a report read back from disk). Made only by [`Plan::indices`] and
-/// [`crate::report::Report::indices`], so it is always in bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TaskIdx(usize);
-
-impl TaskIdx {
-    pub(crate) fn all(len: usize) -> impl DoubleEndedIterator<Item = TaskIdx> + Clone {
-        (0..len).map(TaskIdx)
-    }
-
-    pub(crate) fn get(self) -> usize {
-        self.0
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,6 +98,38 @@ impl Plan {
 
     pub fn task(&self, idx: TaskIdx) -> &Task {
         &self.tasks[idx.get()]
+    }
+
+    /// Does `report` (read back from disk) describe the run of this plan: its run, its tasks
+    /// in its order? Only then do this plan's [`TaskIdx`]es index the report.
+    pub fn check_report(&self, report: &Report) -> Result<(), String> {
+        if report.run_id != self.run_id {
+            return Err(format!(
+                "it is the report of run {}, not of run {}",
+                report.run_id, self.run_id
+            ));
+        }
+        if report.tasks.len() != self.tasks.len() {
+            return Err(format!(
+                "it lists {} tasks and the plan {}",
+                report.tasks.len(),
+                self.tasks.len()
+            ));
+        }
+        match self
+            .tasks
+            .iter()
+            .zip(&report.tasks)
+            .position(|(p, r)| p.id != r.id)
+        {
+            Some(n) => Err(format!(
+                "task {} is {} in the plan and {} in the report",
+                n + 1,
+                self.tasks[n].id,
+                report.tasks[n].id
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The instruction the workers of task `idx` get: the run's, verbatim, then the task's

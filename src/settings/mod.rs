@@ -8,7 +8,7 @@
 //! filled in and values checked.
 //!
 //! The repository's `swarm.toml` cannot weaken the sandbox nor send the API key elsewhere:
-//! [`sandbox::restrict_repository_layer`] drops what it may not set, with a warning
+//! `sandbox::restrict_repository_layer` drops what it may not set, with a warning
 //! ([`Resolved::warnings`]).
 
 use std::path::Path;

@@ -352,3 +352,18 @@ fn dry_run_merges_nothing_and_merge_merges_later() {
     // Nothing more to merge.
     repo.swarm(&["merge", &run.run_id()]).assert_code(0);
 }
+
+/// swarm itself failing (here: its state directory cannot be created) exits 3, which a script
+/// can tell from "some tasks failed" (1) and from bad input (2); nothing is changed.
+#[test]
+fn swarm_failing_itself_exits_3() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    std::fs::write(repo.swarm_dir(), "not a directory\n").unwrap();
+    let main = repo.git(&["rev-parse", "main"]);
+    let run = repo.swarm(&["refactor", "x", "--exec", SED_FOO_BAR]);
+    run.assert_code(3);
+    assert!(run.stderr.contains("error: "), "{}", run.stderr);
+    assert_eq!(repo.git(&["rev-parse", "main"]), main);
+    assert_eq!(repo.read("a.txt"), "foo\n");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}

@@ -13,7 +13,7 @@
 //! - a worktree is opened through the administrative directory swarm created
 //!   (`.git/worktrees/<name>`), never through its `.git` file ([`WorktreePool::open`]), and
 //!   a worktree whose `.git` file or administrative record changed is reported
-//!   ([`WorktreePool::check_intact`]) and thrown away ([`WorktreePool::discard`]);
+//!   ([`WorktreePool::check_intact`]) and thrown away ([`Lease::discard`]);
 //! - a reset first removes every symbolic link standing on the paths it writes, and runs in a
 //!   thread that Landlock lets write only in the worktree and its administrative directory
 //!   ([`crate::worker::sandbox::confined`]): a link a worker planted is never followed out.

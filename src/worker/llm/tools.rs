@@ -174,7 +174,7 @@ impl Workspace {
     }
 
     /// The text of file `rel` of the worktree (such as AGENTS.md), if it is one there and not
-    /// a link leading elsewhere; at most [`RESULT_CHARS`] bytes of it.
+    /// a link leading elsewhere; at most `RESULT_CHARS` bytes of it.
     pub fn read_text(&self, rel: &str) -> Option<String> {
         use std::io::Read as _;
         let path = self.resolve(rel).ok()?;
