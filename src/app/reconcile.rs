@@ -76,7 +76,7 @@ pub async fn continue_run(
         _ => report.into_start,
     };
     let tip = repo
-        .refname_to_id(&format!("refs/heads/{}", result_branch(&id)))
+        .refname_to_id(&crate::git::branch_ref(&result_branch(&id)))
         .unwrap_or(into_start);
     let run_start = report.into_start;
     mark_merged_from_git(&repo, &mut report, run_start, tip)?;
@@ -207,13 +207,7 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
     plan.into = into.branch.clone();
     let into_start = into.tip.unwrap_or(base);
     let (report, records) = gather(&repo, &plan, &into.branch, into_start)?;
-    let api_key = match plan.settings.on_conflict == OnConflict::Repair {
-        true => checks::worker(&plan.settings)?,
-        false => None,
-    };
-    if plan.settings.on_conflict == OnConflict::Repair || plan.settings.verify_merged.is_some() {
-        checks::sandbox(&plan.settings.sandbox).await?;
-    }
+    let api_key = check_for_continuing(&plan.settings, true).await?;
     checks::checkout(&repo, &into, &plan.tasks, plan.settings.scope)?;
     let missing = report
         .tasks

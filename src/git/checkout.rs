@@ -85,8 +85,8 @@ impl Drop for IndexLock {
 
 /// Moves the checked-out branch `into_ref` of `repo` (the user's checkout, whose git
 /// directory is `git_dir`) from `old` to `new`, with its files and index. `staging` is an
-/// empty directory swarm owns, on the same filesystem as the checkout if possible.
-/// `Ok(Err(..))`: nothing was changed.
+/// empty directory swarm owns, on the same filesystem as the checkout if possible; the
+/// caller removes it afterwards. `Ok(Err(..))`: nothing was changed.
 pub fn update_checkout(
     repo: &Repository,
     git_dir: &Path,
@@ -149,7 +149,8 @@ pub fn update_checkout(
     std::fs::rename(&lock.path, git_dir.join("index"))
         .context("cannot put the new index in place")?;
     lock.held = false;
-    swap.finish();
+    // The update stands; the old files moved aside go with `staging`, which the caller
+    // removes (`state::remove_owned`).
     Ok(Ok(()))
 }
 
@@ -410,11 +411,6 @@ impl<'a> Swap<'a> {
         for (at, aside) in self.moved_away.drain(..).rev() {
             let _ = std::fs::rename(&aside, &at);
         }
-    }
-
-    /// The update stands: the old files go.
-    fn finish(self) {
-        let _ = std::fs::remove_dir_all(&self.backup);
     }
 }
 

@@ -246,6 +246,28 @@ fn close_report(
 }
 
 impl Shared {
+    /// A shell command of the run's own (`[worktree] setup`, `--verify`, `--verify-merged`)
+    /// in worktree `cwd`, confined and timed like a worker, its output in `log`.
+    fn shell<'a>(
+        &'a self,
+        command: &'a str,
+        cwd: &'a std::path::Path,
+        log: &'a std::path::Path,
+    ) -> crate::worker::process::ProcessRequest<'a> {
+        let settings = &self.plan.settings;
+        crate::worker::process::ProcessRequest {
+            program: crate::worker::process::Program::Shell(command),
+            cwd,
+            env: Vec::new(),
+            log,
+            timeout: settings.timeout(),
+            idle_timeout: Some(settings.idle_timeout()),
+            sandbox: Some(&settings.sandbox),
+            also_writable: &[],
+            cancel: &self.cancel,
+        }
+    }
+
     fn new(
         plan: Plan,
         info: &RepoInfo,

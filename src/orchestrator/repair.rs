@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use git2::Oid;
 
 use super::Shared;
-use super::task::{Attempt, Resolved, run_agent, set_up};
+use super::task::{Attempt, Resolved, run_agent, set_up, step};
 use crate::events::Event;
 use crate::git::worktree::{self, Slot};
 use crate::git::{commit, merge};
@@ -114,10 +114,7 @@ async fn resolve_in(
         attempt: r.attempt,
         worktree: worktree.display().to_string(),
     });
-    shared.sink.emit(Event::TaskStep {
-        task: task.id.clone(),
-        step: "repairing the conflict".into(),
-    });
+    step(shared, &task.id, "repairing the conflict");
     let context = repair_context(&conflicted);
     let mut files = task.files.clone();
     for p in &conflicted {

@@ -156,7 +156,8 @@ impl Scheduler {
                 tip,
                 resolved: None,
             };
-            // A merge thread that stopped already shows below.
+            // If the merge thread is gone already, the task stays finished and unmerged (for
+            // `swarm resume`).
             let _ = flight.merge(job);
         }
         if let Err(e) = self.fly(&mut flight).await {

@@ -11,7 +11,7 @@ use crate::worker::Verdict;
 use crate::worker::exec::{self, ExecTask};
 use crate::worker::llm::LlmShared;
 use crate::worker::llm::agent::{self, AgentTask};
-use crate::worker::process::{self, Exit, ProcessRequest, Program};
+use crate::worker::process::{self, Exit};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -182,7 +182,8 @@ async fn attempt_task(
     Ok(())
 }
 
-fn step(shared: &Shared, task: &TaskId, step: &str) {
+/// A coarse step of a running task, for the live view.
+pub(super) fn step(shared: &Shared, task: &TaskId, step: &str) {
     shared.sink.emit(Event::TaskStep {
         task: task.clone(),
         step: step.to_string(),
@@ -332,18 +333,7 @@ pub(super) async fn set_up(
         return Ok(None);
     }
     let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
-    let ran = process::run(ProcessRequest {
-        program: Program::Shell(setup),
-        cwd: &slot.path,
-        env: Vec::new(),
-        log: &log,
-        timeout: shared.plan.settings.timeout(),
-        idle_timeout: Some(shared.plan.settings.idle_timeout()),
-        sandbox: Some(&shared.plan.settings.sandbox),
-        also_writable: &[],
-        cancel: &shared.cancel,
-    })
-    .await?;
+    let ran = process::run(shared.shell(setup, &slot.path, &log)).await?;
     Ok(match ran.exit {
         Exit::Code(0) => {
             slot.set_up = true;
@@ -452,20 +442,9 @@ async fn verify_exec(
     worktree: &std::path::Path,
     task_dir: &std::path::Path,
 ) -> anyhow::Result<Option<(Verdict, String)>> {
-    let settings = &shared.plan.settings;
     step(shared, task, "verify");
-    let ran = process::run(ProcessRequest {
-        program: Program::Shell(verify),
-        cwd: worktree,
-        env: Vec::new(),
-        log: &task_dir.join("verify.log"),
-        timeout: settings.timeout(),
-        idle_timeout: Some(settings.idle_timeout()),
-        sandbox: Some(&settings.sandbox),
-        also_writable: &[],
-        cancel: &shared.cancel,
-    })
-    .await?;
+    let log = task_dir.join("verify.log");
+    let ran = process::run(shared.shell(verify, worktree, &log)).await?;
     let verdict = match ran.exit {
         Exit::Code(0) => return Ok(None),
         Exit::Cancelled => Verdict::Interrupted,

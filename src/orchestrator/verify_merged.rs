@@ -30,7 +30,7 @@ use crate::events::{CheckRole, Event};
 use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
 use crate::report::{TaskStatus, VerifyMergedReport};
 use crate::worker::Verdict;
-use crate::worker::process::{self, Exit, ProcessRequest, Program};
+use crate::worker::process::{self, Exit};
 
 /// The most tasks one run leaves out before concluding that leaving tasks out does not help
 /// (and never more than half of the merged tasks, see [`exclusion_limit`]).
@@ -96,20 +96,9 @@ impl Checker {
         let ran = match set_up(shared, &mut slot).await {
             Ok(None) => {
                 self.runs += 1;
-                let settings = &shared.plan.settings;
-                process::run(ProcessRequest {
-                    program: Program::Shell(&self.command),
-                    cwd: &slot.path,
-                    env: Vec::new(),
-                    log: &log,
-                    timeout: settings.timeout(),
-                    idle_timeout: Some(settings.idle_timeout()),
-                    sandbox: Some(&settings.sandbox),
-                    also_writable: &[],
-                    cancel: &shared.cancel,
-                })
-                .await
-                .map(Some)
+                process::run(shared.shell(&self.command, &slot.path, &log))
+                    .await
+                    .map(Some)
             }
             Ok(Some((Verdict::Interrupted, _))) => Ok(None),
             Ok(Some((verdict, _))) => Err(anyhow::anyhow!(
