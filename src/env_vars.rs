@@ -23,6 +23,8 @@ pub const SWARM_SANDBOX: &str = "SWARM_SANDBOX";
 pub const SWARM_CONFIG: &str = "SWARM_CONFIG";
 /// Grace period between SIGTERM and SIGKILL for a timed-out worker, in milliseconds.
 pub const SWARM_KILL_GRACE_MS: &str = "SWARM_KILL_GRACE_MS";
+/// Test-only: names the allow-list proxy resolves to given addresses (`name=addr,…`).
+pub const SWARM_TEST_PROXY_RESOLVE: &str = "SWARM_TEST_PROXY_RESOLVE";
 pub const XDG_CONFIG_HOME: &str = "XDG_CONFIG_HOME";
 pub const HOME: &str = "HOME";
 pub const NO_COLOR: &str = "NO_COLOR";

@@ -96,6 +96,14 @@ pub enum Event {
         task: Option<TaskId>,
         message: String,
     },
+    /// A connection a confined process asked swarm's allow-list proxy for (`--allow-domain`).
+    Network {
+        /// The task whose process asked (none for `--verify-merged`).
+        task: Option<TaskId>,
+        domain: String,
+        port: u16,
+        verdict: NetworkVerdict,
+    },
     /// One run of `--verify-merged` on a commit of the integration branch.
     VerifyMerged {
         commit: String,
@@ -130,6 +138,13 @@ pub enum Event {
         merged: usize,
         failed: usize,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkVerdict {
+    Allowed,
+    Refused,
 }
 
 /// What the run does with a task whose merge conflicted (`--on-conflict`).
@@ -193,7 +208,7 @@ impl Event {
             | Event::Merged { task, .. }
             | Event::Excluded { task, .. }
             | Event::Conflict { task, .. } => Some(task),
-            Event::Warning { task, .. } => task.as_ref(),
+            Event::Warning { task, .. } | Event::Network { task, .. } => task.as_ref(),
             Event::RunStarted { .. }
             | Event::WorktreeCreated { .. }
             | Event::VerifyMerged { .. }

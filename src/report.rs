@@ -105,6 +105,35 @@ pub struct TaskReport {
     /// Is the task branch still there (kept for inspection or a later merge)?
     #[serde(default)]
     pub branch_kept: bool,
+    /// Connections its processes asked swarm's proxy for (with `--allow-domain`).
+    #[serde(default, skip_serializing_if = "NetworkUse::is_empty")]
+    pub network: NetworkUse,
+}
+
+/// A task's use of the allow-list proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkUse {
+    pub allowed: u32,
+    pub refused: u32,
+    /// `host:port` of the refused connections, each once.
+    #[serde(default)]
+    pub refused_hosts: Vec<String>,
+}
+
+impl NetworkUse {
+    pub fn is_empty(&self) -> bool {
+        self.allowed == 0 && self.refused == 0
+    }
+
+    pub fn add(&mut self, other: &NetworkUse) {
+        self.allowed += other.allowed;
+        self.refused += other.refused;
+        for host in &other.refused_hosts {
+            if !self.refused_hosts.contains(host) {
+                self.refused_hosts.push(host.clone());
+            }
+        }
+    }
 }
 
 impl TaskReport {

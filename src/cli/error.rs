@@ -141,6 +141,10 @@ fn settings(e: &SettingsError) -> (String, Option<String>) {
             "fix the file; its tables are [run], [worktree], [model] and [sandbox] (docs/USAGE.md)",
         ),
         SettingsError::Unreadable { .. } => (e.to_string(), "check the file's permissions"),
+        SettingsError::AllowDomain(_) => (
+            e.to_string(),
+            "pass a domain name, e.g. --allow-domain api.anthropic.com (docs/SECURITY.md)",
+        ),
         SettingsError::CopyPath(_) => (
             e.to_string(),
             "list files of your checkout by their path relative to its root, e.g. copy = [\".env\"]",

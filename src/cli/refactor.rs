@@ -136,6 +136,12 @@ pub struct RefactorArgs {
     #[arg(long)]
     pub network: bool,
 
+    /// Let worker processes reach this domain (and nothing else) through swarm's proxy:
+    /// `api.example.com`, `*.example.com`, or `host:port` (else ports 443 and 80).
+    /// Repeatable; adds to `[sandbox] allow_domains` of your config.
+    #[arg(long = "allow-domain", value_name = "DOMAIN")]
+    pub allow_domains: Vec<String>,
+
     /// Let the built-in worker's `run` tool run any command (still confined); without it,
     /// only commands matching `[sandbox] allow_run` in swarm.toml.
     #[arg(long)]
@@ -194,6 +200,7 @@ impl RefactorArgs {
         layer.model.base_url = self.base_url.clone();
         layer.sandbox.mode = self.sandbox;
         layer.sandbox.network = self.network.then_some(true);
+        layer.sandbox.allow_domains = Some(self.allow_domains.clone()).filter(|d| !d.is_empty());
         layer.sandbox.allow_any_run = self.allow_run.then_some(true);
         layer
     }

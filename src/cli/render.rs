@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::events::{CheckRole, ConflictAction, Event, Reporter};
+use crate::events::{CheckRole, ConflictAction, Event, NetworkVerdict, Reporter};
 use crate::report::{Report, TaskStatus};
 
 pub enum TerminalReporter {
@@ -182,7 +182,7 @@ impl Live {
                     .multi
                     .println(format!("  {into} not updated: {reason}"));
             }
-            Event::VerifyMerged { .. } | Event::Excluded { .. } => {
+            Event::VerifyMerged { .. } | Event::Excluded { .. } | Event::Network { .. } => {
                 if let Some(line) = plain_text(event) {
                     let _ = self.multi.println(format!("  {line}"));
                 }
@@ -277,6 +277,15 @@ fn plain_text(event: &Event) -> Option<String> {
             if *passed { "passed" } else { "FAILED" }
         ),
         Event::Excluded { task, reason } => format!("excluded  {task}: {reason}"),
+        Event::Network {
+            task,
+            domain,
+            port,
+            verdict: NetworkVerdict::Refused,
+        } => format!(
+            "refused   {}network access to {domain}:{port} (allow it with --allow-domain {domain})",
+            task.as_ref().map(|t| format!("{t}: ")).unwrap_or_default()
+        ),
         _ => return None,
     };
     Some(line)

@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Let worker processes reach the network.
     #[arg(long)]
     pub network: bool,
+    /// Let worker processes reach this domain (and nothing else) through swarm's proxy.
+    /// Repeatable.
+    #[arg(long = "allow-domain", value_name = "DOMAIN")]
+    pub allow_domains: Vec<String>,
     /// Keep the worktrees after the run.
     #[arg(long)]
     pub keep: bool,
@@ -60,6 +64,7 @@ pub async fn run(args: RunArgs) -> AppResult<i32> {
     settings.run.jobs = args.jobs;
     settings.sandbox.mode = args.sandbox;
     settings.sandbox.network = args.network.then_some(true);
+    settings.sandbox.allow_domains = Some(args.allow_domains.clone()).filter(|d| !d.is_empty());
     let shard_of = args.shard.unwrap_or(Shard { k: 1, n: 1 });
     let prepared = shard::prepare(&cwd, &args.plan, shard_of, settings, args.keep).await?;
     for warning in &prepared.warnings {

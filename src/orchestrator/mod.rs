@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::{Event, EventSink};
 use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::git::worktree::WorktreePool;
-use crate::ids::{RunBranch, RunId};
+use crate::ids::{RunBranch, RunId, TaskId};
 use crate::plan::Plan;
 use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
 use crate::settings::ApiKey;
@@ -28,6 +28,7 @@ use crate::worker::llm::LlmShared;
 
 mod finish;
 mod mode;
+mod network;
 mod repair;
 mod scheduler;
 mod task;
@@ -82,6 +83,8 @@ struct Shared {
     /// Local branches outside `swarm/` known so far; a new one appearing after a task means
     /// its worker created it.
     known_branches: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Connections asked of the allow-list proxy, per task.
+    network: Arc<network::NetworkLog>,
 }
 
 pub fn result_branch(run_id: &RunId) -> String {
@@ -123,6 +126,7 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
                 error: None,
                 output_tail: None,
                 branch_kept: false,
+                network: Default::default(),
             })
             .collect(),
         totals: Default::default(),
@@ -251,6 +255,7 @@ impl Shared {
     fn shell<'a>(
         &'a self,
         command: &'a str,
+        task: Option<&TaskId>,
         cwd: &'a std::path::Path,
         log: &'a std::path::Path,
     ) -> crate::worker::process::ProcessRequest<'a> {
@@ -264,8 +269,14 @@ impl Shared {
             idle_timeout: Some(settings.idle_timeout()),
             sandbox: Some(&settings.sandbox),
             also_writable: &[],
+            on_access: Some(self.on_access(task)),
             cancel: &self.cancel,
         }
+    }
+
+    /// Reports what processes of `task` ask of the allow-list proxy.
+    fn on_access(&self, task: Option<&TaskId>) -> crate::worker::sandbox::proxy::OnAccess {
+        network::on_access(&self.network, &self.sink, task)
     }
 
     fn new(
@@ -296,6 +307,7 @@ impl Shared {
         ));
         Ok(Self {
             known_branches: std::sync::Mutex::new(user_branches(&info.common_dir)?),
+            network: Default::default(),
             plan,
             base,
             run_dir,

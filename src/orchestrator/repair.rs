@@ -78,7 +78,7 @@ async fn attempt_repair(
         .await?
     };
     let mut slot = slot_back;
-    let outcome = match (conflicted, set_up(shared, &mut slot).await) {
+    let outcome = match (conflicted, set_up(shared, None, &mut slot).await) {
         (Ok(conflicted), Ok(None)) => {
             resolve_in(shared, &llm, r, &slot, &branch, conflicted, a).await
         }

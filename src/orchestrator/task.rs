@@ -37,6 +37,8 @@ pub(super) struct Attempt {
     pub(super) duration: Duration,
     pub(super) tokens: Tokens,
     pub(super) turns: u32,
+    /// Connections asked of the allow-list proxy.
+    pub(super) network: crate::report::NetworkUse,
     /// A conflict resolved by the model: merge this tree rather than merging the branch.
     pub(super) resolved: Option<Resolved>,
 }
@@ -57,6 +59,7 @@ impl Attempt {
             duration: Duration::ZERO,
             tokens: Tokens::default(),
             turns: 0,
+            network: Default::default(),
             resolved: None,
         }
     }
@@ -106,6 +109,7 @@ pub(super) async fn run_task(
         a.error = Some(format!("{e:#}"));
     }
     a.duration = started.elapsed();
+    a.network = shared.network.take(&shared.plan.task(idx).id);
     a
 }
 
@@ -232,7 +236,7 @@ async fn work(
     if shared.plan.settings.worktree.setup.is_some() && !slot.set_up {
         step(shared, &task.id, "setup");
     }
-    if let Some((verdict, tail)) = set_up(shared, slot).await? {
+    if let Some((verdict, tail)) = set_up(shared, Some(&task.id), slot).await? {
         return Ok(WorkerResult::just(verdict, Some(tail)));
     }
     step(shared, &task.id, "running");
@@ -324,6 +328,7 @@ fn outcome(
 /// output tail) when it did not succeed.
 pub(super) async fn set_up(
     shared: &Shared,
+    task: Option<&TaskId>,
     slot: &mut Slot,
 ) -> anyhow::Result<Option<(Verdict, String)>> {
     let Some(setup) = shared.plan.settings.worktree.setup.as_deref() else {
@@ -333,7 +338,7 @@ pub(super) async fn set_up(
         return Ok(None);
     }
     let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
-    let ran = process::run(shared.shell(setup, &slot.path, &log)).await?;
+    let ran = process::run(shared.shell(setup, task, &slot.path, &log)).await?;
     Ok(match ran.exit {
         Exit::Code(0) => {
             slot.set_up = true;
@@ -381,6 +386,7 @@ async fn run_worker(
         timeout: settings.timeout(),
         idle_timeout: settings.idle_timeout(),
         sandbox: &settings.sandbox,
+        on_access: Some(shared.on_access(Some(&task.id))),
         cancel: &shared.cancel,
         context,
     })
@@ -444,7 +450,7 @@ async fn verify_exec(
 ) -> anyhow::Result<Option<(Verdict, String)>> {
     step(shared, task, "verify");
     let log = task_dir.join("verify.log");
-    let ran = process::run(shared.shell(verify, worktree, &log)).await?;
+    let ran = process::run(shared.shell(verify, Some(task), worktree, &log)).await?;
     let verdict = match ran.exit {
         Exit::Code(0) => return Ok(None),
         Exit::Cancelled => Verdict::Interrupted,
@@ -485,6 +491,7 @@ pub(super) async fn run_agent(
         timeout: settings.timeout(),
         idle_timeout: settings.idle_timeout(),
         sandbox: &settings.sandbox,
+        on_access: Some(shared.on_access(Some(&task.id))),
         run_tool: &settings.run_tool,
         cancel: &shared.cancel,
         context,

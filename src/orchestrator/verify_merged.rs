@@ -93,10 +93,10 @@ impl Checker {
             .run_dir
             .path
             .join(format!("verify-merged-{}.log", self.runs + 1));
-        let ran = match set_up(shared, &mut slot).await {
+        let ran = match set_up(shared, None, &mut slot).await {
             Ok(None) => {
                 self.runs += 1;
-                process::run(shared.shell(&self.command, &slot.path, &log))
+                process::run(shared.shell(&self.command, None, &slot.path, &log))
                     .await
                     .map(Some)
             }

@@ -131,6 +131,9 @@ combine_fields!(ModelTable {
 pub struct SandboxTable {
     pub mode: Option<SandboxMode>,
     pub network: Option<bool>,
+    /// Domains workers may reach through swarm's proxy (`--allow-domain`); these add up
+    /// across layers (user config and command line only).
+    pub allow_domains: Option<Vec<String>>,
     /// More paths workers may write to (`~` is the home directory), e.g. a build cache.
     pub writable: Option<Vec<String>>,
     /// More paths hidden from workers (besides the credential stores); these add up across
@@ -149,7 +152,7 @@ pub struct SandboxTable {
 
 impl Combine for SandboxTable {
     fn combine(self, lower: Self) -> Self {
-        let hide = match (self.hide, lower.hide) {
+        let add_up = |upper: Option<Vec<String>>, lower: Option<Vec<String>>| match (upper, lower) {
             (Some(mut a), Some(b)) => {
                 a.extend(b);
                 Some(a)
@@ -159,8 +162,9 @@ impl Combine for SandboxTable {
         Self {
             mode: self.mode.combine(lower.mode),
             network: self.network.combine(lower.network),
+            allow_domains: add_up(self.allow_domains, lower.allow_domains),
             writable: self.writable.combine(lower.writable),
-            hide,
+            hide: add_up(self.hide, lower.hide),
             unhide: self.unhide.combine(lower.unhide),
             env: self.env.combine(lower.env),
             allow_run: self.allow_run.combine(lower.allow_run),

@@ -16,16 +16,18 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod allow_list;
 mod error;
 pub mod layer;
 mod policy;
 mod sandbox;
 
+pub use allow_list::{AllowList, split_host_port};
 pub use error::{Count, SettingsError};
 pub use layer::{Combine, Layer};
 pub use policy::{
-    ApiKey, DEFAULT_HIDDEN, ModelSettings, OnConflict, RunToolPolicy, SandboxMode, SandboxPolicy,
-    Scope, WorktreeSettings,
+    ApiKey, DEFAULT_HIDDEN, ModelSettings, NetworkAccess, OnConflict, RunToolPolicy, SandboxMode,
+    SandboxPolicy, Scope, WorktreeSettings,
 };
 pub use sandbox::sandbox_for_plan;
 
@@ -106,12 +108,12 @@ impl Settings {
         repo_root: &Path,
         warnings: &mut Vec<String>,
     ) -> Result<SandboxPolicy, SettingsError> {
-        Ok(sandbox::policy(&layers(command_line, repo_root, warnings)?))
+        sandbox::policy(&layers(command_line, repo_root, warnings)?)
     }
 
     /// Fills in the defaults of combined layers, and checks the values.
     pub fn from_layer(layer: Layer) -> Result<Settings, SettingsError> {
-        let sandbox = sandbox::policy(&layer);
+        let sandbox = sandbox::policy(&layer)?;
         let (run, model) = (layer.run, layer.model);
         let at_least_one = |value, count| match value {
             0 => Err(SettingsError::Zero(count)),

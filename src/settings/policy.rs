@@ -93,6 +93,10 @@ pub struct SandboxPolicy {
     pub enabled: bool,
     /// May workers reach the network (`--network`)?
     pub network: bool,
+    /// Domains workers may reach through swarm's proxy when `network` is off
+    /// (`--allow-domain`, `[sandbox] allow_domains`).
+    #[serde(default)]
+    pub allow_domains: Vec<String>,
     /// More writable paths (`[sandbox] writable`), e.g. a tool's cache directory.
     pub writable: Vec<PathBuf>,
     /// Paths hidden from workers (the credential stores, `[sandbox] hide`, minus `unhide`).
@@ -103,7 +107,26 @@ pub struct SandboxPolicy {
     pub env: Vec<String>,
 }
 
+/// What the network of a confined worker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkAccess<'a> {
+    /// A namespace with nothing in it.
+    None,
+    /// A namespace whose only way out is swarm's proxy, for these domains.
+    AllowList(&'a [String]),
+    /// The host's network (`--network`).
+    Full,
+}
+
 impl SandboxPolicy {
+    pub fn network_access(&self) -> NetworkAccess<'_> {
+        match (self.network, self.allow_domains.is_empty()) {
+            (true, _) => NetworkAccess::Full,
+            (false, true) => NetworkAccess::None,
+            (false, false) => NetworkAccess::AllowList(&self.allow_domains),
+        }
+    }
+
     /// The default hidden paths under `home`.
     pub fn default_hidden(home: &Path) -> Vec<PathBuf> {
         DEFAULT_HIDDEN.iter().map(|p| home.join(p)).collect()

@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use super::allow_list::AllowList;
+use super::error::SettingsError;
 use super::layer::Layer;
 use super::policy::{ModelSettings, SandboxMode, SandboxPolicy};
 use crate::env_vars;
@@ -30,6 +32,7 @@ pub fn restrict_repository_layer(mut layer: Layer, warnings: &mut Vec<String>) -
         sandbox.network = None;
     }
     for (key, asked) in [
+        ("allow_domains", &mut sandbox.allow_domains),
         ("writable", &mut sandbox.writable),
         ("unhide", &mut sandbox.unhide),
         ("env", &mut sandbox.env),
@@ -54,8 +57,9 @@ pub fn restrict_repository_layer(mut layer: Layer, warnings: &mut Vec<String>) -
 }
 
 /// The sandbox policy of combined layers, with the defaults: confined, no network, the
-/// credential stores hidden (plus `hide`, minus `unhide`).
-pub fn policy(layer: &Layer) -> SandboxPolicy {
+/// credential stores hidden (plus `hide`, minus `unhide`). `Err` for a domain to allow that
+/// is not one.
+pub fn policy(layer: &Layer) -> Result<SandboxPolicy, SettingsError> {
     let sandbox = &layer.sandbox;
     let home = std::env::var_os(env_vars::HOME).map(PathBuf::from);
     let expand = |p: &String| match (p.strip_prefix("~/"), &home) {
@@ -71,13 +75,18 @@ pub fn policy(layer: &Layer) -> SandboxPolicy {
     hide.retain(|p| !unhide.contains(p));
     hide.sort();
     hide.dedup();
-    SandboxPolicy {
+    let mut allow_domains = sandbox.allow_domains.clone().unwrap_or_default();
+    AllowList::parse(&allow_domains).map_err(SettingsError::AllowDomain)?;
+    allow_domains.sort();
+    allow_domains.dedup();
+    Ok(SandboxPolicy {
         enabled: sandbox.mode.unwrap_or(SandboxMode::WorkspaceWrite) == SandboxMode::WorkspaceWrite,
         network: sandbox.network.unwrap_or(false),
+        allow_domains,
         writable: sandbox.writable.iter().flatten().map(expand).collect(),
         hide,
         env: sandbox.env.clone().unwrap_or_default(),
-    }
+    })
 }
 
 /// The sandbox of a plan read from a file (`swarm run PLAN.json`, `swarm merge PLAN.json`):
@@ -101,6 +110,14 @@ pub fn sandbox_for_plan(
     }
     if plan.network && !local.network {
         refuse("--network".into());
+    }
+    let extra: Vec<&String> = plan
+        .allow_domains
+        .iter()
+        .filter(|d| !local.allow_domains.contains(d))
+        .collect();
+    if !extra.is_empty() {
+        refuse(format!("--allow-domain {extra:?}"));
     }
     let extra: Vec<String> = plan
         .writable

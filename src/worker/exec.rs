@@ -20,6 +20,7 @@ use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::worker::Verdict;
 use crate::worker::sandbox::SandboxPolicy;
+use crate::worker::sandbox::proxy::OnAccess;
 use crate::{env_vars, state};
 
 pub struct ExecTask<'a> {
@@ -34,6 +35,8 @@ pub struct ExecTask<'a> {
     pub timeout: Duration,
     pub idle_timeout: Duration,
     pub sandbox: &'a SandboxPolicy,
+    /// Told of the connections it asks the allow-list proxy for.
+    pub on_access: Option<OnAccess>,
     pub cancel: &'a CancellationToken,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
@@ -109,6 +112,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         sandbox: Some(task.sandbox),
         // The result file's directory; nothing of swarm's.
         also_writable: &[result_dir.path()],
+        on_access: task.on_access.clone(),
         cancel: task.cancel,
     })
     .await?;

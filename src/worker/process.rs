@@ -24,7 +24,9 @@ use anyhow::Context as _;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
+use super::sandbox::proxy::{self, OnAccess, Proxy};
 use super::sandbox::{self, SandboxPolicy, jail::JailSpec};
+use crate::settings::{AllowList, NetworkAccess};
 use crate::{env_vars, secrets, state};
 
 /// Bytes of output written to a task's log before it is truncated.
@@ -70,6 +72,8 @@ pub struct ProcessRequest<'a> {
     pub sandbox: Option<&'a SandboxPolicy>,
     /// Writable besides `cwd` and the private temporary directory (confined processes).
     pub also_writable: &'a [&'a Path],
+    /// Told of each connection the process asks swarm's proxy for (with an allow-list).
+    pub on_access: Option<OnAccess>,
     pub cancel: &'a CancellationToken,
 }
 
@@ -95,8 +99,8 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
     let started = Instant::now();
     let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
     let writer_err = writer.try_clone()?;
-    // Kept until the process is gone: confined processes write temporary files there.
-    let (mut cmd, _tmp) = command(&req)?;
+    // Kept until the process is gone: its temporary directory, its network proxy.
+    let (mut cmd, _keep) = command(&req)?;
     cmd.stdout(writer).stderr(writer_err);
     let log = state::create_file(req.log)
         .with_context(|| format!("cannot create {}", req.log.display()))?;
@@ -135,24 +139,46 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
     })
 }
 
-/// The command for `req`, but for its output: in a jail when confined (with the private
-/// temporary directory it gets, to keep until the process is gone), stdin from `/dev/null`,
-/// its own process group, and swarm's environment without its secrets.
-fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Option<tempfile::TempDir>)> {
+/// What a confined process needs while it runs: its private temporary directory, and with
+/// an allow-list, its network proxy.
+#[derive(Default)]
+struct Confinement {
+    tmp: Option<tempfile::TempDir>,
+    proxy: Option<Proxy>,
+}
+
+/// The command for `req`, but for its output: in a jail when confined (with what the jail
+/// needs kept until the process is gone), stdin from `/dev/null`, its own process group, and
+/// swarm's environment without its secrets.
+fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Confinement)> {
     let argv = req.program.argv();
-    let (mut cmd, tmp) = match req.sandbox.filter(|p| p.enabled) {
+    let (mut cmd, keep) = match req.sandbox.filter(|p| p.enabled) {
         Some(policy) => {
             let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
             let mut writable = vec![req.cwd.to_path_buf(), tmp.path().to_path_buf()];
             writable.extend(req.also_writable.iter().map(|p| p.to_path_buf()));
             writable.extend(policy.writable.iter().cloned());
-            let spec = JailSpec::new(&argv, req.cwd, &writable, &policy.hide, policy.network);
-            (spec.command()?, Some(tmp))
+            let mut spec = JailSpec::new(&argv, req.cwd, &writable, &policy.hide, policy.network);
+            let proxy = match policy.network_access() {
+                NetworkAccess::AllowList(domains) => {
+                    let allow = AllowList::parse(domains).map_err(anyhow::Error::msg)?;
+                    Some(Proxy::start(allow, req.on_access.clone())?)
+                }
+                NetworkAccess::None | NetworkAccess::Full => None,
+            };
+            if let Some(proxy) = &proxy {
+                spec = spec.with_proxy(&proxy.socket());
+            }
+            let keep = Confinement {
+                tmp: Some(tmp),
+                proxy,
+            };
+            (spec.command()?, keep)
         }
         None => {
             let mut cmd = Command::new(&argv[0]);
             cmd.args(&argv[1..]);
-            (cmd, None)
+            (cmd, Confinement::default())
         }
     };
     cmd.current_dir(req.cwd)
@@ -163,10 +189,13 @@ fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Option<tempfile
     // worker's git at another repository.
     let pass = req.sandbox.map(|p| p.env.as_slice()).unwrap_or_default();
     cmd.env_clear().envs(secrets::worker_env(pass));
-    if let Some(tmp) = &tmp {
+    if let Some(tmp) = &keep.tmp {
         for var in ["TMPDIR", "TMP", "TEMP"] {
             cmd.env(var, tmp.path());
         }
+    }
+    if keep.proxy.is_some() {
+        cmd.envs(proxy::worker_env());
     }
     for (k, v) in no_background_git() {
         cmd.env(k, v);
@@ -174,7 +203,7 @@ fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Option<tempfile
     for (k, v) in &req.env {
         cmd.env(k, v);
     }
-    Ok((cmd, tmp))
+    Ok((cmd, keep))
 }
 
 /// Waits for the process to exit, or stops its group at the timeout, when it goes stale, or

@@ -274,3 +274,20 @@ fn review_off_a_terminal() {
         "--dry-run",
     );
 }
+
+#[test]
+fn a_domain_to_allow_that_is_not_one() {
+    refuses(
+        &repo(),
+        &[
+            "refactor",
+            "x",
+            "--allow-domain",
+            "http://x.com/",
+            "--exec",
+            "true",
+        ],
+        "`http://x.com/` is not a domain to allow",
+        "--allow-domain api.anthropic.com",
+    );
+}

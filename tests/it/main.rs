@@ -10,6 +10,7 @@ mod common;
 mod fake_model;
 mod llm;
 mod merging;
+mod network;
 mod planner;
 mod planning;
 mod recovery;

@@ -30,6 +30,7 @@ use crate::settings::RunToolPolicy;
 use crate::worker::Verdict;
 use crate::worker::process::{self, Exit, ProcessRequest, Program};
 use crate::worker::sandbox::SandboxPolicy;
+use crate::worker::sandbox::proxy::OnAccess;
 
 /// Characters of conversation above which old tool results are shortened.
 const CONTEXT_CHARS: usize = 120_000;
@@ -54,6 +55,8 @@ pub struct AgentTask<'a> {
     pub timeout: Duration,
     pub idle_timeout: Duration,
     pub sandbox: &'a SandboxPolicy,
+    /// Told of the connections its commands ask the allow-list proxy for.
+    pub on_access: Option<OnAccess>,
     pub run_tool: &'a RunToolPolicy,
     pub cancel: &'a CancellationToken,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
@@ -341,6 +344,7 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<Ou
         idle_timeout: Some(task.idle_timeout),
         sandbox: Some(task.sandbox),
         also_writable: &[],
+        on_access: task.on_access.clone(),
         cancel: task.cancel,
     })
     .await?;
@@ -367,6 +371,7 @@ pub async fn run_verify(command: &str, task: &AgentTask<'_>) -> anyhow::Result<O
         idle_timeout: Some(task.idle_timeout),
         sandbox: Some(task.sandbox),
         also_writable: &[],
+        on_access: task.on_access.clone(),
         cancel: task.cancel,
     })
     .await?;

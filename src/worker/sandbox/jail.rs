@@ -8,8 +8,13 @@
 //!            └─ init (PID 1 of the new PID namespace; dies with the jail)
 //!                 │ /proc remounted (only this namespace's processes), credential stores
 //!                 │ hidden (empty mounts), Landlock (writes, signals, abstract sockets)
+//!                 ├─ with an allow-list: the forwarder, 127.0.0.1:3128 → swarm's proxy
 //!                 └─ the worker: `sh -c CMD` (or an argv), and everything it starts
 //! ```
+//!
+//! With an allow-list (`--allow-domain`), the network namespace gets its loopback up and init
+//! forks a forwarder that passes each connection to `127.0.0.1:`[`super::proxy::FORWARD_PORT`]
+//! on to the Unix socket of swarm's proxy ([`super::proxy`]), which decides.
 //!
 //! When the worker exits, init exits, and the kernel kills every process left in the PID
 //! namespace, daemons that left the process group with `setsid` included, before init's exit
@@ -72,6 +77,9 @@ pub struct JailSpec {
     pub hide: Vec<Bytes>,
     /// Keep the network (no network namespace).
     pub network: bool,
+    /// The Unix socket of swarm's allow-list proxy, forwarded from the namespace's loopback.
+    #[serde(default)]
+    pub proxy: Option<Bytes>,
     /// swarm's pid: if the jail's parent is not swarm any more, swarm has died.
     pub parent: u32,
 }
@@ -90,8 +98,15 @@ impl JailSpec {
             writable: writable.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
             hide: hide.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
             network,
+            proxy: None,
             parent: std::process::id(),
         }
+    }
+
+    /// Forwards `127.0.0.1:`[`super::proxy::FORWARD_PORT`] in the namespace to `socket`.
+    pub fn with_proxy(mut self, socket: &Path) -> Self {
+        self.proxy = Some(Bytes::of(socket.as_os_str()));
+        self
     }
 
     /// The command that runs this spec in a jail.
@@ -157,6 +172,9 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
         .context("an argument contains a NUL byte")?;
     anyhow::ensure!(!argv.is_empty(), "nothing to run");
     enter_namespaces(spec.network)?;
+    if spec.proxy.is_some() && !spec.network {
+        loopback_up()?;
+    }
     let status = pipe()?;
     let lifeline = pipe()?;
     // SAFETY: single-threaded; the child only runs `init`.
@@ -250,6 +268,9 @@ fn init_main(
         }
     }
     confine(spec)?;
+    if let Some(socket) = &spec.proxy {
+        start_forwarder(&path(socket), &[status_fd, lifeline_fd])?;
+    }
     // SAFETY: handlers only store the signal number in an atomic.
     unsafe {
         for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
@@ -283,6 +304,82 @@ fn confine(spec: &JailSpec) -> anyhow::Result<()> {
     }
     let writable: Vec<PathBuf> = spec.writable.iter().map(path).collect();
     super::restrict_writes(&writable).context("Landlock")
+}
+
+/// Brings up the loopback of the new network namespace (for the forwarder).
+fn loopback_up() -> anyhow::Result<()> {
+    // SAFETY: a socket for the ioctl, an ifreq on the stack, the socket closed after.
+    unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(errno("socket"));
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+            *dst = *src as libc::c_char;
+        }
+        req.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as i16;
+        let rc = libc::ioctl(sock, libc::SIOCSIFFLAGS, &req);
+        libc::close(sock);
+        if rc != 0 {
+            return Err(errno(
+                "cannot bring up the loopback of the network namespace",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Forks the forwarder: it listens on the namespace's loopback before the worker starts,
+/// and passes each connection on to swarm's proxy at `socket`, one thread per direction.
+/// It dies with init, like every process of the namespace.
+fn start_forwarder(socket: &Path, close: &[i32]) -> anyhow::Result<()> {
+    let listener =
+        std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, super::proxy::FORWARD_PORT))
+            .context("cannot listen on the namespace's loopback")?;
+    // SAFETY: init is single-threaded; the child runs only the forwarding loop and _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(errno("fork"));
+    }
+    if pid > 0 {
+        return Ok(());
+    }
+    // SAFETY: closing fds this process owns.
+    unsafe {
+        for fd in close {
+            libc::close(*fd);
+        }
+    }
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        // Small writes (a CONNECT, its answer) must not wait for delayed acknowledgements.
+        let _ = conn.set_nodelay(true);
+        let socket = socket.to_path_buf();
+        std::thread::spawn(move || {
+            if let Ok(upstream) = std::os::unix::net::UnixStream::connect(&socket) {
+                splice(conn, upstream);
+            }
+        });
+    }
+    // SAFETY: leaving without the parent's destructors.
+    unsafe { libc::_exit(0) }
+}
+
+/// Copies both ways until each side has finished sending.
+fn splice(client: std::net::TcpStream, upstream: std::os::unix::net::UnixStream) {
+    use std::net::Shutdown;
+    let (Ok(mut client_w), Ok(mut upstream_r)) = (client.try_clone(), upstream.try_clone()) else {
+        return;
+    };
+    let (mut client_r, mut upstream_w) = (client, upstream);
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut client_r, &mut upstream_w);
+        let _ = upstream_w.shutdown(Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut upstream_r, &mut client_w);
+    let _ = client_w.shutdown(Shutdown::Write);
+    let _ = up.join();
 }
 
 /// Forks the worker: default signal handling, `close` closed, in the task's directory, then

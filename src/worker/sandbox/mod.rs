@@ -9,7 +9,9 @@
 //! - processes: a PID namespace of its own, whose init ends every process of the task when the
 //!   worker ends and dies with swarm; `/proc` shows only the task's processes, and signals
 //!   cannot reach swarm or other tasks (Landlock's signal scoping, where the kernel has it);
-//! - network: a network namespace with only a loopback that is down, unless `--network`;
+//! - network: a network namespace with only a loopback that is down; with `--allow-domain`,
+//!   the loopback up and a forwarder to swarm's allow-list proxy ([`proxy`]); the host's
+//!   network with `--network`;
 //! - secrets: the user's credential stores (`~/.ssh`, `~/.aws`…, [`crate::settings::DEFAULT_HIDDEN`]) are
 //!   covered by empty mounts, and secret variables are not in the environment
 //!   ([`crate::secrets`]).
@@ -23,6 +25,7 @@
 //! through such a link fails instead of landing outside.
 
 pub mod jail;
+pub mod proxy;
 
 pub use crate::settings::SandboxPolicy;
 
@@ -90,13 +93,23 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
         return Err("worker confinement needs Linux (Landlock and namespaces)".into());
     }
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let spec = jail::JailSpec::new(
+    let mut spec = jail::JailSpec::new(
         &["true".into()],
         dir.path(),
         &[dir.path().to_path_buf()],
         &policy.hide,
         policy.network,
     );
+    // With an allow-list, the loopback and the forwarder are part of the jail.
+    let proxy = match policy.network_access() {
+        crate::settings::NetworkAccess::AllowList(_) => {
+            Some(proxy::Proxy::start(Default::default(), None).map_err(|e| format!("{e:#}"))?)
+        }
+        _ => None,
+    };
+    if let Some(proxy) = &proxy {
+        spec = spec.with_proxy(&proxy.socket());
+    }
     let mut cmd = spec.command().map_err(|e| e.to_string())?;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

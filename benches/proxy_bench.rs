@@ -1,0 +1,159 @@
+//! What the allow-list proxy costs: the same fleet of fake agents with `--network` and with
+//! `--allow-domain`, in the same run.
+//!
+//! ```text
+//! cargo bench --bench proxy_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--latency-ms 100] [--rounds 3]
+//! ```
+//!
+//! Each task is a fake agent: `--requests` HTTP calls to a local fake API that answers 64 KiB
+//! after `--latency-ms` (as a model API would), then a `sed` edit. With `--network` the calls
+//! go straight to 127.0.0.1; with `--allow-domain` they go through the worker's forwarder and
+//! swarm's proxy as a `CONNECT` tunnel (`curl --proxytunnel`, the way HTTPS clients use it).
+//! Rounds alternate between the two; the bench prints each wall time, the medians and the
+//! proxy's overhead (target: under 5 %). See docs/BENCHMARKS.md for recorded figures.
+
+// A benchmark harness: failing loudly on any unexpected state is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn option(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("a number"))
+        .unwrap_or(default)
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// The fake API: every request is answered with 64 KiB after `latency`.
+fn fake_api(latency: Duration) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                std::thread::sleep(latency);
+                let body = vec![b'x'; 64 * 1024];
+                let _ = stream.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    )
+                    .as_bytes(),
+                );
+                let _ = stream.write_all(&body);
+            });
+        }
+    });
+    port
+}
+
+fn fleet(dir: &Path, tasks: u64, round: usize) -> std::path::PathBuf {
+    let repo = dir.join(format!("repo{round}"));
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    for i in 0..tasks {
+        std::fs::write(repo.join(format!("src/f{i:03}.txt")), "call foo()\n").unwrap();
+    }
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "fleet"]);
+    repo
+}
+
+fn run(repo: &Path, jobs: u64, agent: &str, sandbox: &[&str]) -> Duration {
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_swarm"))
+        .current_dir(repo)
+        .args(["refactor", "bench", "src", "-y", "-j", &jobs.to_string()])
+        .args(sandbox)
+        .args(["--exec", agent])
+        .env("SWARM_TEST_PROXY_RESOLVE", "api.bench.test=127.0.0.1")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "swarm failed: {stderr}");
+    assert!(stderr.contains(" merged, 0 no change"), "{stderr}");
+    elapsed
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let tasks = option("--tasks", 32);
+    let jobs = option("--jobs", 16);
+    let requests = option("--requests", 4);
+    let latency = Duration::from_millis(option("--latency-ms", 100));
+    let rounds = option("--rounds", 3) as usize;
+    let port = fake_api(latency);
+    let calls = |url: &str, extra: &str| {
+        format!(
+            "for i in $(seq {requests}); do curl -sSf {extra} -o /dev/null {url} || exit 1; done; \
+             sed -i s/foo/bar/ \"$SWARM_FILE\""
+        )
+    };
+    let direct = calls(&format!("http://127.0.0.1:{port}/v1/messages"), "");
+    let proxied = calls(
+        &format!("http://api.bench.test:{port}/v1/messages"),
+        "--proxytunnel",
+    );
+    let allow = format!("api.bench.test:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let (mut open, mut listed) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let t = run(
+            &fleet(dir.path(), tasks, 2 * round),
+            jobs,
+            &direct,
+            &["--network"],
+        );
+        println!("round {round}: --network        {:>7.2} s", t.as_secs_f64());
+        open.push(t);
+        let t = run(
+            &fleet(dir.path(), tasks, 2 * round + 1),
+            jobs,
+            &proxied,
+            &["--allow-domain", &allow],
+        );
+        println!("round {round}: --allow-domain   {:>7.2} s", t.as_secs_f64());
+        listed.push(t);
+    }
+    let (open, listed) = (median(open), median(listed));
+    println!(
+        "{tasks} tasks, -j {jobs}, {requests} requests of {} ms each: median --network {:.2} s, \
+         --allow-domain {:.2} s, proxy overhead {:+.1} %",
+        latency.as_millis(),
+        open.as_secs_f64(),
+        listed.as_secs_f64(),
+        (listed.as_secs_f64() / open.as_secs_f64() - 1.0) * 100.0
+    );
+}
