@@ -2,7 +2,7 @@
 //! `--allow-domain`, in the same run.
 //!
 //! ```text
-//! cargo bench --bench proxy_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--latency-ms 100] [--rounds 3]
+//! cargo bench --bench proxy_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--latency-ms 500] [--rounds 3]
 //! ```
 //!
 //! Each task is a fake agent: `--requests` HTTP calls to a local fake API that answers 64 KiB
@@ -112,7 +112,7 @@ fn main() {
     let tasks = option("--tasks", 32);
     let jobs = option("--jobs", 16);
     let requests = option("--requests", 4);
-    let latency = Duration::from_millis(option("--latency-ms", 100));
+    let latency = Duration::from_millis(option("--latency-ms", 500));
     let rounds = option("--rounds", 3) as usize;
     let port = fake_api(latency);
     let calls = |url: &str, extra: &str| {
