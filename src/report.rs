@@ -105,6 +105,12 @@ pub struct TaskReport {
     /// Is the task branch still there (kept for inspection or a later merge)?
     #[serde(default)]
     pub branch_kept: bool,
+    /// The log of what failed last (the worker's, `--verify`'s, the agent's transcript).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<std::path::PathBuf>,
+    /// What the sandbox probably did to a failed task, and the setting that would allow it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
     /// Connections its processes asked swarm's proxy for (with `--allow-domain`).
     #[serde(default, skip_serializing_if = "NetworkUse::is_empty")]
     pub network: NetworkUse,

@@ -329,6 +329,9 @@ pub fn print_summary(report: &Report, interrupted: bool) {
     print_result(report);
 }
 
+/// Unsuccessful tasks whose output the summary shows (`swarm status RUN` shows all).
+const EXPLAINED: usize = 10;
+
 /// One row per task (only the unsuccessful ones past 20 tasks).
 fn print_table(report: &Report) {
     let show_all = report.tasks.len() <= 20;
@@ -345,6 +348,8 @@ fn print_table(report: &Report) {
             .unwrap_or(4)
             .max(4);
         eprintln!("  {:<11} {:<width$}  DETAIL", "STATUS", "TASK");
+        // Why they failed, for the first few; `swarm status RUN` has it for all.
+        let mut explained = 0;
         for task in rows {
             let detail = match (&task.error, task.status) {
                 (Some(e), _) => e.clone(),
@@ -363,8 +368,52 @@ fn print_table(report: &Report) {
                 task.status.as_str(),
                 task.id
             );
+            let lines = failure_lines(task);
+            if !lines.is_empty() && explained < EXPLAINED {
+                explained += 1;
+                for line in lines {
+                    eprintln!("  {:<11} {:<width$}  {line}", "", "");
+                }
+            }
         }
     }
+}
+
+/// Lines shown under an unsuccessful task: what the sandbox probably did (with the setting
+/// that would allow it), the last lines of its output, and its log.
+pub fn failure_lines(task: &crate::report::TaskReport) -> Vec<String> {
+    const LAST: usize = 5;
+    const WIDTH: usize = 160;
+    if task.status.is_success() || matches!(task.status, TaskStatus::Pending | TaskStatus::Running)
+    {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    if let Some(hint) = &task.hint {
+        lines.push(format!("hint: {hint}"));
+    }
+    let tail: Vec<&str> = task
+        .output_tail
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let last = &tail[tail.len().saturating_sub(LAST)..];
+    if !last.is_empty() {
+        lines.push("last lines of output:".to_string());
+        for line in last {
+            let mut shown: String = line.chars().take(WIDTH).collect();
+            if line.chars().count() > WIDTH {
+                shown.push('…');
+            }
+            lines.push(format!("│ {shown}"));
+        }
+    }
+    if let Some(log) = task.log.as_deref().filter(|l| l.exists()) {
+        lines.push(format!("log: {}", log.display()));
+    }
+    lines
 }
 
 /// The branches kept for inspection, and how to inspect or remove them.

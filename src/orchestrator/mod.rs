@@ -126,6 +126,8 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
                 error: None,
                 output_tail: None,
                 branch_kept: false,
+                log: None,
+                hint: None,
                 network: Default::default(),
             })
             .collect(),

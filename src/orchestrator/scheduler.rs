@@ -314,6 +314,8 @@ impl Scheduler {
         t.turns += a.turns;
         t.network.add(&a.network);
         t.output_tail = a.output_tail.clone();
+        t.log = a.log.clone();
+        t.hint = a.hint.clone();
         t.error = a.error.clone();
         t.status = a.status;
         let mut job = None;

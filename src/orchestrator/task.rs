@@ -12,6 +12,8 @@ use crate::worker::exec::{self, ExecTask};
 use crate::worker::llm::LlmShared;
 use crate::worker::llm::agent::{self, AgentTask};
 use crate::worker::process::{self, Exit};
+use crate::worker::sandbox::diagnose;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +41,12 @@ pub(super) struct Attempt {
     pub(super) turns: u32,
     /// Connections asked of the allow-list proxy.
     pub(super) network: crate::report::NetworkUse,
+    /// The log of what ran last.
+    pub(super) log: Option<PathBuf>,
+    /// The worktree it ran in.
+    pub(super) worktree: Option<PathBuf>,
+    /// What the sandbox probably did, if the attempt failed.
+    pub(super) hint: Option<String>,
     /// A conflict resolved by the model: merge this tree rather than merging the branch.
     pub(super) resolved: Option<Resolved>,
 }
@@ -60,6 +68,9 @@ impl Attempt {
             tokens: Tokens::default(),
             turns: 0,
             network: Default::default(),
+            log: None,
+            worktree: None,
+            hint: None,
             resolved: None,
         }
     }
@@ -77,6 +88,8 @@ pub(super) struct WorkerResult {
     pub(super) verdict: Verdict,
     pub(super) summary: Option<String>,
     pub(super) output_tail: Option<String>,
+    /// The log `output_tail` is the end of.
+    pub(super) log: Option<PathBuf>,
     pub(super) tokens: Tokens,
     pub(super) turns: u32,
 }
@@ -87,6 +100,7 @@ impl WorkerResult {
             verdict,
             summary: None,
             output_tail,
+            log: None,
             tokens: Tokens::default(),
             turns: 0,
         }
@@ -110,6 +124,14 @@ pub(super) async fn run_task(
     }
     a.duration = started.elapsed();
     a.network = shared.network.take(&shared.plan.task(idx).id);
+    if !matches!(a.status, TaskStatus::Done | TaskStatus::NoChange) {
+        a.hint = diagnose::hint(
+            a.output_tail.as_deref().unwrap_or(""),
+            &a.network,
+            &shared.plan.settings.sandbox,
+            a.worktree.as_deref(),
+        );
+    }
     a
 }
 
@@ -121,11 +143,13 @@ async fn attempt_task(
     let task = shared.plan.task(a.idx);
     let branch = task.branch(&shared.plan.run_id);
     let mut slot = start_attempt(shared, a, &branch).await?;
+    a.worktree = Some(slot.path.clone());
     // On an error the lease gives the worktree back (its next task resets it).
     let result = work(shared, a.idx, &mut slot, context).await?;
     let verdict = result.verdict;
     a.summary = result.summary;
     a.output_tail = result.output_tail.filter(|t| !t.is_empty());
+    a.log = result.log;
     a.tokens = result.tokens;
     a.turns = result.turns;
 
@@ -395,6 +419,7 @@ async fn run_worker(
         verdict: ran.verdict,
         summary: ran.summary,
         output_tail: Some(ran.output_tail),
+        log: Some(exec::log_path(task_dir)),
         tokens: Tokens::default(),
         turns: 0,
     };
@@ -410,6 +435,7 @@ async fn run_worker(
     };
     result.verdict = verdict;
     result.output_tail = Some(tail.clone());
+    result.log = Some(task_dir.join("verify.log"));
     let (Verdict::Failed(_), true, Some(llm)) =
         (&result.verdict, settings.repair, shared.model.as_deref())
     else {
@@ -501,6 +527,7 @@ pub(super) async fn run_agent(
         verdict: out.verdict,
         summary: out.summary,
         output_tail: Some(out.output_tail),
+        log: Some(task_dir.join("transcript.jsonl")),
         tokens: out.tokens,
         turns: out.turns,
     })

@@ -148,3 +148,46 @@ fn verify_commands_are_confined_too() {
         "a failing --verify is not merged"
     );
 }
+
+/// A worker the sandbox stopped: the summary and `swarm status` show its last lines, its log
+/// and the setting that would have allowed it.
+#[test]
+fn a_worker_the_sandbox_stopped_is_explained() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let home = repo.root().join("home");
+    let worker = format!(
+        r#"if [ "$SWARM_FILE" = a.txt ]; then
+  echo calling the API; curl -sS https://api.agent.test/v1 ; exit 1
+else
+  mkdir -p {home}/.agent-state 2>&1; echo state > {home}/.agent-state/s.json; exit 2
+fi"#,
+        home = home.display()
+    );
+    let run = repo.swarm(&["refactor", "x", "--exec", &worker]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let a = crate::common::task_of(&report, "a.txt");
+    let b = crate::common::task_of(&report, "b.txt");
+    let hint_a = a["hint"].as_str().unwrap_or_default();
+    assert!(hint_a.contains("--allow-domain api.agent.test"), "{a}");
+    let hint_b = b["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint_b.contains(&format!("write refused at {}/.agent-state", home.display())),
+        "{b}"
+    );
+    let log = a["log"].as_str().unwrap();
+    assert!(
+        log.ends_with("worker.log") && std::path::Path::new(log).exists(),
+        "{a}"
+    );
+    for shown in [&run.stderr, &repo.swarm(&["status", &run.run_id()]).stdout] {
+        assert!(shown.contains(&format!("hint: {hint_a}")), "{shown}");
+        assert!(shown.contains(&format!("hint: {hint_b}")), "{shown}");
+        assert!(shown.contains("│ calling the API"), "{shown}");
+        assert!(
+            shown.contains("Could not resolve host: api.agent.test"),
+            "{shown}"
+        );
+        assert!(shown.contains(&format!("log: {log}")), "{shown}");
+    }
+}

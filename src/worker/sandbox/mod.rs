@@ -24,6 +24,7 @@
 //! That code runs in a thread confined by the same Landlock rules ([`confined`]), so a write
 //! through such a link fails instead of landing outside.
 
+pub mod diagnose;
 pub mod jail;
 pub mod proxy;
 
