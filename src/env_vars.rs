@@ -7,6 +7,7 @@ pub const SWARM_ON_CONFLICT: &str = "SWARM_ON_CONFLICT";
 pub const SWARM_SCOPE: &str = "SWARM_SCOPE";
 pub const SWARM_BATCH: &str = "SWARM_BATCH";
 pub const SWARM_EXEC: &str = "SWARM_EXEC";
+pub const SWARM_AGENT: &str = "SWARM_AGENT";
 pub const SWARM_MODEL: &str = "SWARM_MODEL";
 pub const SWARM_BASE_URL: &str = "SWARM_BASE_URL";
 pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
@@ -38,3 +39,5 @@ pub const SWARM_RUN_ID: &str = "SWARM_RUN_ID";
 pub const SWARM_WORKTREE: &str = "SWARM_WORKTREE";
 pub const SWARM_TASK_FILE: &str = "SWARM_TASK_FILE";
 pub const SWARM_RESULT_FILE: &str = "SWARM_RESULT_FILE";
+/// `--model` with `--agent`: the agent's model, for its preset's command line.
+pub const SWARM_AGENT_MODEL: &str = "SWARM_AGENT_MODEL";

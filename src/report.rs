@@ -95,9 +95,12 @@ pub struct TaskReport {
     pub attempts: u32,
     pub duration_ms: u64,
     pub tokens: Tokens,
-    /// Model round-trips (LLM worker).
+    /// Model round-trips (LLM worker), or the turns an `--agent` reported.
     #[serde(default)]
     pub turns: u32,
+    /// What an `--agent` reported spending, in US dollars.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost_usd: f64,
     pub changed_files: Vec<RepoPath>,
     pub summary: Option<String>,
     pub error: Option<String>,
@@ -173,7 +176,14 @@ pub struct Totals {
     #[serde(default)]
     pub excluded: usize,
     pub tokens: Tokens,
+    /// What the agents reported spending (`--agent`), in US dollars.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost_usd: f64,
     pub duration_ms: u64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl Totals {
@@ -304,6 +314,7 @@ impl Report {
             }
             t.tokens.prompt += task.tokens.prompt;
             t.tokens.completion += task.tokens.completion;
+            t.cost_usd += task.cost_usd;
         }
         self.totals = t;
     }

@@ -43,6 +43,12 @@ pub enum AppError {
     /// Neither `--exec` nor `--model` (for a plan file: `for_plan`).
     #[error("no worker: neither --exec nor --model is given")]
     NoWorker { for_plan: bool },
+    #[error("--agent {name}: `{binary}` is not installed (not on PATH)")]
+    AgentMissing {
+        name: String,
+        binary: String,
+        install: String,
+    },
     #[error("--repair needs --verify: the check whose failure the model repairs")]
     RepairWithoutVerify,
     #[error("{0} needs a model, and none is configured")]

@@ -11,6 +11,7 @@
 //! Each command resolves one [`RunMode`](crate::orchestrator::RunMode) here and hands the
 //! engine one [`RunRequest`].
 
+pub mod agents;
 pub mod checks;
 pub mod diff;
 pub mod error;

@@ -114,6 +114,7 @@ pub async fn prepare(
     let api_key = match req.purpose {
         Purpose::Run => {
             let key = checks::worker(&settings)?;
+            super::agents::installed(&settings)?;
             checks::sandbox(&settings.sandbox).await?;
             key
         }

@@ -154,6 +154,7 @@ async fn check_for_continuing(
         false => checks::worker(settings)?,
     };
     if !merge_only || repairs || settings.verify_merged.is_some() {
+        super::agents::installed(settings)?;
         checks::sandbox(&settings.sandbox).await?;
     }
     Ok(api_key)

@@ -93,6 +93,7 @@ pub async fn prepare(
         });
     }
     let api_key = checks::worker(&plan.settings)?;
+    super::agents::installed(&plan.settings)?;
     repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
     checks::sandbox(&plan.settings.sandbox).await?;
     let into = IntoTarget {

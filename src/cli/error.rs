@@ -54,6 +54,9 @@ fn describe(e: &AppError) -> (String, Option<String>) {
              NAME with SWARM_API_KEY (or OPENAI_API_KEY) set for the built-in agent"
                 .into(),
         ),
+        AppError::AgentMissing { install, .. } => Some(format!(
+            "install it ({install}), or run `swarm agents` to see which agents are found"
+        )),
         AppError::RepairWithoutVerify => {
             Some("pass --verify CMD (e.g. --verify 'cargo check'), or drop --repair".into())
         }
@@ -141,6 +144,10 @@ fn settings(e: &SettingsError) -> (String, Option<String>) {
             "fix the file; its tables are [run], [worktree], [model] and [sandbox] (docs/USAGE.md)",
         ),
         SettingsError::Unreadable { .. } => (e.to_string(), "check the file's permissions"),
+        SettingsError::UnknownAgent { .. } => (
+            e.to_string(),
+            "`swarm agents` lists them; define your own as [agents.NAME] in your config file",
+        ),
         SettingsError::AllowDomain(_) => (
             e.to_string(),
             "pass a domain name, e.g. --allow-domain api.anthropic.com (docs/SECURITY.md)",

@@ -1,5 +1,6 @@
 //! The command line: clap types (one module per subcommand), rendering, exit codes.
 
+mod agents;
 mod clean;
 mod diff;
 mod error;
@@ -56,6 +57,7 @@ enum Command {
     Merge(merge::MergeArgs),
     Resume(resume::ResumeArgs),
     Clean(clean::CleanArgs),
+    Agents(agents::AgentsArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -81,6 +83,7 @@ pub fn main() -> ExitCode {
             Command::Merge(args) => merge::run(args).await,
             Command::Resume(args) => resume::run(args).await,
             Command::Clean(args) => clean::run(args),
+            Command::Agents(args) => agents::run(args).await,
         }
     });
     // Blocking threads still reading the pipe of a worker that escaped its process group

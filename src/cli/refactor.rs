@@ -136,6 +136,13 @@ pub struct RefactorArgs {
     #[arg(long)]
     pub network: bool,
 
+    /// A coding agent as the worker: claude, codex, gemini, aider, opencode, or one of your
+    /// [agents.NAME] (`swarm agents` lists them). It runs under the sandbox with what that
+    /// agent needs (its API's domains, its state directory, its key variables); --model is
+    /// passed to it (docs/AGENTS.md).
+    #[arg(long, value_name = "NAME", env = env_vars::SWARM_AGENT, conflicts_with = "exec")]
+    pub agent: Option<String>,
+
     /// Let worker processes reach this domain (and nothing else) through swarm's proxy:
     /// `api.example.com`, `*.example.com`, or `host:port` (else ports 443 and 80).
     /// Repeatable; adds to `[sandbox] allow_domains` of your config.
@@ -196,7 +203,13 @@ impl RefactorArgs {
         run.verify_merged = self.verify_merged.clone();
         run.repair = self.repair.then_some(true);
         run.idle_timeout = self.idle_timeout;
-        layer.model.name = self.model.clone();
+        match &self.agent {
+            Some(agent) => {
+                run.agent = Some(agent.clone());
+                run.agent_model = self.model.clone();
+            }
+            None => layer.model.name = self.model.clone(),
+        }
         layer.model.base_url = self.base_url.clone();
         layer.sandbox.mode = self.sandbox;
         layer.sandbox.network = self.network.then_some(true);

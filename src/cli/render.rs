@@ -312,6 +312,13 @@ pub fn print_summary(report: &Report, interrupted: bool) {
     if pending > 0 {
         counts.push(format!("{pending} not started"));
     }
+    let tokens = t.tokens.prompt + t.tokens.completion;
+    if tokens > 0 {
+        counts.push(format!("{} tokens", human_count(tokens)));
+    }
+    if t.cost_usd > 0.0 {
+        counts.push(format!("${:.2} spent", t.cost_usd));
+    }
     eprintln!(
         "\nswarm: run {} {} in {secs:.1}s: {} task(s): {}",
         report.run_id,
@@ -327,6 +334,15 @@ pub fn print_summary(report: &Report, interrupted: bool) {
     print_kept(report);
     print_verify_merged(report);
     print_result(report);
+}
+
+/// `1234567` as `1.2M`.
+fn human_count(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
 }
 
 /// Unsuccessful tasks whose output the summary shows (`swarm status RUN` shows all).

@@ -121,6 +121,7 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
                 duration_ms: 0,
                 tokens: Tokens::default(),
                 turns: 0,
+                cost_usd: 0.0,
                 changed_files: Vec::new(),
                 summary: None,
                 error: None,

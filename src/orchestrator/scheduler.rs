@@ -312,6 +312,7 @@ impl Scheduler {
         t.tokens.prompt += a.tokens.prompt;
         t.tokens.completion += a.tokens.completion;
         t.turns += a.turns;
+        t.cost_usd += a.cost_usd;
         t.network.add(&a.network);
         t.output_tail = a.output_tail.clone();
         t.log = a.log.clone();

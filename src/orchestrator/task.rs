@@ -39,6 +39,7 @@ pub(super) struct Attempt {
     pub(super) duration: Duration,
     pub(super) tokens: Tokens,
     pub(super) turns: u32,
+    pub(super) cost_usd: f64,
     /// Connections asked of the allow-list proxy.
     pub(super) network: crate::report::NetworkUse,
     /// The log of what ran last.
@@ -67,6 +68,7 @@ impl Attempt {
             duration: Duration::ZERO,
             tokens: Tokens::default(),
             turns: 0,
+            cost_usd: 0.0,
             network: Default::default(),
             log: None,
             worktree: None,
@@ -90,6 +92,8 @@ pub(super) struct WorkerResult {
     pub(super) output_tail: Option<String>,
     /// The log `output_tail` is the end of.
     pub(super) log: Option<PathBuf>,
+    /// What an `--agent` reported spending.
+    pub(super) cost_usd: f64,
     pub(super) tokens: Tokens,
     pub(super) turns: u32,
 }
@@ -101,6 +105,7 @@ impl WorkerResult {
             summary: None,
             output_tail,
             log: None,
+            cost_usd: 0.0,
             tokens: Tokens::default(),
             turns: 0,
         }
@@ -150,6 +155,7 @@ async fn attempt_task(
     a.summary = result.summary;
     a.output_tail = result.output_tail.filter(|t| !t.is_empty());
     a.log = result.log;
+    a.cost_usd = result.cost_usd;
     a.tokens = result.tokens;
     a.turns = result.turns;
 
@@ -411,17 +417,20 @@ async fn run_worker(
         idle_timeout: settings.idle_timeout(),
         sandbox: &settings.sandbox,
         on_access: Some(shared.on_access(Some(&task.id))),
+        agent: settings.agent.as_ref(),
         cancel: &shared.cancel,
         context,
     })
     .await?;
+    let usage = ran.usage.unwrap_or_default();
     let mut result = WorkerResult {
         verdict: ran.verdict,
         summary: ran.summary,
         output_tail: Some(ran.output_tail),
         log: Some(exec::log_path(task_dir)),
-        tokens: Tokens::default(),
-        turns: 0,
+        tokens: usage.tokens,
+        turns: usage.turns,
+        cost_usd: usage.cost_usd.unwrap_or(0.0),
     };
     let Some(verify) = settings.verify.as_deref() else {
         return Ok(result);
@@ -528,6 +537,7 @@ pub(super) async fn run_agent(
         summary: out.summary,
         output_tail: Some(out.output_tail),
         log: Some(task_dir.join("transcript.jsonl")),
+        cost_usd: 0.0,
         tokens: out.tokens,
         turns: out.turns,
     })

@@ -37,6 +37,8 @@ pub enum SettingsError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("no agent '{name}' (known: {known})")]
+    UnknownAgent { name: String, known: String },
     #[error("--allow-domain / [sandbox] allow_domains: {0}")]
     AllowDomain(String),
     #[error("[worktree] copy: {0}")]

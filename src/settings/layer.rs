@@ -8,10 +8,12 @@
 //! The file format is this type: the valid keys are its fields (`deny_unknown_fields`), and a
 //! typo is refused with the list serde derives from them.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::agents::AgentTable;
 use super::error::SettingsError;
 use super::policy::{OnConflict, SandboxMode, Scope};
 use crate::env_vars;
@@ -51,13 +53,25 @@ pub struct Layer {
     pub model: ModelTable,
     #[serde(default)]
     pub sandbox: SandboxTable,
+    /// `[agents.NAME]`: the user's own agent presets (user config only).
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentTable>,
+}
+
+/// Agent presets: the higher layer's preset of a name replaces the lower's.
+impl Combine for BTreeMap<String, AgentTable> {
+    fn combine(self, mut lower: Self) -> Self {
+        lower.extend(self);
+        lower
+    }
 }
 
 combine_fields!(Layer {
     run,
     worktree,
     model,
-    sandbox
+    sandbox,
+    agents
 });
 
 /// `[run]`.
@@ -76,6 +90,11 @@ pub struct RunTable {
     pub verify_merged: Option<String>,
     pub repair: Option<bool>,
     pub idle_timeout: Option<u64>,
+    /// `--agent NAME`: a coding-agent preset as the worker (not in the repository's file).
+    pub agent: Option<String>,
+    /// `--model` with `--agent`: the agent's model (the command line only).
+    #[serde(skip)]
+    pub agent_model: Option<String>,
 }
 
 combine_fields!(RunTable {
@@ -91,6 +110,8 @@ combine_fields!(RunTable {
     verify_merged,
     repair,
     idle_timeout,
+    agent,
+    agent_model,
 });
 
 /// `[worktree]`.

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod agents;
 mod allow_list;
 mod error;
 pub mod layer;
@@ -59,6 +60,10 @@ pub struct Settings {
     pub sandbox: SandboxPolicy,
     /// What the built-in worker's `run` tool may run.
     pub run_tool: RunToolPolicy,
+    /// `--agent`: the coding agent that `exec` runs, and what it may reach besides the
+    /// sandbox of other processes.
+    #[serde(default)]
+    pub agent: Option<agents::AgentSettings>,
 }
 
 /// Resolved settings, and what the CLI should warn about.
@@ -114,7 +119,21 @@ impl Settings {
     /// Fills in the defaults of combined layers, and checks the values.
     pub fn from_layer(layer: Layer) -> Result<Settings, SettingsError> {
         let sandbox = sandbox::policy(&layer)?;
-        let (run, model) = (layer.run, layer.model);
+        let agent = match &layer.run.agent {
+            Some(name) => Some(
+                agents::resolve(name, &layer.agents, layer.run.agent_model.clone()).ok_or_else(
+                    || SettingsError::UnknownAgent {
+                        name: name.clone(),
+                        known: agents::names(&layer.agents).join(", "),
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        let (mut run, model) = (layer.run, layer.model);
+        if let Some(agent) = &agent {
+            run.exec = Some(agent.exec.clone());
+        }
         let at_least_one = |value, count| match value {
             0 => Err(SettingsError::Zero(count)),
             _ => Ok(value),
@@ -173,6 +192,7 @@ impl Settings {
                 allow_all: layer.sandbox.allow_any_run.unwrap_or(false),
                 patterns: layer.sandbox.allow_run.unwrap_or_default(),
             },
+            agent,
         })
     }
 }

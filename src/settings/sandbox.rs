@@ -41,6 +41,20 @@ pub fn restrict_repository_layer(mut layer: Layer, warnings: &mut Vec<String>) -
             refuse(format!("{key} = {list:?}"));
         }
     }
+    if let Some(agent) = layer.run.agent.take() {
+        warnings.push(format!(
+            "swarm.toml sets [run] agent = \"{agent}\"; ignored: an agent preset widens the \
+             sandbox, so only --agent or your config file can choose one"
+        ));
+    }
+    if !layer.agents.is_empty() {
+        let names: Vec<&String> = layer.agents.keys().collect();
+        warnings.push(format!(
+            "swarm.toml defines [agents] {names:?}; ignored: agent presets belong in your \
+             config file (~/.config/swarm/config.toml)"
+        ));
+        layer.agents.clear();
+    }
     // The key goes where the endpoint is: the repository may only name a local server.
     if let Some(url) = layer.model.base_url.take() {
         if ModelSettings::url_is_local(&url) {

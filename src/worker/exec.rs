@@ -18,7 +18,9 @@ use tokio_util::sync::CancellationToken;
 use super::process::{self, Exit, ProcessRequest, Program};
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
+use crate::settings::agents::AgentSettings;
 use crate::worker::Verdict;
+use crate::worker::agent_output::{self, AgentUsage};
 use crate::worker::sandbox::SandboxPolicy;
 use crate::worker::sandbox::proxy::OnAccess;
 use crate::{env_vars, state};
@@ -37,6 +39,8 @@ pub struct ExecTask<'a> {
     pub sandbox: &'a SandboxPolicy,
     /// Told of the connections it asks the allow-list proxy for.
     pub on_access: Option<OnAccess>,
+    /// `--agent`: the coding agent the command runs (its sandbox needs, its output format).
+    pub agent: Option<&'a AgentSettings>,
     pub cancel: &'a CancellationToken,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
@@ -47,6 +51,8 @@ pub struct ExecOutcome {
     pub verdict: Verdict,
     pub summary: Option<String>,
     pub output_tail: String,
+    /// What an `--agent` reported of its work (turns, tokens, cost).
+    pub usage: Option<AgentUsage>,
 }
 
 #[derive(Deserialize)]
@@ -102,14 +108,20 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
             result_file.clone().into(),
         ),
     ];
+    let mut env = env;
+    let agent_sandbox = task.agent.map(|agent| {
+        env.extend(agent_env(agent));
+        agent_policy(task.sandbox, agent)
+    });
+    let log = log_path(task.task_dir);
     let outcome = process::run(ProcessRequest {
         program: Program::Shell(task.command),
         cwd: task.worktree,
         env,
-        log: &log_path(task.task_dir),
+        log: &log,
         timeout: task.timeout,
         idle_timeout: Some(task.idle_timeout),
-        sandbox: Some(task.sandbox),
+        sandbox: Some(agent_sandbox.as_ref().unwrap_or(task.sandbox)),
         // The result file's directory; nothing of swarm's.
         also_writable: &[result_dir.path()],
         on_access: task.on_access.clone(),
@@ -119,7 +131,14 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
 
     let reported: Option<ResultFile> =
         read_result(&result_file).and_then(|b| serde_json::from_slice(&b).ok());
-    let summary = reported.as_ref().and_then(|r| r.summary.clone());
+    let usage = task.agent.and_then(|agent| {
+        let text = std::fs::read(&log).ok()?;
+        agent_output::parse(agent.output, &String::from_utf8_lossy(&text))
+    });
+    let summary = reported
+        .as_ref()
+        .and_then(|r| r.summary.clone())
+        .or_else(|| usage.as_ref().and_then(|u| u.summary.clone()));
     let verdict = match outcome.exit {
         Exit::TimedOut => Verdict::Timeout(format!(
             "timed out after {}s (--timeout)",
@@ -136,6 +155,13 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
                 "the worker reported failure: {}",
                 summary.as_deref().unwrap_or("(no summary)")
             )),
+            _ if usage.as_ref().is_some_and(|u| u.error.is_some()) => Verdict::Failed(format!(
+                "the agent reported an error: {}",
+                usage
+                    .as_ref()
+                    .and_then(|u| u.error.as_deref())
+                    .unwrap_or("")
+            )),
             Some("no_change") => Verdict::NoChange,
             _ => Verdict::Done,
         },
@@ -145,7 +171,40 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         verdict,
         summary,
         output_tail: outcome.output_tail,
+        usage,
     })
+}
+
+/// What an agent gets besides the task's variables: its switches, its credentials (passed
+/// by name from swarm's environment, to it only), its model.
+fn agent_env(agent: &AgentSettings) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = agent
+        .set_env
+        .iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    if let Some(model) = &agent.model {
+        env.push((env_vars::SWARM_AGENT_MODEL.into(), model.into()));
+    }
+    env
+}
+
+/// The sandbox of the agent's own process: the run's, plus the agent's domains, state
+/// directories (created if missing, so it can start) and credential variables. Other
+/// processes of the task (`--verify`, setup) keep the run's sandbox.
+fn agent_policy(base: &SandboxPolicy, agent: &AgentSettings) -> SandboxPolicy {
+    let mut policy = base.clone();
+    policy
+        .allow_domains
+        .extend(agent.allow_domains.iter().cloned());
+    for dir in &agent.writable {
+        if !dir.exists() && dir.extension().is_none() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        policy.writable.push(dir.clone());
+    }
+    policy.env.extend(agent.pass_env.iter().cloned());
+    policy
 }
 
 /// The worker's result file: a regular file (no link followed, no FIFO waited on), at most

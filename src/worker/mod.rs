@@ -5,6 +5,7 @@
 //! - [`process`]: running a command as a confined, time-limited process group (workers,
 //!   `--verify`, worktree setup).
 
+pub mod agent_output;
 pub mod exec;
 pub mod llm;
 pub mod process;

@@ -2,11 +2,13 @@
 //! as the independent oracle.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agents;
 mod attacks;
 mod bad_input;
 mod ci;
 mod commands;
 mod common;
+mod fake_agents;
 mod fake_model;
 mod llm;
 mod merging;

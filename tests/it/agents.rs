@@ -1,0 +1,261 @@
+//! The `--agent` presets with the real agent CLIs, under the default sandbox, pointed at a
+//! local fake of their API through swarm's proxy (`fake_agents.rs`): the edit is merged,
+//! tokens, turns and cost are in the report, and the API key is in no file swarm wrote.
+//!
+//! The CLIs come from npm: `.ci/run` installs them (pinned versions) and sets
+//! `SWARM_TEST_AGENTS` to their `bin` directory, with `SWARM_REQUIRE_AGENT_TESTS=1` so that
+//! a missing one fails. Elsewhere they are looked up on PATH, and a test whose CLI is not
+//! installed says so and does nothing.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+use crate::fake_agents::{Api, FakeAgentApi};
+
+const KEY: &str = "sk-test-agent-key-4f9a1c";
+
+/// The directory holding `program`, or `None` (then the test is skipped, unless required).
+fn agent_dir(program: &str) -> Option<PathBuf> {
+    let dirs = std::env::var_os("SWARM_TEST_AGENTS")
+        .into_iter()
+        .chain(std::env::var_os("PATH"))
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());
+    let found = dirs.into_iter().find(|d| d.join(program).is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("SWARM_REQUIRE_AGENT_TESTS").is_none(),
+            "`{program}` is not installed, and SWARM_REQUIRE_AGENT_TESTS is set"
+        );
+        eprintln!("skipped: `{program}` is not installed (see tests/it/agents.rs)");
+    }
+    found
+}
+
+fn path_with(dir: &Path) -> std::ffi::OsString {
+    let mut paths = vec![dir.to_path_buf()];
+    paths.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(paths).unwrap()
+}
+
+/// Every file under `dir` that contains `needle`.
+fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path).is_ok_and(|b| {
+                needle.is_empty() || b.windows(needle.len()).any(|w| w == needle.as_bytes())
+            }) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// What every preset run must show: merged, usage reported, the key only where it belongs.
+fn assert_agent_run(repo: &TestRepo, run: &Run, fake: &FakeAgentApi, key_header: &str) {
+    if run.code != 0 {
+        // What the agent printed, to see why.
+        let tasks = repo
+            .swarm_dir()
+            .join("runs")
+            .join(run.run_id())
+            .join("tasks");
+        for log in files_containing(&tasks, "") {
+            eprintln!(
+                "== {}\n{}",
+                log.display(),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+    }
+    run.assert_code(0);
+    assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar", "{}", run.stderr);
+    let report = repo.report(run);
+    let task = &report["tasks"][0];
+    assert_eq!(task["status"], "merged", "{task}");
+    assert!(task["tokens"]["prompt"].as_u64().unwrap() >= 1000, "{task}");
+    assert!(
+        task["tokens"]["completion"].as_u64().unwrap() >= 50,
+        "{task}"
+    );
+    assert!(task["turns"].as_u64().unwrap() >= 1, "{task}");
+    assert!(task["network"]["allowed"].as_u64().unwrap() >= 1, "{task}");
+    assert_eq!(task["summary"], "Renamed foo to bar.", "{task}");
+    // The key reached the agent's API, and nothing swarm wrote holds it.
+    let requests = fake.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.header(key_header).is_some_and(|v| v.contains(KEY))),
+        "the key did not reach the API: {:?}",
+        requests.iter().map(|r| &r.headers).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        files_containing(&repo.swarm_dir(), KEY),
+        Vec::<PathBuf>::new()
+    );
+    assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
+    assert!(run.stderr.contains("1 merged"), "{}", run.stderr);
+    // The summary line counts what the agent spent.
+    assert!(run.stderr.contains("k tokens"), "{}", run.stderr);
+}
+
+#[test]
+fn claude_code_edits_through_the_proxy_under_the_default_sandbox() {
+    let Some(dir) = agent_dir("claude") else {
+        return;
+    };
+    let fake = FakeAgentApi::start(Api::AnthropicMessages);
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let run = Run::from(
+        repo.swarm_cmd()
+            .env("PATH", path_with(&dir))
+            .env(
+                "ANTHROPIC_BASE_URL",
+                format!("http://api.anthropic.test:{}", fake.port),
+            )
+            .env("ANTHROPIC_API_KEY", KEY)
+            .env("SWARM_TEST_PROXY_RESOLVE", "api.anthropic.test=127.0.0.1")
+            .args([
+                "refactor",
+                "rename foo to bar",
+                "a.txt",
+                "--agent",
+                "claude",
+                "--model",
+                "claude-fake-1",
+                "-y",
+                "--timeout",
+                "60",
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert_agent_run(&repo, &run, &fake, "x-api-key");
+    // --model reached the agent, and the agent its API.
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.path.starts_with("/v1/messages") && r.body["model"] == "claude-fake-1"),
+        "{:?}",
+        fake.requests()
+            .iter()
+            .map(|r| (&r.path, &r.body["model"]))
+            .collect::<Vec<_>>()
+    );
+    let report = repo.report(&run);
+    assert!(
+        report["tasks"][0]["cost_usd"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["totals"]["cost_usd"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(run.stderr.contains(" spent"), "{}", run.stderr);
+}
+
+#[test]
+fn a_missing_agent_is_refused_before_anything_starts() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let run = Run::from(
+        repo.swarm_cmd()
+            .env("PATH", "/usr/bin:/bin")
+            .args(["refactor", "x", "a.txt", "--agent", "gemini", "-y"])
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("--agent gemini: `gemini` is not installed"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("npm install -g @google/gemini-cli"),
+        "{}",
+        run.stderr
+    );
+    assert!(!repo.swarm_dir().exists());
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--agent", "nope", "-y"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("no agent 'nope' (known: aider, claude, codex, gemini, opencode)"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn codex_edits_through_the_proxy_under_the_default_sandbox() {
+    let Some(dir) = agent_dir("codex") else {
+        return;
+    };
+    let fake = FakeAgentApi::start(Api::OpenAiResponses);
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let run = Run::from(
+        repo.swarm_cmd()
+            .env("PATH", path_with(&dir))
+            .env(
+                "OPENAI_BASE_URL",
+                format!("http://api.openai.test:{}/v1", fake.port),
+            )
+            .env("OPENAI_API_KEY", KEY)
+            .env("SWARM_TEST_PROXY_RESOLVE", "api.openai.test=127.0.0.1")
+            .args([
+                "refactor",
+                "rename foo to bar",
+                "a.txt",
+                "--agent",
+                "codex",
+                "-y",
+                "--timeout",
+                "60",
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert_agent_run(&repo, &run, &fake, "authorization");
+}
+
+/// An agent preset widens the sandbox, so the repository's file cannot choose or define one.
+#[test]
+fn the_repository_cannot_choose_or_define_an_agent() {
+    let repo = TestRepo::with_files(&[
+        ("a.txt", "foo\n"),
+        (
+            "swarm.toml",
+            "[run]\nagent = \"claude\"\n\n[agents.evil]\nexec = \"true\"\nwritable = [\"/\"]\n",
+        ),
+    ]);
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--exec", SED_FOO_BAR, "-y"]);
+    run.assert_code(0);
+    assert!(
+        run.stderr
+            .contains("swarm.toml sets [run] agent = \"claude\"; ignored"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("swarm.toml defines [agents] [\"evil\"]; ignored"),
+        "{}",
+        run.stderr
+    );
+    let plan: serde_json::Value =
+        serde_json::from_str(&repo.run_file(&run.run_id(), "plan.json")).unwrap();
+    assert_eq!(plan["settings"]["agent"], serde_json::Value::Null);
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--agent", "evil", "-y"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("no agent 'evil'"), "{}", run.stderr);
+}
