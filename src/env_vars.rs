@@ -16,6 +16,7 @@ pub const SWARM_API_KEY: &str = "SWARM_API_KEY";
 pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 pub const SWARM_MAX_TURNS: &str = "SWARM_MAX_TURNS";
 pub const SWARM_MAX_TOKENS: &str = "SWARM_MAX_TOKENS";
+pub const SWARM_MAX_OUTPUT_TOKENS: &str = "SWARM_MAX_OUTPUT_TOKENS";
 pub const SWARM_VERIFY: &str = "SWARM_VERIFY";
 pub const SWARM_VERIFY_MERGED: &str = "SWARM_VERIFY_MERGED";
 pub const SWARM_IDLE_TIMEOUT: &str = "SWARM_IDLE_TIMEOUT";

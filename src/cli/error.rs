@@ -136,6 +136,14 @@ fn settings(e: &SettingsError) -> (String, Option<String>) {
                     "--idle-timeout must be at least 1 second",
                     "pass --idle-timeout SECS (the default is 300)",
                 ),
+                Count::MaxOutputTokens => (
+                    "--max-output-tokens must be at least 1",
+                    "pass --max-output-tokens N, or leave it out for the server's default",
+                ),
+                Count::ContextWindow => (
+                    "[model] context_window must be at least 1",
+                    "set it to the model's context window in tokens, or leave it out",
+                ),
             };
             (message.to_string(), hint)
         }
@@ -147,6 +155,10 @@ fn settings(e: &SettingsError) -> (String, Option<String>) {
         SettingsError::UnknownAgent { .. } => (
             e.to_string(),
             "`swarm agents` lists them; define your own as [agents.NAME] in your config file",
+        ),
+        SettingsError::ToolChoice(_) => (
+            e.to_string(),
+            "set [model] tool_choice = \"auto\" (the default), \"required\" or \"none\"",
         ),
         SettingsError::AllowDomain(_) => (
             e.to_string(),

@@ -104,6 +104,11 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
     pub max_tokens: Option<u64>,
 
+    /// The most tokens of one model answer (`max_tokens` of each request), so that a local
+    /// server with no cap cannot generate for minutes [default: the server's].
+    #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_OUTPUT_TOKENS)]
+    pub max_output_tokens: Option<u32>,
+
     /// Check run in a task's worktree after its worker (`sh -c`); a failing task is not
     /// merged. The built-in worker sees the failure and gets to fix it.
     #[arg(long, value_name = "CMD", env = env_vars::SWARM_VERIFY)]
@@ -211,6 +216,7 @@ impl RefactorArgs {
             None => layer.model.name = self.model.clone(),
         }
         layer.model.base_url = self.base_url.clone();
+        layer.model.max_output_tokens = self.max_output_tokens;
         layer.sandbox.mode = self.sandbox;
         layer.sandbox.network = self.network.then_some(true);
         layer.sandbox.allow_domains = Some(self.allow_domains.clone()).filter(|d| !d.is_empty());

@@ -7,8 +7,11 @@
 //! anything else fails the call at once. A 429 also halves the run-wide limit of calls in
 //! flight ([`AdaptiveLimit`]).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+
+use regex::Regex;
 
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
@@ -33,6 +36,12 @@ pub enum AttemptError {
     Interrupted(String),
     /// The answer cannot be understood, or the request cannot be built.
     Invalid(String),
+    /// The request does not fit the model's context window (a 400 saying so), with the
+    /// window when the server named it.
+    ContextOverflow { limit: Option<u32>, body: String },
+    /// A pooled connection that the server had closed (servers that close after a streamed
+    /// reply while advertising keep-alive): nothing was answered; sent again at once.
+    StaleConnection(String),
 }
 
 impl std::fmt::Display for AttemptError {
@@ -43,6 +52,13 @@ impl std::fmt::Display for AttemptError {
             AttemptError::Connect(e) => write!(f, "cannot connect: {e}"),
             AttemptError::Interrupted(e) => write!(f, "interrupted: {e}"),
             AttemptError::Invalid(e) => write!(f, "{e}"),
+            AttemptError::ContextOverflow { body, .. } => {
+                write!(
+                    f,
+                    "the request does not fit the model's context window: {body}"
+                )
+            }
+            AttemptError::StaleConnection(e) => write!(f, "stale connection: {e}"),
         }
     }
 }
@@ -76,12 +92,18 @@ pub fn decide(error: &AttemptError, attempt: u32) -> Decision {
             throttled: false,
         },
         AttemptError::Status { .. } => Decision::Fail,
+        AttemptError::StaleConnection(_) => Decision::Retry {
+            after: Duration::ZERO,
+            throttled: false,
+        },
         AttemptError::Timeout | AttemptError::Connect(_) | AttemptError::Interrupted(_) => {
             Decision::Retry {
                 after: backoff,
                 throttled: false,
             }
         }
+        // The caller shortens the conversation; the same request would fail the same way.
+        AttemptError::ContextOverflow { .. } => Decision::Fail,
         AttemptError::Invalid(_) => Decision::Fail,
     }
 }
@@ -105,11 +127,20 @@ pub struct RetryNotice {
 pub struct ChatClient {
     http: reqwest::Client,
     url: String,
+    /// The server's root (the base URL without `/v1`), for llama.cpp's `/props`.
+    server: String,
     model: String,
     key: Option<ApiKey>,
     stream: bool,
     max_retries: u32,
     limit: Arc<AdaptiveLimit>,
+    /// Fields every request carries besides the conversation (`max_tokens`, `temperature`,
+    /// `tool_choice`, `[model] extra_body`).
+    fields: serde_json::Map<String, Value>,
+    /// The context window in tokens (0: not known), configured, learned from the server or
+    /// from an error naming it; shared by every task of the run.
+    window: AtomicU32,
+    asked_server: tokio::sync::OnceCell<()>,
 }
 
 impl ChatClient {
@@ -125,15 +156,88 @@ impl ChatClient {
             .timeout(Duration::from_secs(settings.request_timeout_secs))
             .user_agent(concat!("swarm/", env!("CARGO_PKG_VERSION")))
             .build()?;
+        let mut fields = settings.extra_body.clone();
+        fields.insert("tool_choice".into(), json!(settings.tool_choice));
+        if let Some(max) = settings.max_output_tokens {
+            fields.insert("max_tokens".into(), json!(max));
+        }
+        if let Some(t) = &settings.temperature {
+            fields.insert("temperature".into(), Value::Number(t.clone()));
+        }
         Ok(Self {
             http,
             url: format!("{}/chat/completions", settings.base_url),
+            server: settings
+                .base_url
+                .trim_end_matches('/')
+                .trim_end_matches("/v1")
+                .to_string(),
             model,
             key,
             stream: settings.stream,
             max_retries: settings.max_retries,
             limit,
+            fields,
+            window: AtomicU32::new(settings.context_window.unwrap_or(0)),
+            asked_server: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The model's context window in tokens, if known: configured, else asked once of the
+    /// server (llama.cpp's `/props`), else learned from an error naming it.
+    pub async fn context_window(&self) -> Option<u32> {
+        self.asked_server
+            .get_or_init(|| async {
+                if self.window.load(Ordering::Relaxed) == 0
+                    && let Some(n) = self.server_window().await
+                {
+                    self.window.store(n, Ordering::Relaxed);
+                }
+            })
+            .await;
+        Some(self.window.load(Ordering::Relaxed)).filter(|n| *n > 0)
+    }
+
+    /// After a request did not fit: the window is at most `limit` (when the server named
+    /// it), else two thirds of what the request took (`sent_tokens`, estimated).
+    pub fn shrink_window(&self, limit: Option<u32>, sent_tokens: u32) {
+        let smaller = limit.unwrap_or(sent_tokens / 3 * 2).max(1);
+        let _ = self
+            .window
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                Some(if now == 0 { smaller } else { now.min(smaller) })
+            });
+    }
+
+    /// The `max_tokens` each request asks for, if set.
+    pub fn max_output_tokens(&self) -> Option<u32> {
+        self.fields
+            .get("max_tokens")
+            .and_then(Value::as_u64)
+            .map(|n| n as u32)
+    }
+
+    /// llama.cpp's `GET /props`: `default_generation_settings.n_ctx` (other servers answer
+    /// 404, or nothing that says).
+    async fn server_window(&self) -> Option<u32> {
+        let mut request = self
+            .http
+            .get(format!("{}/props", self.server))
+            .timeout(Duration::from_secs(5));
+        if let Some(key) = &self.key {
+            request = request.bearer_auth(key.expose());
+        }
+        let response = request.send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let body = read_capped(response, 1024 * 1024).await.ok()?;
+        let props: Value = serde_json::from_slice(&body).ok()?;
+        props
+            .pointer("/default_generation_settings/n_ctx")
+            .or_else(|| props.get("n_ctx"))
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
     }
 
     /// One model turn, retried as [`decide`] says. `turn` numbers made-up tool-call ids.
@@ -148,13 +252,18 @@ impl ChatClient {
             "model": self.model,
             "messages": messages,
             "tools": tools,
-            "tool_choice": "auto",
         });
+        for (k, v) in &self.fields {
+            if body.get(k).is_none() {
+                body[k] = v.clone();
+            }
+        }
         if self.stream {
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
         }
         let mut attempt = 0;
+        let mut stale_resent = false;
         loop {
             let result = {
                 let _permit = self.limit.acquire().await;
@@ -167,6 +276,11 @@ impl ChatClient {
                 }
                 Err(e) => e,
             };
+            // Not a failure of the server's: sent again at once, once, without counting.
+            if matches!(error, AttemptError::StaleConnection(_)) && !stale_resent {
+                stale_resent = true;
+                continue;
+            }
             let Decision::Retry { after, throttled } = decide(&error, attempt) else {
                 return Err(error);
             };
@@ -198,7 +312,10 @@ impl ChatClient {
         if let Some(key) = &self.key {
             request = request.bearer_auth(key.expose());
         }
-        let response = request.send().await.map_err(classify)?;
+        let response = request.send().await.map_err(|e| match stale(&e) {
+            true => AttemptError::StaleConnection(without_url(&e)),
+            false => classify(e),
+        })?;
         let status = response.status();
         if !status.is_success() {
             let retry_after = response
@@ -208,10 +325,17 @@ impl ChatClient {
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .map(|s| Duration::from_secs_f64(s.clamp(0.0, 300.0)));
             let text = read_capped(response, 64 * 1024).await.unwrap_or_default();
+            let text = String::from_utf8_lossy(&text);
+            if status.as_u16() == 400 && CONTEXT_OVERFLOW.is_match(&text) {
+                return Err(AttemptError::ContextOverflow {
+                    limit: context_limit(&text),
+                    body: text.chars().take(500).collect(),
+                });
+            }
             return Err(AttemptError::Status {
                 code: status.as_u16(),
                 retry_after,
-                body: String::from_utf8_lossy(&text).chars().take(500).collect(),
+                body: text.chars().take(500).collect(),
             });
         }
         let is_stream = response
@@ -269,6 +393,38 @@ async fn read_capped(response: reqwest::Response, cap: usize) -> Result<Vec<u8>,
     Ok(body)
 }
 
+/// Words of a 400 that says the request is larger than the model's context.
+static CONTEXT_OVERFLOW: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)context (length|size|window)|n_ctx|exceed_context_size|too many tokens|prompt is too long")
+        .unwrap_or_else(|e| unreachable!("{e}"))
+});
+
+/// The window an overflow error names: llama.cpp's `"n_ctx": 4096`, OpenAI's `maximum
+/// context length is 8192 tokens`, `context size (4096)`.
+fn context_limit(text: &str) -> Option<u32> {
+    static LIMIT: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r#"(?i)"n_ctx"\s*:\s*(\d+)|context length is (\d+)|context (?:size|window|length)[^\d]{0,12}(\d+)"#)
+            .unwrap_or_else(|e| unreachable!("{e}"))
+    });
+    let c = LIMIT.captures(text)?;
+    (1..=3)
+        .find_map(|i| c.get(i))
+        .and_then(|m| m.as_str().parse().ok())
+}
+
+/// Did `send` fail because the pooled connection it used was already closed (hyper's
+/// "connection closed before message completed", before any answer)?
+fn stale(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            return h.is_incomplete_message();
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn classify(e: reqwest::Error) -> AttemptError {
     if e.is_timeout() {
         AttemptError::Timeout
@@ -301,6 +457,17 @@ fn install_crypto_provider() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_limits_named_in_errors() {
+        let llama = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#;
+        assert!(CONTEXT_OVERFLOW.is_match(llama));
+        assert_eq!(context_limit(llama), Some(4096));
+        let openai = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.";
+        assert!(CONTEXT_OVERFLOW.is_match(openai));
+        assert_eq!(context_limit(openai), Some(8192));
+        assert!(!CONTEXT_OVERFLOW.is_match(r#"{"error":"invalid tool schema"}"#));
+    }
 
     #[test]
     fn retry_decisions() {

@@ -40,6 +40,9 @@ pub struct Reply {
     pub content: Option<String>,
     pub tool_calls: Vec<ToolCall>,
     pub usage: Option<Tokens>,
+    /// The server stopped the answer at its output limit (`finish_reason: "length"`): its
+    /// text or tool calls may be incomplete.
+    pub cut_off: bool,
 }
 
 impl Reply {
@@ -126,6 +129,7 @@ pub fn parse_whole(body: &Value, turn: u32) -> Result<Reply, String> {
         content,
         tool_calls,
         usage: usage_of(body),
+        cut_off: body.pointer("/choices/0/finish_reason") == Some(&Value::from("length")),
     })
 }
 
@@ -147,6 +151,8 @@ pub struct StreamAssembler {
     calls: BTreeMap<u64, PartialCall>,
     usage: Option<Tokens>,
     finished: bool,
+    /// `finish_reason: "length"`.
+    cut_off: bool,
     done: bool,
 }
 
@@ -203,6 +209,7 @@ impl StreamAssembler {
         };
         if choice.get("finish_reason").is_some_and(|f| !f.is_null()) {
             self.finished = true;
+            self.cut_off = choice["finish_reason"] == "length";
         }
         let delta = choice.get("delta").or_else(|| choice.get("message"));
         let Some(delta) = delta else { return Ok(()) };
@@ -251,6 +258,7 @@ impl StreamAssembler {
             content: self.saw_content.then_some(self.content),
             tool_calls,
             usage: self.usage,
+            cut_off: self.cut_off,
         })
     }
 }

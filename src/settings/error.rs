@@ -12,6 +12,8 @@ pub enum Count {
     Timeout,
     MaxTurns,
     IdleTimeout,
+    MaxOutputTokens,
+    ContextWindow,
 }
 
 impl std::fmt::Display for Count {
@@ -22,6 +24,8 @@ impl std::fmt::Display for Count {
             Count::Timeout => "timeout",
             Count::MaxTurns => "max_turns",
             Count::IdleTimeout => "idle_timeout",
+            Count::MaxOutputTokens => "max_output_tokens",
+            Count::ContextWindow => "context_window",
         })
     }
 }
@@ -39,6 +43,8 @@ pub enum SettingsError {
     },
     #[error("no agent '{name}' (known: {known})")]
     UnknownAgent { name: String, known: String },
+    #[error("[model] tool_choice = \"{0}\" is not one of auto, required, none")]
+    ToolChoice(String),
     #[error("--allow-domain / [sandbox] allow_domains: {0}")]
     AllowDomain(String),
     #[error("[worktree] copy: {0}")]

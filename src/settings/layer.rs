@@ -135,6 +135,15 @@ pub struct ModelTable {
     pub request_timeout: Option<u64>,
     pub connect_timeout: Option<u64>,
     pub max_retries: Option<u32>,
+    /// `max_tokens` of each request (`--max-output-tokens`).
+    pub max_output_tokens: Option<u32>,
+    pub temperature: Option<serde_json::Number>,
+    /// `auto` (the default), `required`, or `none`.
+    pub tool_choice: Option<String>,
+    /// More fields of each request body (`top_k`, `repeat_penalty`…).
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The model's context window in tokens (else learned from the server, else large).
+    pub context_window: Option<u32>,
 }
 
 combine_fields!(ModelTable {
@@ -144,6 +153,11 @@ combine_fields!(ModelTable {
     request_timeout,
     connect_timeout,
     max_retries,
+    max_output_tokens,
+    temperature,
+    tool_choice,
+    extra_body,
+    context_window,
 });
 
 /// `[sandbox]`: worker confinement and the built-in worker's `run` tool.

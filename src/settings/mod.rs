@@ -152,6 +152,19 @@ impl Settings {
             run.idle_timeout.unwrap_or(Self::DEFAULT_IDLE_TIMEOUT_SECS),
             Count::IdleTimeout,
         )?;
+        for (value, count) in [
+            (model.max_output_tokens, Count::MaxOutputTokens),
+            (model.context_window, Count::ContextWindow),
+        ] {
+            if value == Some(0) {
+                return Err(SettingsError::Zero(count));
+            }
+        }
+        if let Some(choice) = &model.tool_choice
+            && !["auto", "required", "none"].contains(&choice.as_str())
+        {
+            return Err(SettingsError::ToolChoice(choice.clone()));
+        }
         let worktree = WorktreeSettings {
             copy: layer.worktree.copy.unwrap_or_default(),
             setup: layer.worktree.setup,
@@ -180,6 +193,11 @@ impl Settings {
                 request_timeout_secs: model.request_timeout.unwrap_or(300),
                 connect_timeout_secs: model.connect_timeout.unwrap_or(10),
                 max_retries: model.max_retries.unwrap_or(6),
+                max_output_tokens: model.max_output_tokens,
+                temperature: model.temperature,
+                tool_choice: model.tool_choice.unwrap_or_else(|| "auto".into()),
+                extra_body: model.extra_body.unwrap_or_default(),
+                context_window: model.context_window,
             },
             max_turns: max_turns as u32,
             max_tokens: run.max_tokens,

@@ -153,10 +153,29 @@ pub struct ModelSettings {
     pub connect_timeout_secs: u64,
     /// Retries of one request (429, 5xx, timeouts, dropped connections).
     pub max_retries: u32,
+    /// `max_tokens` of each request; none: the server's default.
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<serde_json::Number>,
+    /// `tool_choice` of each request (`auto` by default).
+    #[serde(default = "ModelSettings::default_tool_choice")]
+    pub tool_choice: String,
+    /// More fields of each request body.
+    #[serde(default)]
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// The context window in tokens; none: learned from the server (llama.cpp `/props`, an
+    /// error naming the limit), else large.
+    #[serde(default)]
+    pub context_window: Option<u32>,
 }
 
 impl ModelSettings {
     pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+    fn default_tool_choice() -> String {
+        "auto".into()
+    }
 
     /// Is the endpoint on this machine (where servers such as Ollama need no key)?
     pub fn is_local(&self) -> bool {

@@ -31,6 +31,10 @@ pub enum Reply {
     Endless,
     /// A stream whose first line never ends (until the client hangs up, or 2 GB).
     EndlessLine,
+    /// The answer as llama.cpp's server sends it: server-sent events in a chunked body on a
+    /// connection it says to keep alive, which it then closes when the next request comes
+    /// (without answering it).
+    StreamThenCloseOnNext(Value),
 }
 
 /// A request as the fake received it.
@@ -97,6 +101,8 @@ type Script = dyn Fn(&Request, usize) -> Reply + Send + Sync;
 pub struct FakeModel {
     pub url: String,
     requests: Arc<Mutex<Vec<Request>>>,
+    /// Paths of the GET requests (`/props`).
+    gets: Arc<Mutex<Vec<String>>>,
     max_in_flight: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     port: u16,
@@ -108,13 +114,14 @@ impl FakeModel {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let gets = Arc::new(Mutex::new(Vec::new()));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let max_in_flight = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let script: Arc<Script> = Arc::new(script);
         let counter = Arc::new(AtomicUsize::new(0));
         {
-            let (requests, stop) = (requests.clone(), stop.clone());
+            let (requests, stop, gets) = (requests.clone(), stop.clone(), gets.clone());
             let (in_flight, max_in_flight) = (in_flight.clone(), max_in_flight.clone());
             std::thread::spawn(move || {
                 for stream in listener.incoming() {
@@ -122,13 +129,18 @@ impl FakeModel {
                         break;
                     }
                     let Ok(stream) = stream else { continue };
-                    let (requests, script, counter) =
-                        (requests.clone(), script.clone(), counter.clone());
+                    let (requests, script, counter, gets) = (
+                        requests.clone(),
+                        script.clone(),
+                        counter.clone(),
+                        gets.clone(),
+                    );
                     let (in_flight, max_in_flight) = (in_flight.clone(), max_in_flight.clone());
                     std::thread::spawn(move || {
                         serve(
                             stream,
                             &requests,
+                            &gets,
                             &*script,
                             &counter,
                             &in_flight,
@@ -141,14 +153,21 @@ impl FakeModel {
         Self {
             url: format!("http://127.0.0.1:{port}/v1"),
             requests,
+            gets,
             max_in_flight,
             stop,
             port,
         }
     }
 
+    /// The chat requests (POST), in order.
     pub fn requests(&self) -> Vec<Request> {
         self.requests.lock().unwrap().clone()
+    }
+
+    /// The paths of the GET requests (`/props`).
+    pub fn gets(&self) -> Vec<String> {
+        self.gets.lock().unwrap().clone()
     }
 
     /// The most requests that were being answered at the same time.
@@ -168,6 +187,7 @@ impl Drop for FakeModel {
 fn serve(
     stream: TcpStream,
     requests: &Mutex<Vec<Request>>,
+    gets: &Mutex<Vec<String>>,
     script: &Script,
     counter: &AtomicUsize,
     in_flight: &AtomicUsize,
@@ -180,6 +200,7 @@ fn serve(
         if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
             return;
         }
+        let method = request_line.split(' ').next().unwrap_or("").to_string();
         let path = request_line.split(' ').nth(1).unwrap_or("").to_string();
         let mut headers = Vec::new();
         loop {
@@ -204,6 +225,26 @@ fn serve(
         if reader.read_exact(&mut body).is_err() {
             return;
         }
+        if method == "GET" {
+            // What a client asks of the server besides the chat (`/props`): the script's
+            // answer if it has one for this path, else 404; not a request of the chat.
+            let request = Request {
+                in_flight: 0,
+                arrived: std::time::Instant::now(),
+                path,
+                headers,
+                body: Value::Null,
+            };
+            let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                script(&request, usize::MAX)
+            }))
+            .unwrap_or_else(|_| Reply::Status(404, vec![], "{}".into()));
+            gets.lock().unwrap().push(request.path);
+            if !write_reply(&mut out, reply) {
+                return;
+            }
+            continue;
+        }
         let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         max_in_flight.fetch_max(now, Ordering::SeqCst);
         let request = Request {
@@ -223,11 +264,34 @@ fn serve(
         // No longer in flight once the answer starts: the client cannot send its next request
         // before it has this one.
         in_flight.fetch_sub(1, Ordering::SeqCst);
+        if let Reply::StreamThenCloseOnNext(answer) = &reply {
+            write_chunked_stream(&mut out, answer);
+            // The next request on this connection gets no answer: the socket closes.
+            let mut next = String::new();
+            let _ = reader.read_line(&mut next);
+            return;
+        }
         let keep_open = write_reply(&mut out, reply);
         if !keep_open {
             return;
         }
     }
+}
+
+/// Server-sent events of `answer` in a chunked body, the connection kept alive.
+fn write_chunked_stream(out: &mut TcpStream, answer: &Value) {
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: keep-alive\r\ntransfer-encoding: chunked\r\n\r\n";
+    let _ = out.write_all(head.as_bytes());
+    let mut events: Vec<String> = stream_chunks(answer)
+        .iter()
+        .map(|c| format!("data: {c}\n\n"))
+        .collect();
+    events.push("data: [DONE]\n\n".into());
+    for event in events {
+        let _ = out.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes());
+    }
+    let _ = out.write_all(b"0\r\n\r\n");
+    let _ = out.flush();
 }
 
 /// Writes the reply; false when the connection must close afterwards.
@@ -277,6 +341,10 @@ fn write_reply(out: &mut TcpStream, reply: Reply) -> bool {
                 sent += piece.len();
             }
             let _ = out.shutdown(std::net::Shutdown::Both);
+            false
+        }
+        Reply::StreamThenCloseOnNext(answer) => {
+            write_chunked_stream(out, &answer);
             false
         }
         Reply::Stream(answer) => {
@@ -330,7 +398,10 @@ fn stream_chunks(answer: &Value) -> Vec<Value> {
                 "index": i, "function": {"arguments": &args[w[0]..w[1]]}}]}}]}));
         }
     }
-    chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}));
+    let finish = answer["choices"][0]["finish_reason"]
+        .as_str()
+        .unwrap_or("tool_calls");
+    chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}));
     if let Some(usage) = answer.get("usage") {
         chunks.push(json!({"choices": [], "usage": usage}));
     }

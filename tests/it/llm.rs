@@ -184,7 +184,9 @@ fn rate_limits_server_errors_and_dropped_connections_are_survived() {
         .into_iter()
         .filter(|e| e["kind"] == "model_retry")
         .collect();
-    assert_eq!(retries.len(), 4, "{retries:?}");
+    // The dropped connection (closed before any answer, as a server closing a kept-alive
+    // connection does) is sent again at once, and not counted as a retry.
+    assert_eq!(retries.len(), 3, "{retries:?}");
     assert!(retries[0]["reason"].as_str().unwrap().contains("429"));
     assert!(retries[0]["wait_ms"].as_u64().unwrap() >= 1000);
 }

@@ -11,6 +11,7 @@ mod common;
 mod fake_agents;
 mod fake_model;
 mod llm;
+mod llm_server;
 mod merging;
 mod network;
 mod planner;

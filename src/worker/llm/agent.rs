@@ -32,8 +32,16 @@ use crate::worker::process::{self, Exit, ProcessRequest, Program};
 use crate::worker::sandbox::SandboxPolicy;
 use crate::worker::sandbox::proxy::OnAccess;
 
-/// Characters of conversation above which old tool results are shortened.
+/// Characters of conversation above which old tool results are shortened, when the model's
+/// context window is not known.
 const CONTEXT_CHARS: usize = 120_000;
+/// Characters per token, counted low (code and JSON take more tokens than prose), to size the
+/// conversation to a window given in tokens.
+const CHARS_PER_TOKEN: usize = 3;
+/// Answers cut off at the output limit in a row before the task fails.
+const MAX_CUT_OFF: u32 = 3;
+/// Times one turn is sent again, shorter, after the server said it does not fit.
+const MAX_OVERFLOW: u32 = 3;
 /// The most recent tool results are never shortened.
 const KEEP_RECENT: usize = 6;
 /// Tool results kept for the report, and their size.
@@ -137,6 +145,7 @@ async fn run_loop(
     talk.push(json!({"role": "system", "content": super::prompt::system(task.scope_task)}));
     talk.push(json!({"role": "user", "content": crate::secrets::redact(&first)}));
     let mut verify_failure: Option<String> = None;
+    let mut cut_off = 0;
     while state.turns < task.max_turns {
         state.turns += 1;
         let turn = state.turns;
@@ -144,6 +153,26 @@ async fn run_loop(
             Ok(reply) => reply,
             Err(e) => return Ok(Verdict::Failed(format!("the model API failed: {e}"))),
         };
+        if reply.cut_off {
+            // Half a tool call is not run: the answer is dropped, and the model told why.
+            cut_off += 1;
+            if cut_off >= MAX_CUT_OFF {
+                return Ok(Verdict::Failed(format!(
+                    "the model's answers were cut off at the output limit {cut_off} times in a \
+                     row (finish_reason: length){}",
+                    match task.shared.client.max_output_tokens() {
+                        Some(n) => format!("; raise --max-output-tokens (now {n})"),
+                        None => "; set --max-output-tokens higher than the server's default".into(),
+                    }
+                )));
+            }
+            talk.push(json!({"role": "user", "content":
+                "Your last answer was cut off at the output limit before it was complete, so \
+                 it was discarded. Answer again with less: one tool call, and small edits \
+                 (edit_file with short old and new text) rather than whole files."}));
+            continue;
+        }
+        cut_off = 0;
         if reply.tool_calls.is_empty() {
             talk.push(json!({"role": "user", "content":
                 "Continue with the tools. When the task is complete, call finish."}));
@@ -213,7 +242,9 @@ impl Conversation<'_> {
     }
 }
 
-/// One request to the model (turn `turn`); its answer joins the conversation.
+/// One request to the model (turn `turn`), the conversation shortened to fit the model's
+/// context window (and shorter again if the server says it does not); its answer joins the
+/// conversation unless it was cut off.
 async fn ask(
     task: &AgentTask<'_>,
     state: &mut LoopState,
@@ -221,7 +252,56 @@ async fn ask(
     definitions: &Value,
     turn: u32,
 ) -> Result<Reply, AttemptError> {
-    shorten_old_results(&mut talk.messages);
+    let mut overflows = 0;
+    loop {
+        // With a known window, recent results are shortened too if they must be.
+        let (budget, keep_recent) = match context_budget(task, definitions).await {
+            Some(budget) => (budget, 0),
+            None => (CONTEXT_CHARS, KEEP_RECENT),
+        };
+        shorten_old_results(&mut talk.messages, budget, keep_recent);
+        match ask_once(task, state, talk, definitions, turn).await {
+            Err(AttemptError::ContextOverflow { limit, body }) if overflows < MAX_OVERFLOW => {
+                overflows += 1;
+                let sent: usize = talk.messages.iter().map(|m| m.to_string().len()).sum();
+                task.shared
+                    .client
+                    .shrink_window(limit, (sent / CHARS_PER_TOKEN) as u32);
+                task.events.emit(Event::ModelRetry {
+                    task: task.task_id.clone(),
+                    attempt: overflows,
+                    wait_ms: 0,
+                    reason: format!(
+                        "the conversation does not fit the context window; shortened: {body}"
+                    ),
+                });
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Characters the conversation may take: the context window (when known) less the answer's
+/// room and the tool definitions, at [`CHARS_PER_TOKEN`].
+async fn context_budget(task: &AgentTask<'_>, definitions: &Value) -> Option<usize> {
+    let client = &task.shared.client;
+    let window = client.context_window().await?;
+    let window = window as usize;
+    let answer = client
+        .max_output_tokens()
+        .map_or(window / 4, |n| n as usize)
+        .min(window / 2);
+    let tools = definitions.to_string().len() / CHARS_PER_TOKEN;
+    Some((window.saturating_sub(answer + tools) * CHARS_PER_TOKEN).max(2000))
+}
+
+async fn ask_once(
+    task: &AgentTask<'_>,
+    state: &mut LoopState,
+    talk: &mut Conversation<'_>,
+    definitions: &Value,
+    turn: u32,
+) -> Result<Reply, AttemptError> {
     task.events.emit(Event::TaskStep {
         task: task.task_id.clone(),
         step: format!("turn {turn}: thinking"),
@@ -250,7 +330,9 @@ async fn ask(
             .tokens_used
             .fetch_add(usage.prompt + usage.completion, Ordering::Relaxed);
     }
-    talk.push(reply.to_message());
+    if !reply.cut_off {
+        talk.push(reply.to_message());
+    }
     Ok(reply)
 }
 
@@ -408,12 +490,12 @@ fn remember(tail: &mut VecDeque<String>, tool: &str, content: &str) {
     }
 }
 
-/// Shortens the oldest tool results while the conversation is longer than [`CONTEXT_CHARS`],
-/// keeping the [`KEEP_RECENT`] most recent ones whole.
-fn shorten_old_results(messages: &mut [Value]) {
+/// Shortens the oldest tool results while the conversation is longer than `budget`
+/// characters, keeping the `keep_recent` most recent ones whole.
+fn shorten_old_results(messages: &mut [Value], budget: usize, keep_recent: usize) {
     let size = |m: &Value| m.to_string().len();
     let mut total: usize = messages.iter().map(size).sum();
-    if total <= CONTEXT_CHARS {
+    if total <= budget {
         return;
     }
     let tool_positions: Vec<usize> = messages
@@ -422,9 +504,9 @@ fn shorten_old_results(messages: &mut [Value]) {
         .filter(|(_, m)| m["role"] == "tool")
         .map(|(i, _)| i)
         .collect();
-    let old = tool_positions.len().saturating_sub(KEEP_RECENT);
+    let old = tool_positions.len().saturating_sub(keep_recent);
     for &i in &tool_positions[..old] {
-        if total <= CONTEXT_CHARS {
+        if total <= budget {
             break;
         }
         let Some(content) = messages[i]["content"].as_str() else {
@@ -483,7 +565,7 @@ mod tests {
         for i in 0..10 {
             messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": big}));
         }
-        shorten_old_results(&mut messages);
+        shorten_old_results(&mut messages, CONTEXT_CHARS, KEEP_RECENT);
         // The 4 oldest are shortened; the 6 most recent stay whole, even over the limit.
         for m in &messages[1..=4] {
             assert!(
@@ -498,7 +580,7 @@ mod tests {
         }
         // Under the limit, nothing is touched.
         let mut small = vec![json!({"role": "tool", "tool_call_id": "c", "content": big})];
-        shorten_old_results(&mut small);
+        shorten_old_results(&mut small, CONTEXT_CHARS, KEEP_RECENT);
         assert_eq!(small[0]["content"].as_str().unwrap().len(), 30_000);
     }
 }
