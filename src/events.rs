@@ -46,6 +46,11 @@ pub enum Event {
         changed_files: Vec<RepoPath>,
         duration_ms: u64,
         error: Option<String>,
+        /// What this attempt spent (model tokens, and US dollars where known).
+        #[serde(default)]
+        tokens: u64,
+        #[serde(default)]
+        cost_usd: f64,
     },
     /// A request to the model (LLM worker).
     ModelRequest {

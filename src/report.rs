@@ -117,6 +117,10 @@ pub struct TaskReport {
     /// Connections its processes asked swarm's proxy for (with `--allow-domain`).
     #[serde(default, skip_serializing_if = "NetworkUse::is_empty")]
     pub network: NetworkUse,
+    /// Not run because the run's budget (`--max-tokens`, `--max-cost`) was spent: `swarm
+    /// resume` runs it (with a larger budget).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub over_budget: bool,
 }
 
 /// A task's use of the allow-list proxy.
@@ -152,6 +156,13 @@ impl TaskReport {
         self.error = None;
         self.attempts = 0;
         self.branch_kept = false;
+        self.over_budget = false;
+    }
+
+    /// Does `swarm resume` work on this task? (`rerun_failed`: `--failed`.) A task skipped
+    /// for the run's budget is resumed too.
+    pub fn left_to_do(&self, rerun_failed: bool) -> bool {
+        self.status.left_to_do(rerun_failed) || self.over_budget
     }
 }
 

@@ -44,12 +44,20 @@ pub fn drop_records(info: &RepoInfo, records: &[String]) {
 
 /// Continues run `wanted` in `mode` (resume, resume `--failed`, or merge only), with
 /// `verify_merged` in place of the run's own check if given.
+/// What `swarm resume` (or `merge`) changes of the run's settings.
+#[derive(Debug, Default)]
+pub struct Overrides {
+    pub verify_merged: Option<String>,
+    pub max_tokens: Option<u64>,
+    pub max_cost: Option<f64>,
+}
+
 pub async fn continue_run(
     cwd: &Path,
     wanted: &RunSelector,
     mode: RunMode,
     keep: bool,
-    verify_merged: Option<String>,
+    overrides: Overrides,
 ) -> AppResult<Continuing> {
     let info = repo::discover(cwd)?;
     let id = runs::resolve(&info.common_dir, wanted)?;
@@ -61,8 +69,19 @@ pub async fn continue_run(
         });
     }
     let mut plan: Plan = state::read_json(&run_dir.plan())?;
-    if let Some(check) = verify_merged {
+    if let Some(check) = overrides.verify_merged {
         plan.settings.verify_merged = Some(check);
+    }
+    if let Some(n) = overrides.max_tokens {
+        plan.settings.max_tokens = Some(n);
+    }
+    if let Some(usd) = overrides.max_cost {
+        if usd.is_nan() || usd <= 0.0 {
+            return Err(
+                crate::settings::SettingsError::Zero(crate::settings::Count::MaxCost).into(),
+            );
+        }
+        plan.settings.max_cost = serde_json::Number::from_f64(usd);
     }
     let mut report = run_dir.load_report()?;
     if let Err(problem) = plan.check_report(&report) {
@@ -86,7 +105,7 @@ pub async fn continue_run(
         .iter()
         .filter(|t| match merge_only {
             true => t.status == TaskStatus::Done && t.commit.is_some(),
-            false => t.status.left_to_do(mode.reruns_failed()),
+            false => t.left_to_do(mode.reruns_failed()),
         })
         .count();
     if merge_only && to_do == 0 {

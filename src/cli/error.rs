@@ -140,6 +140,10 @@ fn settings(e: &SettingsError) -> (String, Option<String>) {
                     "--max-output-tokens must be at least 1",
                     "pass --max-output-tokens N, or leave it out for the server's default",
                 ),
+                Count::MaxCost => (
+                    "--max-cost must be more than 0",
+                    "pass --max-cost USD, e.g. --max-cost 5",
+                ),
                 Count::ContextWindow => (
                     "[model] context_window must be at least 1",
                     "set it to the model's context window in tokens, or leave it out",

@@ -70,7 +70,10 @@ pub async fn run(args: MergeArgs) -> AppResult<i32> {
         &selector,
         RunMode::MergeOnly,
         false,
-        args.verify_merged,
+        reconcile::Overrides {
+            verify_merged: args.verify_merged,
+            ..Default::default()
+        },
     )
     .await?;
     let target = match &continuing {

@@ -100,9 +100,16 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_TURNS)]
     pub max_turns: Option<u32>,
 
-    /// Token budget of the whole run: no new task starts once it is spent.
-    #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
+    /// Token budget of the whole run (the built-in worker's tokens and what --agent workers
+    /// report): no new task starts once it is spent; `swarm resume` finishes the rest.
+    #[arg(long, visible_alias = "max-run-tokens", value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
     pub max_tokens: Option<u64>,
+
+    /// Spending cap of the whole run in US dollars (what --agent workers report, and the
+    /// built-in worker's tokens at your [model] price): no new task starts once it is
+    /// reached; `swarm resume --max-cost MORE` finishes the rest.
+    #[arg(long, value_name = "USD", env = env_vars::SWARM_MAX_COST)]
+    pub max_cost: Option<f64>,
 
     /// The most tokens of one model answer (`max_tokens` of each request), so that a local
     /// server with no cap cannot generate for minutes [default: the server's].
@@ -204,6 +211,7 @@ impl RefactorArgs {
         run.exec = self.exec.clone();
         run.max_turns = self.max_turns;
         run.max_tokens = self.max_tokens;
+        run.max_cost = self.max_cost.and_then(serde_json::Number::from_f64);
         run.verify = self.verify.clone();
         run.verify_merged = self.verify_merged.clone();
         run.repair = self.repair.then_some(true);
@@ -360,8 +368,14 @@ async fn review_then_merge(
         });
     }
     let cwd = std::env::current_dir()?;
-    let continuing =
-        reconcile::continue_run(&cwd, &(&run_id).into(), RunMode::MergeOnly, keep, None).await?;
+    let continuing = reconcile::continue_run(
+        &cwd,
+        &(&run_id).into(),
+        RunMode::MergeOnly,
+        keep,
+        Default::default(),
+    )
+    .await?;
     super::resume::run_continuing(continuing, RunMode::MergeOnly, json, events).await
 }
 

@@ -56,6 +56,8 @@ pub struct Live {
     overall: ProgressBar,
     workers: Mutex<HashMap<crate::ids::TaskId, (ProgressBar, String)>>,
     counts: Mutex<HashMap<&'static str, usize>>,
+    /// Tokens and US dollars spent so far.
+    spent: Mutex<(u64, f64)>,
 }
 
 impl Live {
@@ -75,6 +77,7 @@ impl Live {
             overall,
             workers: Mutex::new(HashMap::new()),
             counts: Mutex::new(HashMap::new()),
+            spent: Mutex::new((0, 0.0)),
         }
     }
 
@@ -88,6 +91,13 @@ impl Live {
         *counts.entry(status).or_default() += 1;
         let mut parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
         parts.sort();
+        let (tokens, cost) = *self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        if tokens > 0 {
+            parts.push(format!("{} tokens", human_count(tokens)));
+        }
+        if cost > 0.0 {
+            parts.push(format!("${cost:.2}"));
+        }
         self.overall.set_message(parts.join(", "));
     }
 
@@ -132,24 +142,33 @@ impl Live {
                 task,
                 status,
                 error,
+                tokens,
+                cost_usd,
                 ..
-            } => match status {
-                TaskStatus::Done => {
-                    if let Some((bar, label)) = self.lock_workers().get(task) {
-                        bar.set_message(format!("{label} · merging"));
+            } => {
+                {
+                    let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+                    spent.0 += tokens;
+                    spent.1 += cost_usd;
+                }
+                match status {
+                    TaskStatus::Done => {
+                        if let Some((bar, label)) = self.lock_workers().get(task) {
+                            bar.set_message(format!("{label} · merging"));
+                        }
+                    }
+                    other => {
+                        if !other.is_success() {
+                            let _ = self.multi.println(format!(
+                                "  {} {task}: {}",
+                                other.as_str(),
+                                error.as_deref().unwrap_or("")
+                            ));
+                        }
+                        self.settle(task, other.as_str());
                     }
                 }
-                other => {
-                    if !other.is_success() {
-                        let _ = self.multi.println(format!(
-                            "  {} {task}: {}",
-                            other.as_str(),
-                            error.as_deref().unwrap_or("")
-                        ));
-                    }
-                    self.settle(task, other.as_str());
-                }
-            },
+            }
             Event::Merged { task, .. } => self.settle(task, "merged"),
             Event::Conflict {
                 task,

@@ -28,6 +28,12 @@ pub struct ResumeArgs {
     /// --verify-merged, if any); tasks that break it are left out.
     #[arg(long, value_name = "CMD")]
     pub verify_merged: Option<String>,
+    /// A new token budget for the whole run (tasks skipped for the old one run now).
+    #[arg(long, visible_alias = "max-run-tokens", value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// A new spending cap for the whole run, in US dollars.
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
     /// Print the run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -42,8 +48,13 @@ pub async fn run(args: ResumeArgs) -> AppResult<i32> {
         false => RunMode::Resume,
     };
     let cwd = std::env::current_dir()?;
+    let overrides = reconcile::Overrides {
+        verify_merged: args.verify_merged,
+        max_tokens: args.max_tokens,
+        max_cost: args.max_cost,
+    };
     let continuing =
-        reconcile::continue_run(&cwd, &args.run_id, mode, args.keep, args.verify_merged).await?;
+        reconcile::continue_run(&cwd, &args.run_id, mode, args.keep, overrides).await?;
     run_continuing(continuing, mode, args.json, args.events).await
 }
 

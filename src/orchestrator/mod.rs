@@ -129,6 +129,7 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
                 branch_kept: false,
                 log: None,
                 hint: None,
+                over_budget: false,
                 network: Default::default(),
             })
             .collect(),

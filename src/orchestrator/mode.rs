@@ -69,9 +69,8 @@ impl Continuation {
             if finished_unmerged {
                 merge_first.push(idx);
             }
-            let again = mode.runs_workers()
-                && !finished_unmerged
-                && t.status.left_to_do(mode.reruns_failed());
+            let again =
+                mode.runs_workers() && !finished_unmerged && t.left_to_do(mode.reruns_failed());
             if again {
                 t.retry_from_scratch();
             }

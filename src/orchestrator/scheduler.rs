@@ -226,7 +226,7 @@ impl Scheduler {
     fn start_what_may_start(&mut self, flight: &mut Flight) -> anyhow::Result<()> {
         let shared = self.shared.clone();
         if self.budget_spent.is_none()
-            && let Some(reason) = self.token_budget_spent()
+            && let Some(reason) = self.budget_spent_now()
         {
             self.budget_spent = Some(reason);
         }
@@ -278,6 +278,7 @@ impl Scheduler {
                 if let Some(reason) = &not_run {
                     t.status = TaskStatus::Skipped;
                     t.error = Some(format!("not run: {reason}"));
+                    t.over_budget = self.stopped.is_none();
                 }
             } else if t.status == TaskStatus::Conflict && cancelled {
                 t.error = Some("conflicted; the retry did not run (interrupted)".into());
@@ -285,12 +286,34 @@ impl Scheduler {
         }
     }
 
-    /// Why no new task may start for lack of tokens (`--max-tokens`), if so.
-    fn token_budget_spent(&self) -> Option<String> {
-        let budget = self.shared.plan.settings.max_tokens?;
-        let used = self.shared.model.as_ref()?.tokens_used();
-        (used >= budget).then(|| {
-            format!("the run's token budget is spent ({used} of --max-tokens {budget} used)")
+    /// Why no new task may start for lack of budget (`--max-tokens`, `--max-cost`), if so.
+    /// What is spent: the built-in worker's tokens as they are used, and what finished
+    /// attempts reported (an `--agent`'s tokens and cost, priced tokens of the built-in).
+    fn budget_spent_now(&self) -> Option<String> {
+        let settings = &self.shared.plan.settings;
+        let live = self.shared.model.as_ref().map_or(0, |m| m.tokens_used());
+        let reported = &self.report.tasks;
+        let reported_tokens: u64 = reported
+            .iter()
+            .map(|t| t.tokens.prompt + t.tokens.completion)
+            .sum();
+        let used = live.max(reported_tokens);
+        if let Some(budget) = settings.max_tokens
+            && used >= budget
+        {
+            return Some(format!(
+                "the run's token budget is spent ({used} of --max-tokens {budget} used)"
+            ));
+        }
+        let cap = settings.max_cost.as_ref()?.as_f64()?;
+        let reported_cost: f64 = reported.iter().map(|t| t.cost_usd).sum();
+        let live_cost = match (&settings.model.price, &self.shared.model) {
+            (Some(price), Some(model)) => price.of(&model.tokens()),
+            _ => 0.0,
+        };
+        let spent = reported_cost.max(live_cost);
+        (spent >= cap).then(|| {
+            format!("the run's cost budget is spent (${spent:.2} of --max-cost ${cap:.2})")
         })
     }
 
@@ -343,6 +366,8 @@ impl Scheduler {
             changed_files: t.changed_files.clone(),
             duration_ms: a.duration.as_millis() as u64,
             error: t.error.clone(),
+            tokens: a.tokens.prompt + a.tokens.completion,
+            cost_usd: a.cost_usd,
         });
         self.save();
         job

@@ -537,7 +537,11 @@ pub(super) async fn run_agent(
         summary: out.summary,
         output_tail: Some(out.output_tail),
         log: Some(task_dir.join("transcript.jsonl")),
-        cost_usd: 0.0,
+        cost_usd: settings
+            .model
+            .price
+            .as_ref()
+            .map_or(0.0, |p| p.of(&out.tokens)),
         tokens: out.tokens,
         turns: out.turns,
     })

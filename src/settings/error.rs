@@ -14,6 +14,7 @@ pub enum Count {
     IdleTimeout,
     MaxOutputTokens,
     ContextWindow,
+    MaxCost,
 }
 
 impl std::fmt::Display for Count {
@@ -26,6 +27,7 @@ impl std::fmt::Display for Count {
             Count::IdleTimeout => "idle_timeout",
             Count::MaxOutputTokens => "max_output_tokens",
             Count::ContextWindow => "context_window",
+            Count::MaxCost => "max_cost",
         })
     }
 }

@@ -86,6 +86,8 @@ pub struct RunTable {
     pub exec: Option<String>,
     pub max_turns: Option<u32>,
     pub max_tokens: Option<u64>,
+    /// The run's spending cap in US dollars (`--max-cost`).
+    pub max_cost: Option<serde_json::Number>,
     pub verify: Option<String>,
     pub verify_merged: Option<String>,
     pub repair: Option<bool>,
@@ -106,6 +108,7 @@ combine_fields!(RunTable {
     exec,
     max_turns,
     max_tokens,
+    max_cost,
     verify,
     verify_merged,
     repair,
@@ -144,6 +147,8 @@ pub struct ModelTable {
     pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
     /// The model's context window in tokens (else learned from the server, else large).
     pub context_window: Option<u32>,
+    /// US dollars per million tokens, for the run's cost (`--max-cost`): no price list ships.
+    pub price: Option<super::policy::Price>,
 }
 
 combine_fields!(ModelTable {
@@ -158,6 +163,7 @@ combine_fields!(ModelTable {
     tool_choice,
     extra_body,
     context_window,
+    price,
 });
 
 /// `[sandbox]`: worker confinement and the built-in worker's `run` tool.

@@ -26,6 +26,7 @@ mod sandbox;
 pub use allow_list::{AllowList, split_host_port};
 pub use error::{Count, SettingsError};
 pub use layer::{Combine, Layer};
+pub use policy::Price;
 pub use policy::{
     ApiKey, DEFAULT_HIDDEN, ModelSettings, NetworkAccess, OnConflict, RunToolPolicy, SandboxMode,
     SandboxPolicy, Scope, WorktreeSettings,
@@ -47,6 +48,9 @@ pub struct Settings {
     pub max_turns: u32,
     /// Token budget of the whole run: no new task starts past it.
     pub max_tokens: Option<u64>,
+    /// Spending cap of the whole run in US dollars: no new task starts past it.
+    #[serde(default)]
+    pub max_cost: Option<serde_json::Number>,
     /// Check run in a task's worktree after its worker; a failing task is not merged.
     pub verify: Option<String>,
     /// Check run on the merged result; the tasks that break it are found and left out.
@@ -160,6 +164,13 @@ impl Settings {
                 return Err(SettingsError::Zero(count));
             }
         }
+        if run
+            .max_cost
+            .as_ref()
+            .is_some_and(|c| c.as_f64().is_none_or(|c| c <= 0.0))
+        {
+            return Err(SettingsError::Zero(Count::MaxCost));
+        }
         if let Some(choice) = &model.tool_choice
             && !["auto", "required", "none"].contains(&choice.as_str())
         {
@@ -198,9 +209,11 @@ impl Settings {
                 tool_choice: model.tool_choice.unwrap_or_else(|| "auto".into()),
                 extra_body: model.extra_body.unwrap_or_default(),
                 context_window: model.context_window,
+                price: model.price,
             },
             max_turns: max_turns as u32,
             max_tokens: run.max_tokens,
+            max_cost: run.max_cost,
             verify: run.verify,
             verify_merged: run.verify_merged,
             repair: run.repair.unwrap_or(false),

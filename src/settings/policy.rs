@@ -168,6 +168,25 @@ pub struct ModelSettings {
     /// error naming the limit), else large.
     #[serde(default)]
     pub context_window: Option<u32>,
+    /// What the model costs, for `--max-cost` (the user's price; none ships).
+    #[serde(default)]
+    pub price: Option<Price>,
+}
+
+/// US dollars per million tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub prompt: serde_json::Number,
+    pub completion: serde_json::Number,
+}
+
+impl Price {
+    /// What `tokens` cost.
+    pub fn of(&self, tokens: &crate::report::Tokens) -> f64 {
+        let per = |n: &serde_json::Number| n.as_f64().unwrap_or(0.0) / 1e6;
+        tokens.prompt as f64 * per(&self.prompt) + tokens.completion as f64 * per(&self.completion)
+    }
 }
 
 impl ModelSettings {

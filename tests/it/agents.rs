@@ -9,6 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+
 use crate::common::*;
 use crate::fake_agents::{Api, FakeAgentApi};
 
@@ -258,4 +260,92 @@ fn the_repository_cannot_choose_or_define_an_agent() {
     let run = repo.swarm(&["refactor", "x", "a.txt", "--agent", "evil", "-y"]);
     run.assert_code(2);
     assert!(run.stderr.contains("no agent 'evil'"), "{}", run.stderr);
+}
+
+/// A user-defined agent that speaks Claude Code's stream-json: edits its file and reports 40
+/// cents and 1,500 tokens.
+const PRICED_AGENT: &str = r#"
+[agents.priced]
+exec = '''sed -i s/foo/bar/ "$SWARM_FILE"; echo '{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"done","total_cost_usd":0.40,"usage":{"input_tokens":1000,"output_tokens":500}}' '''
+binary = "sed"
+output = "claude-stream-json"
+"#;
+
+#[test]
+fn the_run_stops_starting_tasks_at_its_cost_budget_and_resume_finishes_them() {
+    let files: Vec<(String, &str)> = (0..5).map(|i| (format!("f{i}.txt"), "foo\n")).collect();
+    let repo = TestRepo::with_files(&files);
+    repo.user_config(PRICED_AGENT);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "--agent",
+        "priced",
+        "-j",
+        "1",
+        "--max-cost",
+        "1",
+        "-y",
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let tasks = report["tasks"].as_array().unwrap();
+    let merged = tasks.iter().filter(|t| t["status"] == "merged").count();
+    // $0.40, $0.80, $1.20: the third task ends past the cap; no fourth starts.
+    assert_eq!(merged, 3, "{report}");
+    let skipped: Vec<&Value> = tasks.iter().filter(|t| t["status"] == "skipped").collect();
+    assert_eq!(skipped.len(), 2);
+    for t in &skipped {
+        assert_eq!(t["over_budget"], true, "{t}");
+        let error = t["error"].as_str().unwrap();
+        assert!(
+            error.contains("cost budget is spent ($1.20 of --max-cost $1.00)"),
+            "{error}"
+        );
+    }
+    assert!((report["totals"]["cost_usd"].as_f64().unwrap() - 1.2).abs() < 1e-9);
+    assert!(run.stderr.contains("$1.20 spent"), "{}", run.stderr);
+    assert!(run.stderr.contains("4.5k tokens"), "{}", run.stderr);
+
+    // A larger budget finishes the rest.
+    let again = repo.swarm(&["resume", &run.run_id(), "--max-cost", "5"]);
+    again.assert_code(0);
+    let report = repo.report(&again);
+    assert!(
+        report["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["status"] == "merged")
+    );
+    for i in 0..5 {
+        assert_eq!(repo.git(&["show", &format!("HEAD:f{i}.txt")]), "bar");
+    }
+}
+
+#[test]
+fn the_run_stops_at_its_token_budget_too() {
+    let files: Vec<(String, &str)> = (0..4).map(|i| (format!("f{i}.txt"), "foo\n")).collect();
+    let repo = TestRepo::with_files(&files);
+    repo.user_config(PRICED_AGENT);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "--agent",
+        "priced",
+        "-j",
+        "1",
+        "--max-run-tokens",
+        "3000",
+        "-y",
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let merged = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["status"] == "merged")
+        .count();
+    assert_eq!(merged, 2, "{report}");
 }

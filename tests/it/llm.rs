@@ -617,3 +617,23 @@ fn run_commands_need_approval_and_every_decision_is_audited() {
     // It ran in the task's worktree; deleting the task's own file is in scope, so it merged.
     assert!(!repo.path.join("src/m0.py").exists());
 }
+
+#[test]
+fn the_built_in_workers_tokens_are_priced_for_the_cost_budget() {
+    let repo = foo_repo(4);
+    // $1 a token: each task's 3 turns of 120 tokens cost $360.
+    repo.user_config("[model]\nprice = { prompt = 1000000, completion = 1000000 }\n");
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
+    let run = llm_run(&repo, &fake, &["src", "-j", "1", "--max-cost", "500"]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let s = statuses(&report);
+    assert_eq!(count(&s, "merged"), 2, "{s:?}");
+    assert_eq!(count(&s, "skipped"), 2, "{s:?}");
+    let tasks = report["tasks"].as_array().unwrap();
+    let first = tasks.iter().find(|t| t["status"] == "merged").unwrap();
+    assert_eq!(first["cost_usd"], 360.0);
+    assert_eq!(report["totals"]["cost_usd"], 720.0);
+    assert!(run.stderr.contains("$720.00 spent"), "{}", run.stderr);
+}

@@ -327,6 +327,9 @@ async fn ask_once(
         state.tokens.prompt += usage.prompt;
         state.tokens.completion += usage.completion;
         task.shared
+            .completion_used
+            .fetch_add(usage.completion, Ordering::Relaxed);
+        task.shared
             .tokens_used
             .fetch_add(usage.prompt + usage.completion, Ordering::Relaxed);
     }

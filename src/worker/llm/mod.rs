@@ -21,6 +21,8 @@ pub struct LlmShared {
     pub client: client::ChatClient,
     pub limit: Arc<limit::AdaptiveLimit>,
     pub tokens_used: AtomicU64,
+    /// Of which completion tokens (for the run's cost).
+    pub completion_used: AtomicU64,
 }
 
 impl LlmShared {
@@ -30,10 +32,20 @@ impl LlmShared {
             client: client::ChatClient::new(&settings.model, model, key, limit.clone())?,
             limit,
             tokens_used: AtomicU64::new(0),
+            completion_used: AtomicU64::new(0),
         })
     }
 
     pub fn tokens_used(&self) -> u64 {
         self.tokens_used.load(Ordering::Relaxed)
+    }
+
+    /// The run's tokens so far, prompt and completion.
+    pub fn tokens(&self) -> crate::report::Tokens {
+        let completion = self.completion_used.load(Ordering::Relaxed);
+        crate::report::Tokens {
+            prompt: self.tokens_used().saturating_sub(completion),
+            completion,
+        }
     }
 }
