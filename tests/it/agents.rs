@@ -349,3 +349,71 @@ fn the_run_stops_at_its_token_budget_too() {
         .count();
     assert_eq!(merged, 2, "{report}");
 }
+
+/// Gemini CLI and Aider were not installed here: scripts printing their documented output
+/// formats stand in (the preset's own command replaced in the user's config), so the
+/// parsing of each format is tested end to end.
+#[test]
+fn stand_ins_for_gemini_and_aider_report_their_usage() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    repo.user_config(
+        r#"
+[agents.gemini]
+exec = '''sed -i s/foo/bar/ "$SWARM_FILE"; echo 'Loaded cached credentials.'; echo '{"response":"Renamed.","stats":{"models":{"gemini-2.5-pro":{"api":{"totalRequests":2},"tokens":{"prompt":900,"candidates":80,"total":980}}}}}' '''
+binary = "sed"
+
+[agents.aider]
+exec = '''sed -i s/bar/baz/ "$SWARM_FILE"; echo 'Applied edit to a.txt'; echo 'Tokens: 2.1k sent, 312 received. Cost: $0.01 message, $0.03 session.' '''
+binary = "sed"
+"#,
+    );
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--agent", "gemini", "-y"]);
+    run.assert_code(0);
+    let task = &repo.report(&run)["tasks"][0];
+    assert_eq!(task["summary"], "Renamed.", "{task}");
+    assert_eq!(task["turns"], 2);
+    assert_eq!(task["tokens"]["prompt"], 900);
+    assert_eq!(task["tokens"]["completion"], 80);
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--agent", "aider", "-y"]);
+    run.assert_code(0);
+    let task = &repo.report(&run)["tasks"][0];
+    assert_eq!(task["tokens"]["prompt"], 2100, "{task}");
+    assert_eq!(task["tokens"]["completion"], 312);
+    assert_eq!(task["cost_usd"], 0.03);
+    assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "baz");
+}
+
+#[test]
+fn swarm_agents_shows_what_is_installed_and_what_each_may_reach() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let bin = repo.root().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let claude = bin.join("claude");
+    std::fs::write(&claude, "#!/bin/sh\necho '9.9.9 (Claude Code)'\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).unwrap();
+    repo.user_config("[agents.mine]\nexec = 'my-agent --go'\nallow_domains = ['api.mine.dev']\n");
+    let run = Run::from(
+        repo.swarm_cmd()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .args(["agents"])
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(0);
+    let out = &run.stdout;
+    assert!(
+        out.contains(&format!(
+            "claude: 9.9.9 (Claude Code) ({})",
+            claude.display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("  network:  api.anthropic.com"), "{out}");
+    assert!(
+        out.contains("codex: not found; install: npm install -g @openai/codex"),
+        "{out}"
+    );
+    assert!(out.contains("mine: not found"), "{out}");
+    assert!(out.contains("  network:  api.mine.dev"), "{out}");
+}
