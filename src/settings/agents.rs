@@ -123,7 +123,7 @@ pub const PRESETS: &[Preset] = &[
         name: "gemini",
         binary: "gemini",
         install: "npm install -g @google/gemini-cli",
-        written_against: "Gemini CLI 0.x (documented --output-format json; not run here)",
+        written_against: "Gemini CLI 0.61.0 (flags checked; not run against an API here)",
         exec: r#"gemini -p "$(cat "$SWARM_TASK_FILE")" --yolo --output-format json ${SWARM_AGENT_MODEL:+--model "$SWARM_AGENT_MODEL"}"#,
         allow_domains: &[
             "generativelanguage.googleapis.com",
@@ -140,7 +140,7 @@ pub const PRESETS: &[Preset] = &[
         name: "aider",
         binary: "aider",
         install: "pipx install aider-chat",
-        written_against: "aider 0.86 (documented flags; not run here)",
+        written_against: "aider 0.86.2 (flags checked; not run against an API here)",
         exec: r#"printf '%s\n' "$SWARM_FILES" | xargs -d '\n' aider --yes-always --no-auto-commits --no-dirty-commits --no-check-update --no-show-release-notes --analytics-disable --no-pretty --message-file "$SWARM_TASK_FILE" ${SWARM_AGENT_MODEL:+--model "$SWARM_AGENT_MODEL"}"#,
         allow_domains: &["api.openai.com", "api.anthropic.com", "openrouter.ai"],
         writable: &[".aider", ".cache"],
@@ -158,7 +158,7 @@ pub const PRESETS: &[Preset] = &[
         name: "opencode",
         binary: "opencode",
         install: "npm install -g opencode-ai",
-        written_against: "opencode 0.x (documented `opencode run`; not run here)",
+        written_against: "opencode 1.18.33 (flags checked; not run against an API here)",
         exec: r#"opencode run "$(cat "$SWARM_TASK_FILE")" ${SWARM_AGENT_MODEL:+--model "$SWARM_AGENT_MODEL"}"#,
         allow_domains: &["api.anthropic.com", "api.openai.com", "models.dev"],
         writable: &[
