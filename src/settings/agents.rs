@@ -140,8 +140,11 @@ pub const PRESETS: &[Preset] = &[
         name: "aider",
         binary: "aider",
         install: "pipx install aider-chat",
-        written_against: "aider 0.86.2 (flags checked; not run against an API here)",
-        exec: r#"printf '%s\n' "$SWARM_FILES" | xargs -d '\n' aider --yes-always --no-auto-commits --no-dirty-commits --no-check-update --no-show-release-notes --analytics-disable --no-pretty --message-file "$SWARM_TASK_FILE" ${SWARM_AGENT_MODEL:+--model "$SWARM_AGENT_MODEL"}"#,
+        written_against: "aider 0.86.2 (tested)",
+        // No git of its own (swarm commits; its setup would write .git/config), and nothing of
+        // aider's in the worktree: no .gitignore entry, history files or repo-map cache (they
+        // would be committed, or fail --scope task).
+        exec: r#"printf '%s\n' "$SWARM_FILES" | xargs -d '\n' aider --yes-always --no-git --no-auto-commits --no-dirty-commits --no-gitignore --no-check-update --no-show-release-notes --analytics-disable --no-pretty --no-detect-urls --no-suggest-shell-commands --map-tokens 0 --chat-history-file "$TMPDIR/aider.chat.md" --input-history-file "$TMPDIR/aider.input.md" --message-file "$SWARM_TASK_FILE" ${SWARM_AGENT_MODEL:+--model "$SWARM_AGENT_MODEL"}"#,
         allow_domains: &["api.openai.com", "api.anthropic.com", "openrouter.ai"],
         writable: &[".aider", ".cache"],
         pass_env: &[
@@ -150,7 +153,8 @@ pub const PRESETS: &[Preset] = &[
             "OPENROUTER_API_KEY",
             "OPENAI_API_BASE",
         ],
-        set_env: &[],
+        // litellm's price list stays local (no fetch the proxy would refuse).
+        set_env: &[("LITELLM_LOCAL_MODEL_COST_MAP", "True")],
         base_url_env: &["OPENAI_API_BASE"],
         output: AgentOutput::AiderText,
     },

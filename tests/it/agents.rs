@@ -9,10 +9,11 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::common::*;
 use crate::fake_agents::{Api, FakeAgentApi};
+use crate::fake_model::{FakeModel, Reply};
 
 const KEY: &str = "sk-test-agent-key-4f9a1c";
 
@@ -416,4 +417,69 @@ fn swarm_agents_shows_what_is_installed_and_what_each_may_reach() {
     );
     assert!(out.contains("mine: not found"), "{out}");
     assert!(out.contains("  network:  api.mine.dev"), "{out}");
+}
+
+#[test]
+fn aider_edits_through_the_proxy_under_the_default_sandbox() {
+    let Some(dir) = agent_dir("aider") else {
+        return;
+    };
+    // Aider speaks OpenAI chat completions (through litellm) and edits with a whole-file
+    // block in its answer.
+    let fake = FakeModel::start(|_, _| {
+        Reply::Stream(json!({
+            "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "a.txt\n```\nbar\n```\n"}}],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 50}}))
+    });
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let base = fake.url.replace("127.0.0.1", "api.openai.test");
+    let run = Run::from(
+        repo.swarm_cmd()
+            .env("PATH", path_with(&dir))
+            .env("OPENAI_API_BASE", &base)
+            .env("OPENAI_API_KEY", KEY)
+            .env("SWARM_TEST_PROXY_RESOLVE", "api.openai.test=127.0.0.1")
+            .args(["refactor", "rename foo to bar", "a.txt", "--agent", "aider"])
+            .args(["--model", "openai/fake-model", "-y", "--timeout", "120"])
+            .output()
+            .unwrap(),
+    );
+    if run.code != 0 {
+        let tasks = repo
+            .swarm_dir()
+            .join("runs")
+            .join(run.run_id())
+            .join("tasks");
+        for log in files_containing(&tasks, "") {
+            eprintln!(
+                "== {}\n{}",
+                log.display(),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+    }
+    run.assert_code(0);
+    assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar");
+    // Only the task's file changed: nothing of aider's own was committed.
+    assert_eq!(
+        repo.git(&["diff", "--name-only", "HEAD~1", "HEAD"]),
+        "a.txt"
+    );
+    let report = repo.report(&run);
+    let task = &report["tasks"][0];
+    assert!(task["tokens"]["prompt"].as_u64().unwrap() > 0, "{task}");
+    assert!(task["network"]["allowed"].as_u64().unwrap() >= 1, "{task}");
+    let requests = fake.requests();
+    assert!(!requests.is_empty());
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.header("authorization") == Some(&format!("Bearer {KEY}")))
+    );
+    assert!(requests.iter().all(|r| r.body["model"] == "fake-model"));
+    assert_eq!(
+        files_containing(&repo.swarm_dir(), KEY),
+        Vec::<PathBuf>::new()
+    );
 }
