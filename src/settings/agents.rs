@@ -132,7 +132,8 @@ pub const PRESETS: &[Preset] = &[
         ],
         writable: &[".gemini"],
         pass_env: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
-        set_env: &[],
+        // Each task's worktree is a new folder: untrusted, --yolo would be turned off.
+        set_env: &[("GEMINI_CLI_TRUST_WORKSPACE", "true")],
         base_url_env: &["GOOGLE_GEMINI_BASE_URL"],
         output: AgentOutput::GeminiJson,
     },
