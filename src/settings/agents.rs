@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::env_vars;
+use super::home::expand;
 
 /// How an agent reports what it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -204,11 +204,6 @@ pub fn resolve(
     if builtin.is_none() && table.is_none() {
         return None;
     }
-    let home = std::env::var_os(env_vars::HOME).map(PathBuf::from);
-    let expand = |p: &str| match (p.strip_prefix("~/"), &home) {
-        (Some(rest), Some(home)) => home.join(rest),
-        _ => PathBuf::from(p),
-    };
     let from_builtin = |f: fn(&Preset) -> &[&str]| -> Vec<String> {
         builtin
             .map(|b| f(b).iter().map(|s| s.to_string()).collect())
@@ -259,10 +254,8 @@ pub fn resolve(
             .map(|b| {
                 b.set_env
                     .iter()
-                    .map(|(k, v)| match v.strip_prefix("~/") {
-                        Some(_) => (k.to_string(), expand(v).display().to_string()),
-                        None => (k.to_string(), v.to_string()),
-                    })
+                    // A value `~/dir` is a path under the home directory.
+                    .map(|(k, v)| (k.to_string(), expand(v).display().to_string()))
                     .collect()
             })
             .unwrap_or_default(),

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub mod agents;
 mod allow_list;
 mod error;
+pub mod home;
 pub mod layer;
 mod policy;
 mod sandbox;

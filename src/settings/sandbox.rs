@@ -8,9 +8,9 @@ use std::path::PathBuf;
 
 use super::allow_list::AllowList;
 use super::error::SettingsError;
+use super::home;
 use super::layer::Layer;
 use super::policy::{ModelSettings, SandboxMode, SandboxPolicy};
-use crate::env_vars;
 
 /// The repository's `swarm.toml` without what it may not set: it is written by whoever
 /// wrote the repository (or planted by a merged worker edit). What is dropped is warned
@@ -75,13 +75,9 @@ pub fn restrict_repository_layer(mut layer: Layer, warnings: &mut Vec<String>) -
 /// is not one.
 pub fn policy(layer: &Layer) -> Result<SandboxPolicy, SettingsError> {
     let sandbox = &layer.sandbox;
-    let home = std::env::var_os(env_vars::HOME).map(PathBuf::from);
-    let expand = |p: &String| match (p.strip_prefix("~/"), &home) {
-        (Some(rest), Some(home)) => home.join(rest),
-        _ => PathBuf::from(p),
-    };
+    let expand = |p: &String| home::expand(p);
     let unhide: Vec<PathBuf> = sandbox.unhide.iter().flatten().map(expand).collect();
-    let mut hide: Vec<PathBuf> = home
+    let mut hide: Vec<PathBuf> = home::home_dir()
         .as_deref()
         .map(SandboxPolicy::default_hidden)
         .unwrap_or_default();

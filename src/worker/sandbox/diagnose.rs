@@ -9,7 +9,7 @@ use regex::Regex;
 
 use super::SandboxPolicy;
 use crate::report::NetworkUse;
-use crate::settings::NetworkAccess;
+use crate::settings::{NetworkAccess, home};
 
 /// Words of a failed connection or name lookup, as programs print them.
 static NETWORK_FAILURE: LazyLock<Regex> = LazyLock::new(|| {
@@ -87,12 +87,11 @@ fn write_hint(path: &str, policy: &SandboxPolicy) -> String {
             "{path} is under {}, a credential store the sandbox hides from workers: let them \
              read it with [sandbox] unhide = [\"{}\"] in your config",
             hidden.display(),
-            tilde(hidden)
+            home::tilde(hidden)
         );
     }
     // The top directory of the path under the home directory (`~/.claude`), else the path.
-    let home = std::env::var_os(crate::env_vars::HOME).map(std::path::PathBuf::from);
-    let dir = match home
+    let dir = match home::home_dir()
         .as_deref()
         .and_then(|h| Path::new(path).strip_prefix(h).ok())
     {
@@ -107,14 +106,6 @@ fn write_hint(path: &str, policy: &SandboxPolicy) -> String {
          write refused at {path}: allow it with [sandbox] writable = [\"{dir}\"] in your config \
          (~/.config/swarm/config.toml)"
     )
-}
-
-fn tilde(path: &Path) -> String {
-    let home = std::env::var_os(crate::env_vars::HOME).map(std::path::PathBuf::from);
-    match home.as_deref().and_then(|h| path.strip_prefix(h).ok()) {
-        Some(rest) => format!("~/{}", rest.display()),
-        None => path.display().to_string(),
-    }
 }
 
 #[cfg(test)]
