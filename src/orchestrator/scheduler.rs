@@ -91,6 +91,10 @@ pub(super) struct Scheduler {
     pub(super) mode: RunMode,
     /// Why no new task starts (`--max-tokens` reached); running ones finish and merge.
     pub(super) budget_spent: Option<String>,
+    /// What finished attempts reported spending (the report's tasks, kept as a sum so the
+    /// budget check does not walk every task each time the loop turns).
+    spent_tokens: u64,
+    spent_cost: f64,
     pub(super) last_save: Instant,
     /// The merge train, back from the merge thread once every merge is done.
     pub(super) train: Option<MergeTrain>,
@@ -100,7 +104,15 @@ pub(super) struct Scheduler {
 
 impl Scheduler {
     pub(super) fn new(shared: Arc<Shared>, report: Report, tip: Oid, mode: RunMode) -> Self {
+        let spent_tokens = report
+            .tasks
+            .iter()
+            .map(|t| t.tokens.prompt + t.tokens.completion)
+            .sum();
+        let spent_cost = report.tasks.iter().map(|t| t.cost_usd).sum();
         Self {
+            spent_tokens,
+            spent_cost,
             shared,
             report,
             tip,
@@ -292,12 +304,7 @@ impl Scheduler {
     fn budget_spent_now(&self) -> Option<String> {
         let settings = &self.shared.plan.settings;
         let live = self.shared.model.as_ref().map_or(0, |m| m.tokens_used());
-        let reported = &self.report.tasks;
-        let reported_tokens: u64 = reported
-            .iter()
-            .map(|t| t.tokens.prompt + t.tokens.completion)
-            .sum();
-        let used = live.max(reported_tokens);
+        let used = live.max(self.spent_tokens);
         if let Some(budget) = settings.max_tokens
             && used >= budget
         {
@@ -306,12 +313,11 @@ impl Scheduler {
             ));
         }
         let cap = settings.max_cost.as_ref()?.as_f64()?;
-        let reported_cost: f64 = reported.iter().map(|t| t.cost_usd).sum();
         let live_cost = match (&settings.model.price, &self.shared.model) {
             (Some(price), Some(model)) => price.of(&model.tokens()),
             _ => 0.0,
         };
-        let spent = reported_cost.max(live_cost);
+        let spent = self.spent_cost.max(live_cost);
         (spent >= cap).then(|| {
             format!("the run's cost budget is spent (${spent:.2} of --max-cost ${cap:.2})")
         })
@@ -336,6 +342,8 @@ impl Scheduler {
         t.tokens.completion += a.tokens.completion;
         t.turns += a.turns;
         t.cost_usd += a.cost_usd;
+        self.spent_tokens += a.tokens.prompt + a.tokens.completion;
+        self.spent_cost += a.cost_usd;
         t.network.add(&a.network);
         t.output_tail = a.output_tail.clone();
         t.log = a.log.clone();
