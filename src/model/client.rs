@@ -137,6 +137,7 @@ pub struct ChatClient {
     /// Fields every request carries besides the conversation (`max_tokens`, `temperature`,
     /// `tool_choice`, `[model] extra_body`).
     fields: serde_json::Map<String, Value>,
+    max_output_tokens: Option<u32>,
     /// The context window in tokens (0: not known), configured, learned from the server or
     /// from an error naming it; shared by every task of the run.
     window: AtomicU32,
@@ -178,6 +179,7 @@ impl ChatClient {
             max_retries: settings.max_retries,
             limit,
             fields,
+            max_output_tokens: settings.max_output_tokens,
             window: AtomicU32::new(settings.context_window.unwrap_or(0)),
             asked_server: tokio::sync::OnceCell::new(),
         })
@@ -211,10 +213,7 @@ impl ChatClient {
 
     /// The `max_tokens` each request asks for, if set.
     pub fn max_output_tokens(&self) -> Option<u32> {
-        self.fields
-            .get("max_tokens")
-            .and_then(Value::as_u64)
-            .map(|n| n as u32)
+        self.max_output_tokens
     }
 
     /// llama.cpp's `GET /props`: `default_generation_settings.n_ctx` (other servers answer

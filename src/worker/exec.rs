@@ -95,7 +95,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         .map(|f| f.as_bytes())
         .collect::<Vec<_>>()
         .join(&b'\n');
-    let env: Vec<(OsString, OsString)> = vec![
+    let mut env: Vec<(OsString, OsString)> = vec![
         (env_vars::SWARM_FILE.into(), OsString::from_vec(first)),
         (env_vars::SWARM_FILES.into(), OsString::from_vec(all)),
         (env_vars::SWARM_INSTRUCTION.into(), task.instruction.into()),
@@ -108,7 +108,6 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
             result_file.clone().into(),
         ),
     ];
-    let mut env = env;
     let agent_sandbox = task.agent.map(|agent| {
         env.extend(agent_env(agent));
         agent_policy(task.sandbox, agent)
