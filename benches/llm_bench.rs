@@ -13,6 +13,10 @@
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{git, option};
+
 #[allow(dead_code)]
 #[path = "../tests/it/fake_model.rs"]
 mod fake_model;
@@ -21,29 +25,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fake_model::{FakeModel, Reply, rename_agent};
-
-fn option(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("a number"))
-        .unwrap_or(default)
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let status = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
 
 fn main() {
     let tasks = option("--tasks", 32);

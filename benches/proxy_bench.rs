@@ -15,34 +15,15 @@
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{git, option};
+
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn option(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("a number"))
-        .unwrap_or(default)
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let status = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
 
 /// The fake API: every request is answered with 64 KiB after `latency`.
 fn fake_api(latency: Duration) -> u16 {

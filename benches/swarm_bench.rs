@@ -18,6 +18,10 @@
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::git;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -60,26 +64,6 @@ fn parse_options() -> Options {
     }
     assert!(o.tasks <= o.files, "--tasks must not exceed --files");
     o
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A repository of `files` files in 50 directories; every (files/tasks)-th mentions foo.

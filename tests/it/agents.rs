@@ -62,23 +62,25 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
     found
 }
 
+/// What the agent printed, to see why a run failed.
+fn show_task_logs_if_failed(repo: &TestRepo, run: &Run) {
+    if run.code == 0 {
+        return;
+    }
+    let tasks = repo
+        .swarm_dir()
+        .join("runs")
+        .join(run.run_id())
+        .join("tasks");
+    for log in files_containing(&tasks, "") {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        eprintln!("== {}\n{text}", log.display());
+    }
+}
+
 /// What every preset run must show: merged, usage reported, the key only where it belongs.
 fn assert_agent_run(repo: &TestRepo, run: &Run, fake: &FakeAgentApi, key_header: &str) {
-    if run.code != 0 {
-        // What the agent printed, to see why.
-        let tasks = repo
-            .swarm_dir()
-            .join("runs")
-            .join(run.run_id())
-            .join("tasks");
-        for log in files_containing(&tasks, "") {
-            eprintln!(
-                "== {}\n{}",
-                log.display(),
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-    }
+    show_task_logs_if_failed(repo, run);
     run.assert_code(0);
     assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar", "{}", run.stderr);
     let report = repo.report(run);
@@ -445,20 +447,7 @@ fn aider_edits_through_the_proxy_under_the_default_sandbox() {
             .output()
             .unwrap(),
     );
-    if run.code != 0 {
-        let tasks = repo
-            .swarm_dir()
-            .join("runs")
-            .join(run.run_id())
-            .join("tasks");
-        for log in files_containing(&tasks, "") {
-            eprintln!(
-                "== {}\n{}",
-                log.display(),
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-    }
+    show_task_logs_if_failed(&repo, &run);
     run.assert_code(0);
     assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar");
     // Only the task's file changed: nothing of aider's own was committed.

@@ -6,11 +6,13 @@
 //! says what to answer next. The task's file is `a.txt` in the agent's working directory,
 //! which the agents state in their prompts.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufReader, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+
+use crate::fake_model::{RawRequest, read_request};
 
 /// A request as the fake received it.
 #[derive(Debug, Clone)]
@@ -67,34 +69,15 @@ fn serve(stream: TcpStream, api: Api, log: &Mutex<Vec<Seen>>) -> std::io::Result
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut out = stream;
     loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
+        let Some(RawRequest {
+            method,
+            path,
+            headers,
+            body,
+        }) = read_request(&mut reader)
+        else {
             return Ok(());
-        }
-        let mut parts = line.split_whitespace();
-        let (method, path) = (
-            parts.next().unwrap_or("").to_string(),
-            parts.next().unwrap_or("").to_string(),
-        );
-        let mut headers = Vec::new();
-        loop {
-            let mut h = String::new();
-            reader.read_line(&mut h)?;
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                headers.push((k.trim().to_string(), v.trim().to_string()));
-            }
-        }
-        let length: usize = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0u8; length];
-        reader.read_exact(&mut body)?;
+        };
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         log.lock().unwrap().push(Seen {
             path: path.clone(),

@@ -184,6 +184,52 @@ impl Drop for FakeModel {
     }
 }
 
+/// One HTTP/1.1 request as read off a connection (a `Content-Length` body only).
+pub struct RawRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// The next request on the connection; `None` when it closes.
+pub fn read_request(reader: &mut BufReader<TcpStream>) -> Option<RawRequest> {
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).ok()? == 0 {
+        return None;
+    }
+    let mut words = request_line.split_whitespace();
+    let method = words.next().unwrap_or("").to_string();
+    let path = words.next().unwrap_or("").to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let length: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(RawRequest {
+        method,
+        path,
+        headers,
+        body,
+    })
+}
+
 fn serve(
     stream: TcpStream,
     requests: &Mutex<Vec<Request>>,
@@ -196,35 +242,15 @@ fn serve(
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut out = stream;
     loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+        let Some(RawRequest {
+            method,
+            path,
+            headers,
+            body,
+        }) = read_request(&mut reader)
+        else {
             return;
-        }
-        let method = request_line.split(' ').next().unwrap_or("").to_string();
-        let path = request_line.split(' ').nth(1).unwrap_or("").to_string();
-        let mut headers = Vec::new();
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':') {
-                headers.push((k.trim().to_string(), v.trim().to_string()));
-            }
-        }
-        let length: usize = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
+        };
         if method == "GET" {
             // What a client asks of the server besides the chat (`/props`): the script's
             // answer if it has one for this path, else 404; not a request of the chat.

@@ -47,6 +47,21 @@ fn with_resolve(repo: &TestRepo, args: &[&str]) -> Run {
     )
 }
 
+/// `worker` on `a.txt`, allowed to reach `api.allowed.test:PORT` (the local fake) only.
+fn allowing(repo: &TestRepo, port: u16, worker: &str) -> Run {
+    let allow = format!("api.allowed.test:{port}");
+    let args = [
+        "refactor",
+        "x",
+        "a.txt",
+        "--allow-domain",
+        &allow,
+        "--exec",
+        worker,
+    ];
+    with_resolve(repo, &args)
+}
+
 #[test]
 fn an_allowed_domain_is_reached_through_the_proxy_and_counted() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
@@ -54,19 +69,7 @@ fn an_allowed_domain_is_reached_through_the_proxy_and_counted() {
     let worker = format!(
         "curl -sS -m 10 http://api.allowed.test:{port}/v1 && echo \"proxy=$HTTPS_PROXY\"; {SED_FOO_BAR}"
     );
-    let allow = format!("api.allowed.test:{port}");
-    let run = with_resolve(
-        &repo,
-        &[
-            "refactor",
-            "x",
-            "a.txt",
-            "--allow-domain",
-            &allow,
-            "--exec",
-            &worker,
-        ],
-    );
+    let run = allowing(&repo, port, &worker);
     run.assert_code(0);
     assert_eq!(served.load(Ordering::SeqCst), 1);
     let report = repo.report(&run);
@@ -124,19 +127,7 @@ for url in ["http://refused.test/", "https://refused.test/", "http://api.allowed
         "python3 {}; {SED_FOO_BAR}",
         repo.root().join("probe.py").display()
     );
-    let allow = format!("api.allowed.test:{port}");
-    let run = with_resolve(
-        &repo,
-        &[
-            "refactor",
-            "x",
-            "a.txt",
-            "--allow-domain",
-            &allow,
-            "--exec",
-            &worker,
-        ],
-    );
+    let run = allowing(&repo, port, &worker);
     run.assert_code(0);
     let report = repo.report(&run);
     let task = &report["tasks"][0];
