@@ -62,6 +62,26 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
     found
 }
 
+/// `swarm refactor 'rename foo to bar' a.txt -y ARGS` with the agent's CLI (in `dir`) on PATH,
+/// `env` (its API's base URL and key), and the API's `host` resolved to the local fake.
+fn run_agent(
+    repo: &TestRepo,
+    dir: &Path,
+    host: &str,
+    env: &[(&str, String)],
+    args: &[&str],
+) -> Run {
+    let mut cmd = repo.swarm_cmd();
+    cmd.env("PATH", path_with(dir))
+        .env("SWARM_TEST_PROXY_RESOLVE", format!("{host}=127.0.0.1"))
+        .args(["refactor", "rename foo to bar", "a.txt", "-y"])
+        .args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Run::from(cmd.output().unwrap())
+}
+
 /// What the agent printed, to see why a run failed.
 fn show_task_logs_if_failed(repo: &TestRepo, run: &Run) {
     if run.code == 0 {
@@ -120,29 +140,26 @@ fn claude_code_edits_through_the_proxy_under_the_default_sandbox() {
     };
     let fake = FakeAgentApi::start(Api::AnthropicMessages);
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
-    let run = Run::from(
-        repo.swarm_cmd()
-            .env("PATH", path_with(&dir))
-            .env(
-                "ANTHROPIC_BASE_URL",
-                format!("http://api.anthropic.test:{}", fake.port),
-            )
-            .env("ANTHROPIC_API_KEY", KEY)
-            .env("SWARM_TEST_PROXY_RESOLVE", "api.anthropic.test=127.0.0.1")
-            .args([
-                "refactor",
-                "rename foo to bar",
-                "a.txt",
-                "--agent",
-                "claude",
-                "--model",
-                "claude-fake-1",
-                "-y",
-                "--timeout",
-                "60",
-            ])
-            .output()
-            .unwrap(),
+    let env = [
+        (
+            "ANTHROPIC_BASE_URL",
+            format!("http://api.anthropic.test:{}", fake.port),
+        ),
+        ("ANTHROPIC_API_KEY", KEY.to_string()),
+    ];
+    let run = run_agent(
+        &repo,
+        &dir,
+        "api.anthropic.test",
+        &env,
+        &[
+            "--agent",
+            "claude",
+            "--model",
+            "claude-fake-1",
+            "--timeout",
+            "60",
+        ],
     );
     assert_agent_run(&repo, &run, &fake, "x-api-key");
     // --model reached the agent, and the agent its API.
@@ -208,27 +225,19 @@ fn codex_edits_through_the_proxy_under_the_default_sandbox() {
     };
     let fake = FakeAgentApi::start(Api::OpenAiResponses);
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
-    let run = Run::from(
-        repo.swarm_cmd()
-            .env("PATH", path_with(&dir))
-            .env(
-                "OPENAI_BASE_URL",
-                format!("http://api.openai.test:{}/v1", fake.port),
-            )
-            .env("OPENAI_API_KEY", KEY)
-            .env("SWARM_TEST_PROXY_RESOLVE", "api.openai.test=127.0.0.1")
-            .args([
-                "refactor",
-                "rename foo to bar",
-                "a.txt",
-                "--agent",
-                "codex",
-                "-y",
-                "--timeout",
-                "60",
-            ])
-            .output()
-            .unwrap(),
+    let env = [
+        (
+            "OPENAI_BASE_URL",
+            format!("http://api.openai.test:{}/v1", fake.port),
+        ),
+        ("OPENAI_API_KEY", KEY.to_string()),
+    ];
+    let run = run_agent(
+        &repo,
+        &dir,
+        "api.openai.test",
+        &env,
+        &["--agent", "codex", "--timeout", "60"],
     );
     assert_agent_run(&repo, &run, &fake, "authorization");
 }
@@ -436,16 +445,23 @@ fn aider_edits_through_the_proxy_under_the_default_sandbox() {
     });
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
     let base = fake.url.replace("127.0.0.1", "api.openai.test");
-    let run = Run::from(
-        repo.swarm_cmd()
-            .env("PATH", path_with(&dir))
-            .env("OPENAI_API_BASE", &base)
-            .env("OPENAI_API_KEY", KEY)
-            .env("SWARM_TEST_PROXY_RESOLVE", "api.openai.test=127.0.0.1")
-            .args(["refactor", "rename foo to bar", "a.txt", "--agent", "aider"])
-            .args(["--model", "openai/fake-model", "-y", "--timeout", "120"])
-            .output()
-            .unwrap(),
+    let env = [
+        ("OPENAI_API_BASE", base),
+        ("OPENAI_API_KEY", KEY.to_string()),
+    ];
+    let run = run_agent(
+        &repo,
+        &dir,
+        "api.openai.test",
+        &env,
+        &[
+            "--agent",
+            "aider",
+            "--model",
+            "openai/fake-model",
+            "--timeout",
+            "120",
+        ],
     );
     show_task_logs_if_failed(&repo, &run);
     run.assert_code(0);
