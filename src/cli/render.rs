@@ -101,6 +101,13 @@ impl Live {
         self.overall.set_message(parts.join(", "));
     }
 
+    /// What a finished attempt spent, for the overall line.
+    fn add_spent(&self, tokens: u64, cost_usd: f64) {
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        spent.0 += tokens;
+        spent.1 += cost_usd;
+    }
+
     fn lock_workers(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<crate::ids::TaskId, (ProgressBar, String)>> {
@@ -146,11 +153,7 @@ impl Live {
                 cost_usd,
                 ..
             } => {
-                {
-                    let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
-                    spent.0 += tokens;
-                    spent.1 += cost_usd;
-                }
+                self.add_spent(*tokens, *cost_usd);
                 match status {
                     TaskStatus::Done => {
                         if let Some((bar, label)) = self.lock_workers().get(task) {
