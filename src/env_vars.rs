@@ -22,6 +22,7 @@ pub const SWARM_VERIFY: &str = "SWARM_VERIFY";
 pub const SWARM_VERIFY_MERGED: &str = "SWARM_VERIFY_MERGED";
 pub const SWARM_IDLE_TIMEOUT: &str = "SWARM_IDLE_TIMEOUT";
 pub const SWARM_SANDBOX: &str = "SWARM_SANDBOX";
+pub const SWARM_WORKTREES: &str = "SWARM_WORKTREES";
 /// Path of the user's config file, instead of `$XDG_CONFIG_HOME/swarm/config.toml`.
 pub const SWARM_CONFIG: &str = "SWARM_CONFIG";
 /// Grace period between SIGTERM and SIGKILL for a timed-out worker, in milliseconds.

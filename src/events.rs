@@ -25,6 +25,8 @@ pub enum Event {
         into: String,
         tasks: usize,
         jobs: usize,
+        /// `overlay` (views of one checkout) or `pool` (full checkouts).
+        worktrees: String,
     },
     WorktreeCreated {
         worktree: String,

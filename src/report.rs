@@ -239,6 +239,9 @@ pub struct Report {
     /// What `--verify-merged` found, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_merged: Option<VerifyMergedReport>,
+    /// How the workers' worktrees were made: `overlay` or `pool` (`--worktrees`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktrees: Option<String>,
 }
 
 /// The outcome of `--verify-merged`.

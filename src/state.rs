@@ -36,6 +36,11 @@ pub fn worktrees_dir(common_dir: &Path) -> PathBuf {
     swarm_dir(common_dir).join("worktrees")
 }
 
+/// The layers (upper and work directories) of overlay worktrees, `<RUN-ID>-<n>` each.
+pub fn layers_dir(common_dir: &Path) -> PathBuf {
+    swarm_dir(common_dir).join("layers")
+}
+
 #[derive(Debug, Clone)]
 pub struct RunDir {
     pub path: PathBuf,

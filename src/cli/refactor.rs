@@ -14,7 +14,7 @@ use crate::env_vars;
 use crate::error::exit;
 use crate::orchestrator::{RunMode, RunRequest};
 use crate::plan::Plan;
-use crate::settings::{Layer, OnConflict, SandboxMode, Scope};
+use crate::settings::{Layer, OnConflict, SandboxMode, Scope, WorktreeMode};
 
 /// Plan, run the workers in parallel, merge every task branch with --no-ff, clean up.
 ///
@@ -144,6 +144,13 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "MODE", env = env_vars::SWARM_SANDBOX)]
     pub sandbox: Option<SandboxMode>,
 
+    /// How each worker's worktree is made: overlay (a view of one shared checkout through
+    /// an overlay mount in the worker's jail: start-up and per-task cost follow the change,
+    /// not the repository), pool (full checkouts, reused), or auto (overlay where the run
+    /// can use it) [default: auto].
+    #[arg(long, value_name = "MODE", env = env_vars::SWARM_WORKTREES)]
+    pub worktrees: Option<WorktreeMode>,
+
     /// Let worker processes reach the network.
     #[arg(long)]
     pub network: bool,
@@ -226,6 +233,7 @@ impl RefactorArgs {
         layer.model.base_url = self.base_url.clone();
         layer.model.max_output_tokens = self.max_output_tokens;
         layer.sandbox.mode = self.sandbox;
+        layer.worktree.mode = self.worktrees;
         layer.sandbox.network = self.network.then_some(true);
         layer.sandbox.allow_domains = Some(self.allow_domains.clone()).filter(|d| !d.is_empty());
         layer.sandbox.allow_any_run = self.allow_run.then_some(true);

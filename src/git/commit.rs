@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, Oid, Repository, Status, StatusOptions};
 
+use super::worktree::view::{Ignored, upper_changes};
 use crate::repo_path::RepoPath;
+use crate::worker::sandbox::overlay;
 
 #[derive(Debug)]
 pub struct Committed {
@@ -66,6 +68,46 @@ pub fn commit_task(
     start: Oid,
     message: &str,
 ) -> Result<Committed, CommitError> {
+    commit_with(repo, branch, start, message, |repo, tip_tree, _| {
+        stage_changes(repo, tip_tree)
+    })
+}
+
+/// Commits the changes of an overlay worktree (opened through its administrative directory),
+/// read from its view's `upper` directory, on `branch` (which must be HEAD). `ignored` tells
+/// untracked ignored paths, which stay out. The worktree's index is left as it was: the view
+/// is reset before it is used again. Blocking.
+pub fn commit_view(
+    repo: &Repository,
+    branch: &str,
+    start: Oid,
+    message: &str,
+    upper: &Path,
+    ignored: Ignored<'_>,
+) -> Result<Committed, CommitError> {
+    commit_with(
+        repo,
+        branch,
+        start,
+        message,
+        |repo, tip_tree, start_tree| stage_view(repo, tip_tree, start_tree, upper, ignored),
+    )
+}
+
+/// The part of a commit common to both kinds of worktree: HEAD put back on the task branch if
+/// the worker moved it, the worker's own commits checked, and `stage`'s tree (built from the
+/// tip's tree and the start's) committed when it differs from the tip's.
+fn commit_with(
+    repo: &Repository,
+    branch: &str,
+    start: Oid,
+    message: &str,
+    stage: impl FnOnce(
+        &Repository,
+        &git2::Tree<'_>,
+        &git2::Tree<'_>,
+    ) -> Result<(Oid, Vec<RepoPath>), CommitError>,
+) -> Result<Committed, CommitError> {
     let wanted = super::branch_ref(branch);
     let head = repo.find_reference("HEAD")?;
     let head_target = head.symbolic_target().ok().flatten();
@@ -95,13 +137,13 @@ pub fn commit_task(
 
     let tip_commit = repo.find_commit(tip)?;
     let tip_tree = tip_commit.tree()?;
-    let (tree_id, skipped) = stage_changes(repo, &tip_tree)?;
+    let start_tree = repo.find_commit(start)?.tree()?;
+    let (tree_id, skipped) = stage(repo, &tip_tree, &start_tree)?;
     if tree_id != tip_tree.id() {
         let tree = repo.find_tree(tree_id)?;
         let sig = super::signature(repo)?;
         tip = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&tip_commit])?;
     }
-    let start_tree = repo.find_commit(start)?.tree()?;
     let new_tree = repo.find_commit(tip)?.tree()?;
     let changed = super::changed_paths(repo, &start_tree, &new_tree)?;
     Ok(Committed {
@@ -171,17 +213,134 @@ fn stage_changes(
             continue;
         };
 
-        let mode = match entry.mode {
-            0o100755 => FileMode::BlobExecutable,
-            0o120000 => FileMode::Link,
-            0o160000 => FileMode::Commit,
-            _ => FileMode::Blob,
-        };
+        let mode = file_mode(entry.mode as i32);
         update.upsert(rel.as_bytes(), entry.id, mode);
     }
     index.write()?;
     tracing::debug!("staged {} changed path(s)", changed_count - skipped.len());
     Ok((update.create_updated(repo, &base_tree)?, skipped))
+}
+
+/// The tree of an overlay worktree: `tip_tree` with what its `upper` directory holds. Paths
+/// the worker changed in its own commits but that the upper directory does not cover show
+/// the base's version in the view (the base is `start_tree`), so they get it back.
+fn stage_view(
+    repo: &Repository,
+    tip_tree: &git2::Tree<'_>,
+    start_tree: &git2::Tree<'_>,
+    upper: &Path,
+    ignored: Ignored<'_>,
+) -> Result<(Oid, Vec<RepoPath>), CommitError> {
+    let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot read the worktree: {e}"));
+    let changes = upper_changes(upper, tip_tree, ignored).map_err(io)?;
+    let mut removals: BTreeSet<PathBuf> = changes
+        .removed
+        .iter()
+        .map(|p| p.as_path().to_path_buf())
+        .collect();
+    let mut update = TreeUpdateBuilder::new();
+    if tip_tree.id() != start_tree.id() {
+        for rel in super::changed_paths(repo, start_tree, tip_tree)? {
+            if covered_by_upper(upper, &rel) {
+                continue;
+            }
+            match start_tree.get_path(rel.as_path()) {
+                Ok(entry) => {
+                    update.upsert(rel.as_bytes(), entry.id(), file_mode(entry.filemode()));
+                }
+                Err(_) => {
+                    removals.insert(rel.as_path().to_path_buf());
+                }
+            }
+        }
+    }
+    let base_tree = repo.find_tree(remove_all(repo, tip_tree, &removals)?)?;
+    let filemode = repo
+        .config()
+        .and_then(|c| c.get_bool("core.filemode"))
+        .unwrap_or(true);
+    for (rel, at) in &changes.present {
+        if let Some(name) = super::repo::active_filter(repo, rel) {
+            return Err(CommitError::Filtered(rel.clone(), name));
+        }
+        if let Some(name) = secret_in(at) {
+            return Err(CommitError::Secret(rel.clone(), name));
+        }
+        let old_mode = tip_tree
+            .get_path(rel.as_path())
+            .ok()
+            .map(|e| file_mode(e.filemode()));
+        let (id, mode) = hash_view_file(repo, rel, at, filemode, old_mode)?;
+        update.upsert(rel.as_bytes(), id, mode);
+    }
+    tracing::debug!(
+        "staged {} changed and {} removed path(s) of a view",
+        changes.present.len(),
+        removals.len()
+    );
+    Ok((update.create_updated(repo, &base_tree)?, changes.skipped))
+}
+
+/// Does `upper` say what the view holds at `rel` (an entry there, or a deleted, replaced or
+/// opaque folder above it)?
+fn covered_by_upper(upper: &Path, rel: &RepoPath) -> bool {
+    if std::fs::symlink_metadata(upper.join(rel.as_path())).is_ok() {
+        return true;
+    }
+    rel.as_path()
+        .ancestors()
+        .skip(1)
+        .filter(|a| !a.as_os_str().is_empty())
+        .any(|a| {
+            let at = upper.join(a);
+            std::fs::symlink_metadata(&at).is_ok_and(|m| !m.is_dir() || overlay::is_opaque(&at))
+        })
+}
+
+/// The blob of the view's file or link at `at` (path `rel` in the repository), with git's
+/// conversions for `rel` applied, and its mode.
+fn hash_view_file(
+    repo: &Repository,
+    rel: &RepoPath,
+    at: &Path,
+    filemode: bool,
+    old_mode: Option<FileMode>,
+) -> Result<(Oid, FileMode), git2::Error> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot read {rel}: {e}"));
+    let meta = std::fs::symlink_metadata(at).map_err(io)?;
+    if meta.is_symlink() {
+        let target = std::fs::read_link(at).map_err(io)?;
+        return Ok((repo.blob(target.as_os_str().as_bytes())?, FileMode::Link));
+    }
+    let mut file = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(at)
+        .map_err(io)?;
+    let mut writer = repo.blob_writer(Some(rel.as_path()))?;
+    std::io::copy(&mut file, &mut writer).map_err(io)?;
+    let id = writer.commit()?;
+    let mode = if !filemode {
+        old_mode
+            .filter(|m| matches!(m, FileMode::Blob | FileMode::BlobExecutable))
+            .unwrap_or(FileMode::Blob)
+    } else if meta.permissions().mode() & 0o100 != 0 {
+        FileMode::BlobExecutable
+    } else {
+        FileMode::Blob
+    };
+    Ok((id, mode))
+}
+
+fn file_mode(raw: i32) -> FileMode {
+    match raw {
+        0o100755 => FileMode::BlobExecutable,
+        0o120000 => FileMode::Link,
+        0o160000 => FileMode::Commit,
+        0o040000 => FileMode::Tree,
+        _ => FileMode::Blob,
+    }
 }
 
 /// Removes from `index` the entries the changed paths replace: deleted files (`gone`), and

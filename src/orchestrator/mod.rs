@@ -22,7 +22,7 @@ use crate::git::worktree::WorktreePool;
 use crate::ids::{RunBranch, RunId, TaskId};
 use crate::plan::Plan;
 use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
-use crate::settings::ApiKey;
+use crate::settings::{ApiKey, WorktreeMode};
 use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
@@ -85,6 +85,8 @@ struct Shared {
     known_branches: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Connections asked of the allow-list proxy, per task.
     network: Arc<network::NetworkLog>,
+    /// Do first attempts (which start at the base) run in overlay worktrees?
+    views: bool,
 }
 
 pub fn result_branch(run_id: &RunId) -> String {
@@ -135,6 +137,7 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
             .collect(),
         totals: Default::default(),
         verify_merged: None,
+        worktrees: None,
     }
 }
 
@@ -148,6 +151,7 @@ pub async fn run(
     let started = Instant::now();
     let run_dir = RunDir::new(&req.info.common_dir, &req.plan.run_id);
     let _lock = open_run(&run_dir, &req.plan, &sink)?;
+    let views = use_views(&req, &sink).await;
     let (mut report, first_tip, merge_first) = match req.continuation {
         None => (
             new_report(&req.plan, &req.into.branch, req.into_start),
@@ -156,6 +160,7 @@ pub async fn run(
         ),
         Some(continuation) => continuation.prepare(req.mode),
     };
+    report.worktrees = Some(if views { "overlay" } else { "pool" }.to_string());
     report.compute_totals(0);
     state::write_json_atomic(&run_dir.report(), &report)?;
     sink.emit(Event::RunStarted {
@@ -164,6 +169,7 @@ pub async fn run(
         into: req.into.branch.clone(),
         tasks: req.plan.tasks.len(),
         jobs: req.plan.settings.jobs,
+        worktrees: report.worktrees.clone().unwrap_or_default(),
     });
     let shared = Arc::new(Shared::new(
         req.plan,
@@ -173,6 +179,7 @@ pub async fn run(
         sink,
         // A child token: an internal error stops the workers without looking like Ctrl-C.
         cancel.child_token(),
+        views,
     )?);
     let mut sched = Scheduler::new(shared.clone(), report, first_tip, req.mode);
     let mut driven = sched.drive(&req.info, first_tip, merge_first).await;
@@ -204,6 +211,45 @@ pub async fn run(
         report,
         interrupted,
     })
+}
+
+/// Do the run's workers get overlay worktrees (`--worktrees`)? Only `--exec` workers in the
+/// jail can (the built-in worker's file tools, and `--repair`'s, run in swarm itself, outside
+/// any jail's view), and not when the worktrees are kept for inspection (`--keep`). `auto`
+/// falls back to pooled checkouts where a probe cannot mount a view, saying so in the log;
+/// `overlay` was checked before the run (exit 2).
+pub async fn use_views(req: &RunRequest, sink: &EventSink) -> bool {
+    let settings = &req.plan.settings;
+    if settings.worktree.mode == WorktreeMode::Pool
+        || settings.exec.is_none()
+        || settings.repair
+        || req.keep
+        || !req.mode.runs_workers()
+    {
+        return false;
+    }
+    match views_unavailable(settings, &req.info.common_dir).await {
+        None => true,
+        Some(why) => {
+            sink.emit(Event::Warning {
+                task: None,
+                message: format!(
+                    "overlay worktrees are not available here ({why}); full checkouts are used"
+                ),
+            });
+            false
+        }
+    }
+}
+
+/// Why overlay worktrees cannot be used with these settings in this repository, if so.
+pub async fn views_unavailable(
+    settings: &crate::settings::Settings,
+    common_dir: &std::path::Path,
+) -> Option<String> {
+    crate::worker::sandbox::probe_overlay(&settings.sandbox, &state::layers_dir(common_dir))
+        .await
+        .err()
 }
 
 /// Takes the run's lock and writes what a run starts with: its owner, its plan, the event
@@ -261,6 +307,7 @@ impl Shared {
         command: &'a str,
         task: Option<&TaskId>,
         cwd: &'a std::path::Path,
+        view: Option<&'a crate::worker::sandbox::overlay::OverlayView>,
         log: &'a std::path::Path,
     ) -> crate::worker::process::ProcessRequest<'a> {
         let settings = &self.plan.settings;
@@ -273,6 +320,7 @@ impl Shared {
             idle_timeout: Some(settings.idle_timeout()),
             sandbox: Some(&settings.sandbox),
             also_writable: &[],
+            view,
             on_access: Some(self.on_access(task)),
             cancel: &self.cancel,
         }
@@ -290,6 +338,7 @@ impl Shared {
         api_key: Option<ApiKey>,
         sink: Arc<EventSink>,
         cancel: CancellationToken,
+        views: bool,
     ) -> anyhow::Result<Self> {
         let base = plan.base;
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
@@ -321,6 +370,7 @@ impl Shared {
             worker,
             model,
             common_dir: info.common_dir.clone(),
+            views,
         })
     }
 }

@@ -13,6 +13,7 @@ use crate::worker::llm::LlmShared;
 use crate::worker::llm::agent::{self, AgentTask};
 use crate::worker::process::{self, Exit};
 use crate::worker::sandbox::diagnose;
+use crate::worker::sandbox::overlay::OverlayView;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -237,7 +238,13 @@ async fn start_attempt(shared: &Arc<Shared>, a: &Attempt, branch: &str) -> anyho
     let slot = {
         let shared = shared.clone();
         let (branch, start) = (branch.to_string(), a.start);
-        tokio::task::spawn_blocking(move || shared.pool.acquire(&branch, start)).await??
+        // Views show the run's base; a retry starts elsewhere, in a full checkout.
+        let view = shared.views && start == shared.base;
+        tokio::task::spawn_blocking(move || match view {
+            true => shared.pool.acquire_view(&branch, start),
+            false => shared.pool.acquire(&branch, start),
+        })
+        .await??
     };
     if slot.fresh {
         shared.sink.emit(Event::WorktreeCreated {
@@ -270,7 +277,15 @@ async fn work(
         return Ok(WorkerResult::just(verdict, Some(tail)));
     }
     step(shared, &task.id, "running");
-    run_worker(shared, idx, &slot.path, &task_dir, context).await
+    run_worker(
+        shared,
+        idx,
+        &slot.path,
+        slot.view.as_ref(),
+        &task_dir,
+        context,
+    )
+    .await
 }
 
 /// Branches the worker made, whatever else it did: a warning (swarm leaves them be).
@@ -309,11 +324,7 @@ async fn commit_attempt(
     let shared = shared.clone();
     let branch = branch.to_string();
     let (slot, committed) = tokio::task::spawn_blocking(move || {
-        let committed = shared
-            .pool
-            .open(&slot)
-            .map_err(|e| CommitError::Git(git2::Error::from_str(&format!("{e:#}"))))
-            .and_then(|repo| commit::commit_task(&repo, &branch, start, &message));
+        let committed = shared.pool.commit(&slot, &branch, start, &message);
         (slot, committed)
     })
     .await?;
@@ -368,7 +379,7 @@ pub(super) async fn set_up(
         return Ok(None);
     }
     let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
-    let ran = process::run(shared.shell(setup, task, &slot.path, &log)).await?;
+    let ran = process::run(shared.shell(setup, task, &slot.path, slot.view.as_ref(), &log)).await?;
     Ok(match ran.exit {
         Exit::Code(0) => {
             slot.set_up = true;
@@ -392,6 +403,7 @@ async fn run_worker(
     shared: &Arc<Shared>,
     idx: TaskIdx,
     worktree: &std::path::Path,
+    view: Option<&OverlayView>,
     task_dir: &std::path::Path,
     context: Option<&str>,
 ) -> anyhow::Result<WorkerResult> {
@@ -412,6 +424,7 @@ async fn run_worker(
         task_id: &task.id,
         files: &task.files,
         worktree,
+        view,
         task_dir,
         timeout: settings.timeout(),
         idle_timeout: settings.idle_timeout(),
@@ -438,7 +451,8 @@ async fn run_worker(
     if result.verdict != Verdict::Done {
         return Ok(result);
     }
-    let Some((verdict, tail)) = verify_exec(shared, &task.id, verify, worktree, task_dir).await?
+    let Some((verdict, tail)) =
+        verify_exec(shared, &task.id, verify, worktree, view, task_dir).await?
     else {
         return Ok(result);
     };
@@ -481,11 +495,12 @@ async fn verify_exec(
     task: &TaskId,
     verify: &str,
     worktree: &std::path::Path,
+    view: Option<&OverlayView>,
     task_dir: &std::path::Path,
 ) -> anyhow::Result<Option<(Verdict, String)>> {
     step(shared, task, "verify");
     let log = task_dir.join("verify.log");
-    let ran = process::run(shared.shell(verify, Some(task), worktree, &log)).await?;
+    let ran = process::run(shared.shell(verify, Some(task), worktree, view, &log)).await?;
     let verdict = match ran.exit {
         Exit::Code(0) => return Ok(None),
         Exit::Cancelled => Verdict::Interrupted,

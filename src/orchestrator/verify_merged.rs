@@ -96,9 +96,15 @@ impl Checker {
         let ran = match set_up(shared, None, &mut slot).await {
             Ok(None) => {
                 self.runs += 1;
-                process::run(shared.shell(&self.command, None, &slot.path, &log))
-                    .await
-                    .map(Some)
+                process::run(shared.shell(
+                    &self.command,
+                    None,
+                    &slot.path,
+                    slot.view.as_ref(),
+                    &log,
+                ))
+                .await
+                .map(Some)
             }
             Ok(Some((Verdict::Interrupted, _))) => Ok(None),
             Ok(Some((verdict, _))) => Err(anyhow::anyhow!(

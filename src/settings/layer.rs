@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::agents::AgentTable;
 use super::error::SettingsError;
-use super::policy::{OnConflict, SandboxMode, Scope};
+use super::policy::{OnConflict, SandboxMode, Scope, WorktreeMode};
 use crate::env_vars;
 
 /// Two layers into one: `self` wins where it has a value.
@@ -123,9 +123,10 @@ combine_fields!(RunTable {
 pub struct WorktreeTable {
     pub copy: Option<Vec<String>>,
     pub setup: Option<String>,
+    pub mode: Option<WorktreeMode>,
 }
 
-combine_fields!(WorktreeTable { copy, setup });
+combine_fields!(WorktreeTable { copy, setup, mode });
 
 /// `[model]`: the OpenAI-compatible endpoint of the built-in worker. No key here: keys come
 /// from the environment only, so they never end up in a committed file.

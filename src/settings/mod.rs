@@ -30,7 +30,7 @@ pub use layer::{Combine, Layer};
 pub use policy::Price;
 pub use policy::{
     ApiKey, DEFAULT_HIDDEN, ModelSettings, NetworkAccess, OnConflict, RunToolPolicy, SandboxMode,
-    SandboxPolicy, Scope, WorktreeSettings,
+    SandboxPolicy, Scope, WorktreeMode, WorktreeSettings,
 };
 pub use sandbox::sandbox_for_plan;
 
@@ -180,6 +180,7 @@ impl Settings {
         let worktree = WorktreeSettings {
             copy: layer.worktree.copy.unwrap_or_default(),
             setup: layer.worktree.setup,
+            mode: layer.worktree.mode.unwrap_or_default(),
         };
         for file in &worktree.copy {
             crate::repo_path::RepoPath::from(file.as_str())

@@ -63,6 +63,20 @@ pub enum SandboxMode {
 keyword_enum!(SandboxMode, "sandbox mode", "workspace-write" => WorkspaceWrite, "off" => Off);
 keyword_enum!(OnConflict, "conflict policy", "retry" => Retry, "skip" => Skip, "fail" => Fail, "repair" => Repair);
 keyword_enum!(Scope, "scope", "task" => Task, "any" => Any);
+keyword_enum!(WorktreeMode, "worktree mode", "auto" => Auto, "overlay" => Overlay, "pool" => Pool);
+
+/// `--worktrees`: how a worker's worktree is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorktreeMode {
+    /// Overlay views where the run can use them, pooled checkouts otherwise.
+    #[default]
+    Auto,
+    /// Overlay views, or refuse to start.
+    Overlay,
+    /// Pooled full checkouts.
+    Pool,
+}
 
 /// Credential stores hidden from workers, relative to the home directory.
 pub const DEFAULT_HIDDEN: &[&str] = &[
@@ -140,6 +154,9 @@ pub struct WorktreeSettings {
     pub copy: Vec<String>,
     /// Command run once per worktree after it is created.
     pub setup: Option<String>,
+    /// Overlay views or pooled checkouts (`--worktrees`).
+    #[serde(default)]
+    pub mode: WorktreeMode,
 }
 
 /// The model endpoint of the built-in worker (no secret: this is saved in plan.json).

@@ -22,6 +22,7 @@ use crate::settings::agents::AgentSettings;
 use crate::worker::Verdict;
 use crate::worker::agent_output::{self, AgentUsage};
 use crate::worker::sandbox::SandboxPolicy;
+use crate::worker::sandbox::overlay::OverlayView;
 use crate::worker::sandbox::proxy::OnAccess;
 use crate::{env_vars, state};
 
@@ -32,6 +33,8 @@ pub struct ExecTask<'a> {
     pub task_id: &'a TaskId,
     pub files: &'a [RepoPath],
     pub worktree: &'a Path,
+    /// The overlay view mounted on `worktree` (an overlay worktree).
+    pub view: Option<&'a OverlayView>,
     /// The task's directory in the run directory (log, TASK.md, result file).
     pub task_dir: &'a Path,
     pub timeout: Duration,
@@ -123,6 +126,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         sandbox: Some(agent_sandbox.as_ref().unwrap_or(task.sandbox)),
         // The result file's directory; nothing of swarm's.
         also_writable: &[result_dir.path()],
+        view: task.view,
         on_access: task.on_access.clone(),
         cancel: task.cancel,
     })

@@ -25,7 +25,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::sandbox::proxy::{self, OnAccess, Proxy};
-use super::sandbox::{self, SandboxPolicy, jail::JailSpec};
+use super::sandbox::{self, SandboxPolicy, jail::JailSpec, overlay::OverlayView};
 use crate::settings::{AllowList, NetworkAccess};
 use crate::{env_vars, secrets, state};
 
@@ -72,6 +72,8 @@ pub struct ProcessRequest<'a> {
     pub sandbox: Option<&'a SandboxPolicy>,
     /// Writable besides `cwd` and the private temporary directory (confined processes).
     pub also_writable: &'a [&'a Path],
+    /// The overlay view mounted on `cwd` in the jail (an overlay worktree), if any.
+    pub view: Option<&'a OverlayView>,
     /// Told of each connection the process asks swarm's proxy for (with an allow-list).
     pub on_access: Option<OnAccess>,
     pub cancel: &'a CancellationToken,
@@ -158,7 +160,8 @@ fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Confinement)> {
             let mut writable = vec![req.cwd.to_path_buf(), tmp.path().to_path_buf()];
             writable.extend(req.also_writable.iter().map(|p| p.to_path_buf()));
             writable.extend(policy.writable.iter().cloned());
-            let mut spec = JailSpec::new(&argv, req.cwd, &writable, &policy.hide, policy.network);
+            let mut spec = JailSpec::new(&argv, req.cwd, &writable, &policy.hide, policy.network)
+                .with_overlay(req.view);
             let proxy = match policy.network_access() {
                 NetworkAccess::AllowList(domains) => {
                     let allow = AllowList::parse(domains).map_err(anyhow::Error::msg)?;
@@ -176,6 +179,10 @@ fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Confinement)> {
             (spec.command()?, keep)
         }
         None => {
+            anyhow::ensure!(
+                req.view.is_none(),
+                "an overlay worktree needs the sandbox's jail"
+            );
             let mut cmd = Command::new(&argv[0]);
             cmd.args(&argv[1..]);
             (cmd, Confinement::default())
@@ -227,7 +234,7 @@ async fn wait(
             stop_group(child, pgid, grace).await;
             Exit::TimedOut
         }
-        () = stale(req.idle_timeout, req.cwd, last_activity, started) => {
+        () = stale(req.idle_timeout, req.view.map_or(req.cwd, |v| &v.upper), last_activity, started) => {
             stop_group(child, pgid, grace).await;
             Exit::Idle
         }
@@ -240,7 +247,8 @@ async fn wait(
 
 /// Resolves when the process has shown no sign of life for `idle`: no output (tracked by
 /// the capture thread) and no file modified under `cwd` (checked only once output has been
-/// quiet for a while, by walking the tree for the newest modification time).
+/// quiet for a while, by walking the tree for the newest modification time; for an overlay
+/// worktree, its upper layer, where every change lands).
 async fn stale(idle: Option<Duration>, cwd: &Path, last: &AtomicU64, started: Instant) {
     let Some(idle) = idle else {
         return std::future::pending().await;

@@ -38,6 +38,11 @@ pub fn hermetic(cmd: &mut Command, home: &Path) {
         .env("GIT_COMMITTER_NAME", "Test Author")
         .env("GIT_COMMITTER_EMAIL", "author@example.com")
         .env("SWARM_KILL_GRACE_MS", "300");
+    // The suite runs once per kind of worktree (`.ci/run`): `SWARM_TEST_WORKTREES=pool` makes
+    // every run use full checkouts, where a test does not choose with `--worktrees`.
+    if let Some(mode) = std::env::var_os("SWARM_TEST_WORKTREES") {
+        cmd.env("SWARM_WORKTREES", mode);
+    }
 }
 
 impl TestRepo {

@@ -49,6 +49,18 @@ fn wait_for_a_merge(repo: &TestRepo) -> String {
 }
 
 /// Waits until `n` worktrees (the checkout included) exist.
+/// The checkout and 4 workers' worktrees, and with overlay worktrees, the base checkout
+/// they share (the report says which the run used).
+fn run_worktrees(repo: &TestRepo, id: &str) -> usize {
+    let report: serde_json::Value =
+        serde_json::from_str(&repo.run_file(id, "report.json")).unwrap();
+    match report["worktrees"].as_str() {
+        Some("overlay") => 6,
+        Some("pool") => 5,
+        other => panic!("the report does not say which worktrees the run used: {other:?}"),
+    }
+}
+
 fn wait_for_worktrees(repo: &TestRepo, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while repo.worktrees().len() < n {
@@ -123,7 +135,8 @@ fn kill_9_shows_as_interrupted_and_resume_finishes() {
     let base = repo.git(&["rev-parse", "HEAD"]);
     let mut child = start(&repo, "61.2");
     let id = wait_for_a_merge(&repo);
-    wait_for_worktrees(&repo, 5);
+    let n = run_worktrees(&repo, &id);
+    wait_for_worktrees(&repo, n);
     std::thread::sleep(Duration::from_millis(1200)); // the report is saved at most once a second
     child.kill().unwrap(); // SIGKILL: no cleanup at all
     child.wait().unwrap();
@@ -132,7 +145,7 @@ fn kill_9_shows_as_interrupted_and_resume_finishes() {
         .status();
     assert_eq!(
         repo.worktrees().len(),
-        5,
+        n,
         "a killed swarm leaves its worktrees"
     );
 
@@ -162,7 +175,8 @@ fn a_run_in_progress_is_neither_resumed_nor_cleaned() {
     let repo = repo();
     let child = start(&repo, "61.3");
     let id = wait_for_a_merge(&repo);
-    wait_for_worktrees(&repo, 5);
+    let n = run_worktrees(&repo, &id);
+    wait_for_worktrees(&repo, n);
     let resume = repo.swarm(&["resume", &id]);
     resume.assert_code(2);
     assert!(resume.stderr.contains("still running"), "{}", resume.stderr);
@@ -173,7 +187,7 @@ fn a_run_in_progress_is_neither_resumed_nor_cleaned() {
         "{}",
         clean.stderr
     );
-    assert_eq!(repo.worktrees().len(), 5, "its worktrees are still there");
+    assert_eq!(repo.worktrees().len(), n, "its worktrees are still there");
     repo.swarm(&["clean", &id]).assert_code(2);
     let status = repo.swarm(&["status"]);
     assert!(status.stdout.contains("running"), "{}", status.stdout);

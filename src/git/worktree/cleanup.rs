@@ -24,6 +24,27 @@ pub fn remove_worktree(repo: &Repository, name: &str, path: &Path) -> anyhow::Re
     Ok(())
 }
 
+/// Removes the layers of the overlay worktrees of run `run_id`.
+pub fn remove_run_layers(common_dir: &Path, run_id: &RunId) -> anyhow::Result<()> {
+    let prefix = format!("{run_id}-");
+    remove_layers_where(common_dir, &|part| part.starts_with(&prefix))
+}
+
+/// Removes the layers directories `<RUN-ID>-<n>` that `select` picks.
+fn remove_layers_where(common_dir: &Path, select: &dyn Fn(&str) -> bool) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(state::layers_dir(common_dir)) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if is_slot_name(&name) && select(&name) {
+            super::view::remove_layers(common_dir, &entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes the worktrees of run `run_id`, including records whose directory is gone and
 /// directories left without a record (a crash between the two). Returns how many.
 pub fn remove_run_worktrees(common_dir: &Path, run_id: &RunId) -> anyhow::Result<usize> {
@@ -77,5 +98,6 @@ fn remove_worktrees_where(
             }
         }
     }
+    remove_layers_where(common_dir, &select)?;
     Ok(removed)
 }

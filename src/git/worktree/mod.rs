@@ -31,13 +31,16 @@ use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
 use git2::{Oid, Repository, WorktreeAddOptions};
 
+use super::commit::{self, CommitError, Committed};
 use crate::ids::{RunBranch, RunId};
 use crate::repo_path::RepoPath;
 use crate::state;
 use crate::worker::sandbox;
+use crate::worker::sandbox::overlay::OverlayView;
 
 mod cleanup;
 mod files;
+pub mod view;
 
 pub use cleanup::{remove_run_worktrees, remove_run_worktrees_except, remove_worktree};
 use files::{copy_into, reset};
@@ -54,6 +57,9 @@ pub struct Slot {
     pub fresh: bool,
     /// The worktree's `.git` file as libgit2 wrote it.
     gitlink: Vec<u8>,
+    /// An overlay worktree's view, which its jails mount on `path` (where only the `.git`
+    /// file is); `None` for a full checkout.
+    pub view: Option<OverlayView>,
 }
 
 /// A worktree of the pool, lent to one task (or check, or repair). Dropping it gives the
@@ -116,9 +122,28 @@ impl Drop for Lease {
 
 #[derive(Default)]
 struct PoolState {
+    /// Full checkouts and overlay worktrees waiting for a task.
     idle: Vec<Slot>,
+    idle_views: Vec<Slot>,
     created: Vec<(String, PathBuf)>,
+    /// Worktrees numbered so far (the base checkout is 0).
+    numbered: usize,
     empty_commit: Option<Oid>,
+}
+
+/// The run's base checkout: the shared lower layer of every overlay worktree, a worktree of
+/// its own (detached at the run's base) that no worker writes.
+#[derive(Debug)]
+struct BaseCheckout {
+    name: String,
+    path: PathBuf,
+    commit: Oid,
+}
+
+/// Where a new worktree's HEAD goes.
+enum Head<'a> {
+    Branch(&'a str),
+    Detached(Oid),
 }
 
 pub struct WorktreePool {
@@ -128,6 +153,8 @@ pub struct WorktreePool {
     copy: Vec<String>,
     user_workdir: PathBuf,
     state: Mutex<PoolState>,
+    /// Made by the first overlay worktree; held while it is made, so others wait for it.
+    base: Mutex<Option<Arc<BaseCheckout>>>,
 }
 
 /// libgit2's worktree creation is not safe to run concurrently in one repository: its
@@ -164,7 +191,137 @@ impl WorktreePool {
             copy,
             user_workdir: user_workdir.to_path_buf(),
             state: Mutex::new(PoolState::default()),
+            base: Mutex::new(None),
         }
+    }
+
+    /// Lends an overlay worktree with `branch` (created or moved to `start`, which must be
+    /// the commit of every view of this pool) as HEAD: a worktree with no files of its own,
+    /// which the jails of its processes see as the shared base checkout plus the view's own
+    /// upper layer. Made, and reset, in proportion to what its previous task changed.
+    /// Blocking: call from a blocking thread.
+    pub fn acquire_view(self: &Arc<Self>, branch: &str, start: Oid) -> anyhow::Result<Lease> {
+        let repo = Repository::open(&self.common_dir)?;
+        let commit = repo.find_commit(start)?;
+        repo.branch(branch, &commit, true)
+            .with_context(|| format!("cannot create branch {branch}"))?;
+        let branch_ref_name = super::branch_ref(branch);
+        let base = self.base_checkout(&repo, start)?;
+        let idle = self.lock_state().idle_views.pop();
+        let reused = match idle {
+            Some(mut slot) => match self.reset_view(&slot, &base, &branch_ref_name) {
+                Ok(()) => {
+                    slot.fresh = false;
+                    Some(slot)
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot reset worktree {}; it is replaced by a new one: {e:#}",
+                        slot.name
+                    );
+                    self.discard(slot);
+                    None
+                }
+            },
+            None => None,
+        };
+        let slot = match reused {
+            Some(slot) => slot,
+            None => self.create_view(&repo, &branch_ref_name, &base)?,
+        };
+        self.lend(&repo, slot)
+    }
+
+    /// The run's base checkout at `start`, made on first use.
+    fn base_checkout(&self, repo: &Repository, start: Oid) -> anyhow::Result<Arc<BaseCheckout>> {
+        let mut base = self.base.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(base) = &*base {
+            anyhow::ensure!(
+                base.commit == start,
+                "an overlay worktree must start at the run's base"
+            );
+            return Ok(base.clone());
+        }
+        let (name, path) = self.register(repo, Head::Detached(start))?;
+        let made = BaseCheckout {
+            name,
+            path,
+            commit: start,
+        };
+        self.populate(&made.name, &made.path)?;
+        let made = Arc::new(made);
+        *base = Some(made.clone());
+        Ok(made)
+    }
+
+    /// A new overlay worktree on `branch_ref`: registered with git (no files but its `.git`),
+    /// the base checkout's index (whose file stamps match what the view shows, so the
+    /// worker's own `git status` is clean and quick), and empty layers.
+    fn create_view(
+        &self,
+        repo: &Repository,
+        branch_ref: &str,
+        base: &BaseCheckout,
+    ) -> anyhow::Result<Slot> {
+        let (name, path) = self.register(repo, Head::Branch(branch_ref))?;
+        let layers = state::layers_dir(&self.common_dir)
+            .join(path.file_name().context("a worktree path without a name")?);
+        let (upper, work) = (layers.join("upper"), layers.join("work"));
+        std::fs::create_dir_all(&upper)?;
+        std::fs::create_dir_all(&work)?;
+        self.copy_base_index(base, &name)?;
+        let gitlink = std::fs::read(path.join(".git"))?;
+        Ok(Slot {
+            view: Some(OverlayView {
+                mount_point: path.clone(),
+                base: base.path.clone(),
+                upper,
+                work,
+            }),
+            name,
+            path,
+            set_up: false,
+            fresh: true,
+            gitlink,
+        })
+    }
+
+    fn copy_base_index(&self, base: &BaseCheckout, name: &str) -> anyhow::Result<()> {
+        let to = self.admin_dir(name).join("index");
+        std::fs::copy(self.admin_dir(&base.name).join("index"), &to)
+            .with_context(|| format!("cannot write {}", to.display()))?;
+        Ok(())
+    }
+
+    /// Makes an idle overlay worktree ready for `branch_ref`: its upper layer emptied (but
+    /// for untracked ignored output), HEAD on the branch, the base's index back.
+    fn reset_view(&self, slot: &Slot, base: &BaseCheckout, branch_ref: &str) -> anyhow::Result<()> {
+        let view = slot.view.as_ref().context("not an overlay worktree")?;
+        let base_admin = self.admin_dir(&base.name);
+        let commit = base.commit;
+        sandbox::confined(std::slice::from_ref(&view.upper), || {
+            let base_repo = Repository::open(&base_admin)?;
+            let tree = base_repo.find_commit(commit)?.tree()?;
+            view::clear_upper(&view.upper, &tree, &view::ignored_in(&base_repo))
+                .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
+        })?;
+        self.open(slot)?.set_head(branch_ref)?;
+        self.copy_base_index(base, &slot.name)
+    }
+
+    /// Lends `slot`, locked against `git worktree prune/remove` while in use.
+    fn lend(self: &Arc<Self>, repo: &Repository, slot: Slot) -> anyhow::Result<Lease> {
+        let lease = Lease {
+            pool: self.clone(),
+            slot,
+            ended: false,
+        };
+        let wt = repo.find_worktree(&lease.name)?;
+        // Locking is advisory (it stops `git worktree prune/remove`); a failure is not fatal.
+        if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
+            tracing::debug!("cannot lock worktree {}: {e}", lease.name);
+        }
+        Ok(lease)
     }
 
     /// Lends a worktree with `branch` (created or moved to `start`) checked out at `start`.
@@ -174,10 +331,8 @@ impl WorktreePool {
         let commit = repo.find_commit(start)?;
         // `force`: a retry moves its branch to the new start commit. Idle worktrees have a
         // detached HEAD, so no branch is checked out while being moved.
-        let branch_ref = repo
-            .branch(branch, &commit, true)
-            .with_context(|| format!("cannot create branch {branch}"))?
-            .into_reference();
+        repo.branch(branch, &commit, true)
+            .with_context(|| format!("cannot create branch {branch}"))?;
         let branch_ref_name = super::branch_ref(branch);
 
         let idle = self.lock_state().idle.pop();
@@ -200,19 +355,9 @@ impl WorktreePool {
         };
         let slot = match reused {
             Some(slot) => slot,
-            None => self.create(&repo, &branch_ref)?,
+            None => self.create(&repo, &branch_ref_name)?,
         };
-        let lease = Lease {
-            pool: self.clone(),
-            slot,
-            ended: false,
-        };
-        let wt = repo.find_worktree(&lease.name)?;
-        // Locking is advisory (it stops `git worktree prune/remove`); a failure is not fatal.
-        if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
-            tracing::debug!("cannot lock worktree {}: {e}", lease.name);
-        }
-        Ok(lease)
+        self.lend(&repo, slot)
     }
 
     /// The administrative directory of worktree `name`: `.git/worktrees/<name>`.
@@ -240,6 +385,15 @@ impl WorktreePool {
                 describe_gitlink(&dot_git)
             ));
         }
+        if let Some(view) = &slot.view
+            && std::fs::symlink_metadata(view.upper.join(".git")).is_ok()
+        {
+            return Err(
+                "the worker changed the worktree's .git file, which ties it to the repository; \
+                 nothing of it is committed"
+                    .into(),
+            );
+        }
         let back = std::fs::read(self.admin_dir(&slot.name).join("gitdir")).unwrap_or_default();
         let back = PathBuf::from(OsStr::from_bytes(back.trim_ascii_end()));
         if back.canonicalize().ok() != dot_git.canonicalize().ok() {
@@ -260,6 +414,12 @@ impl WorktreePool {
         if let Err(e) = removed {
             tracing::warn!("cannot remove worktree {}: {e:#}", slot.name);
         }
+        if let Some(view) = &slot.view
+            && let Some(layers) = view.upper.parent()
+            && let Err(e) = view::remove_layers(&self.common_dir, layers)
+        {
+            tracing::warn!("cannot remove the layers of worktree {}: {e:#}", slot.name);
+        }
     }
 
     /// Runs `work` on the worktree of `slot`, opened through its administrative directory, in
@@ -274,6 +434,33 @@ impl WorktreePool {
         sandbox::confined(&writable, || work(&self.open(slot)?))
     }
 
+    /// Commits what the worker left in `slot` on `branch` (HEAD), which started at `start`: a
+    /// status walk of a full checkout, or the upper layer of a view. Blocking.
+    pub fn commit(
+        &self,
+        slot: &Slot,
+        branch: &str,
+        start: Oid,
+        message: &str,
+    ) -> Result<Committed, CommitError> {
+        let git = |e: anyhow::Error| CommitError::Git(git2::Error::from_str(&format!("{e:#}")));
+        let repo = self.open(slot).map_err(git)?;
+        let Some(view) = &slot.view else {
+            return commit::commit_task(&repo, branch, start, message);
+        };
+        let base = self
+            .base
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .context("an overlay worktree without its base")
+            .map_err(git)?;
+        // The base checkout's working files hold the `.gitignore` files the view shows.
+        let base_repo = Repository::open(self.admin_dir(&base.name))?;
+        let ignored = view::ignored_in(&base_repo);
+        commit::commit_view(&repo, branch, start, message, &view.upper, &ignored)
+    }
+
     /// Points an idle worktree's HEAD at `branch_ref` and makes its files those of `start`.
     fn reset(&self, slot: &Slot, branch_ref: &str, start: &git2::Commit<'_>) -> anyhow::Result<()> {
         let start = start.id();
@@ -282,10 +469,28 @@ impl WorktreePool {
         })
     }
 
-    fn create(&self, repo: &Repository, branch_ref: &git2::Reference<'_>) -> anyhow::Result<Slot> {
+    /// A new full checkout on `branch_ref`.
+    fn create(&self, repo: &Repository, branch_ref: &str) -> anyhow::Result<Slot> {
+        let (name, path) = self.register(repo, Head::Branch(branch_ref))?;
+        let gitlink = std::fs::read(path.join(".git"))?;
+        self.populate(&name, &path)?;
+        Ok(Slot {
+            name,
+            path,
+            set_up: false,
+            fresh: true,
+            gitlink,
+            view: None,
+        })
+    }
+
+    /// Registers a new worktree with git, with `head` as its HEAD and no files but its `.git`.
+    /// Returns its name and (canonical) path.
+    fn register(&self, repo: &Repository, head: Head<'_>) -> anyhow::Result<(String, PathBuf)> {
         let (name, path, n) = {
             let mut st = self.lock_state();
-            let n = st.created.len() + 1;
+            st.numbered += 1;
+            let n = st.numbered;
             let name = format!("swarm-{}-{n}", self.run_id);
             let path = state::worktrees_dir(&self.common_dir).join(format!("{}-{n}", self.run_id));
             st.created.push((name.clone(), path.clone()));
@@ -295,55 +500,44 @@ impl WorktreePool {
         // libgit2 creates `.git/worktrees` itself and fails if another process does so at the
         // same moment.
         std::fs::create_dir_all(self.common_dir.join("worktrees"))?;
-        {
-            // libgit2's worktree creation is not safe to run concurrently, but the costly part
-            // of it, the checkout, is. Under the lock, the worktree is created on a placeholder
-            // branch at a commit with an empty tree (nothing to check out); the task's files
-            // are checked out afterwards, in parallel with other creations.
-            let _one_at_a_time = CreationLock::acquire(&self.common_dir)?;
-            let placeholder_name = self.run_id.branch(&RunBranch::Placeholder(n));
-            let empty = self.empty_commit(repo)?;
-            let placeholder = repo
-                .branch(&placeholder_name, &repo.find_commit(empty)?, true)?
-                .into_reference();
-            let mut opts = WorktreeAddOptions::new();
-            opts.reference(Some(&placeholder));
-            repo.worktree(&name, &path, Some(&opts))
-                .with_context(|| format!("cannot create worktree {}", path.display()))?;
-            let wt = Repository::open(self.admin_dir(&name))?;
-            wt.set_head(
-                branch_ref
-                    .name()
-                    .ok()
-                    .context("a task branch without a name")?,
-            )?;
-            repo.find_branch(&placeholder_name, git2::BranchType::Local)?
-                .delete()?;
+        // libgit2's worktree creation is not safe to run concurrently, but the costly part of
+        // it, the checkout, is. Under the lock, the worktree is created on a placeholder branch
+        // at a commit with an empty tree (nothing to check out); files come afterwards, in
+        // parallel with other creations (or never, for an overlay worktree).
+        let _one_at_a_time = CreationLock::acquire(&self.common_dir)?;
+        let placeholder_name = self.run_id.branch(&RunBranch::Placeholder(n));
+        let empty = self.empty_commit(repo)?;
+        let placeholder = repo
+            .branch(&placeholder_name, &repo.find_commit(empty)?, true)?
+            .into_reference();
+        let mut opts = WorktreeAddOptions::new();
+        opts.reference(Some(&placeholder));
+        repo.worktree(&name, &path, Some(&opts))
+            .with_context(|| format!("cannot create worktree {}", path.display()))?;
+        let wt = Repository::open(self.admin_dir(&name))?;
+        match head {
+            Head::Branch(branch_ref) => wt.set_head(branch_ref)?,
+            Head::Detached(commit) => wt.set_head_detached(commit)?,
         }
-        let path = path.canonicalize()?;
-        let gitlink = std::fs::read(path.join(".git"))?;
-        let slot = Slot {
-            name,
-            path,
-            set_up: false,
-            fresh: true,
-            gitlink,
-        };
-        self.write_in(&slot, |wt| {
+        repo.find_branch(&placeholder_name, git2::BranchType::Local)?
+            .delete()?;
+        Ok((name, path.canonicalize()?))
+    }
+
+    /// Checks out HEAD in a new worktree in full, and copies in `[worktree] copy`.
+    fn populate(&self, name: &str, path: &Path) -> anyhow::Result<()> {
+        let writable = [path.to_path_buf(), self.admin_dir(name)];
+        sandbox::confined(&writable, || {
+            let wt = open_worktree(&self.common_dir, name, path)?;
             let mut checkout = CheckoutBuilder::new();
             checkout.force();
             wt.checkout_head(Some(&mut checkout))
-                .with_context(|| format!("cannot check out worktree {}", slot.path.display()))?;
+                .with_context(|| format!("cannot check out worktree {}", path.display()))?;
             for rel in &self.copy {
-                copy_into(
-                    &self.user_workdir,
-                    &slot.path,
-                    &RepoPath::from(rel.as_str()),
-                )?;
+                copy_into(&self.user_workdir, path, &RepoPath::from(rel.as_str()))?;
             }
             Ok(())
-        })?;
-        Ok(slot)
+        })
     }
 
     /// A parentless commit with an empty tree (made once per pool).
@@ -374,7 +568,11 @@ impl WorktreePool {
         if let Ok(wt) = repo.find_worktree(&slot.name) {
             let _ = wt.unlock();
         }
-        self.lock_state().idle.push(slot);
+        let mut st = self.lock_state();
+        match slot.view {
+            Some(_) => st.idle_views.push(slot),
+            None => st.idle.push(slot),
+        }
         Ok(())
     }
 
@@ -391,13 +589,18 @@ impl WorktreePool {
     pub fn remove_all(&self) -> usize {
         let created = std::mem::take(&mut self.lock_state().created);
         self.lock_state().idle.clear();
+        self.lock_state().idle_views.clear();
         let Ok(repo) = Repository::open(&self.common_dir) else {
             return 0;
         };
-        created
+        let removed = created
             .iter()
             .filter(|(name, path)| remove_worktree(&repo, name, path).is_ok())
-            .count()
+            .count();
+        if let Err(e) = cleanup::remove_run_layers(&self.common_dir, &self.run_id) {
+            tracing::warn!("cannot remove the layers of the run's worktrees: {e:#}");
+        }
+        removed
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, PoolState> {

@@ -429,6 +429,7 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<Ou
         idle_timeout: Some(task.idle_timeout),
         sandbox: Some(task.sandbox),
         also_writable: &[],
+        view: None,
         on_access: task.on_access.clone(),
         cancel: task.cancel,
     })
@@ -456,6 +457,7 @@ pub async fn run_verify(command: &str, task: &AgentTask<'_>) -> anyhow::Result<O
         idle_timeout: Some(task.idle_timeout),
         sandbox: Some(task.sandbox),
         also_writable: &[],
+        view: None,
         on_access: task.on_access.clone(),
         cancel: task.cancel,
     })

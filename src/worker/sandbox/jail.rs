@@ -36,6 +36,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
+use super::overlay::OverlayView;
+
 /// The argument that makes swarm a jail.
 pub const ARG: &str = "__swarm-jail";
 /// Exit status of a jail that could not be set up (the worker did not run).
@@ -82,6 +84,9 @@ pub struct JailSpec {
     pub proxy: Option<Bytes>,
     /// swarm's pid: if the jail's parent is not swarm any more, swarm has died.
     pub parent: u32,
+    /// Mounted on the worktree before anything runs: the worker's view of it.
+    #[serde(default)]
+    pub overlay: Option<OverlayView>,
 }
 
 impl JailSpec {
@@ -100,7 +105,14 @@ impl JailSpec {
             network,
             proxy: None,
             parent: std::process::id(),
+            overlay: None,
         }
+    }
+
+    /// Mounts `view` on its worktree in the jail's mount namespace.
+    pub fn with_overlay(mut self, view: Option<&OverlayView>) -> Self {
+        self.overlay = view.cloned();
+        self
     }
 
     /// Forwards `127.0.0.1:`[`super::proxy::FORWARD_PORT`] in the namespace to `socket`.
@@ -299,6 +311,9 @@ fn confine(spec: &JailSpec) -> anyhow::Result<()> {
         None,
     )
     .context("cannot mount /proc for the new PID namespace")?;
+    if let Some(view) = &spec.overlay {
+        mount_view(view)?;
+    }
     for p in &spec.hide {
         hide(&path(p))?;
     }
@@ -491,6 +506,26 @@ fn hide(p: &Path) -> anyhow::Result<()> {
         mount(Some("/dev/null"), target, None, libc::MS_BIND, None)
     };
     mounted.with_context(|| format!("cannot hide {}", p.display()))
+}
+
+/// Mounts the overlay `view` on its worktree (before Landlock, which then lets the worker
+/// write beneath the mount point: into the upper layer, never the shared base).
+fn mount_view(view: &OverlayView) -> anyhow::Result<()> {
+    let options = view
+        .options()
+        .context("the worktree's overlay paths are not UTF-8")?;
+    let target = view
+        .mount_point
+        .to_str()
+        .context("the worktree's path is not UTF-8")?;
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&options),
+    )
+    .context("cannot mount the worktree's overlay view")
 }
 
 fn mount(

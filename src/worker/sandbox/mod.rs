@@ -26,6 +26,7 @@
 
 pub mod diagnose;
 pub mod jail;
+pub mod overlay;
 pub mod proxy;
 
 pub use crate::settings::SandboxPolicy;
@@ -125,6 +126,69 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
         .to_string();
     Err(if why.is_empty() {
         format!("a confined test process failed ({})", out.status)
+    } else {
+        why
+    })
+}
+
+/// Checks that overlay worktrees work here: a jail with this policy mounts a view whose layers
+/// are made under `layers` (the file system real views use), writes a file and deletes one.
+/// `Err` says what failed.
+pub async fn probe_overlay(policy: &SandboxPolicy, layers: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !policy.enabled {
+        return Err("overlay worktrees are mounted by the sandbox's jail (--sandbox off)".into());
+    }
+    std::fs::create_dir_all(layers).map_err(|e| e.to_string())?;
+    let dir = tempfile::Builder::new()
+        .prefix("probe-")
+        .tempdir_in(layers)
+        .map_err(|e| e.to_string())?;
+    let at = |name: &str| dir.path().join(name);
+    let view = overlay::OverlayView {
+        mount_point: at("view"),
+        base: at("base"),
+        upper: at("upper"),
+        work: at("work"),
+    };
+    for d in ["view", "base", "upper", "work"] {
+        std::fs::create_dir(at(d)).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(at("base").join("old"), "").map_err(|e| e.to_string())?;
+    let spec = jail::JailSpec::new(
+        &["sh".into(), "-c".into(), "echo > new && rm old".into()],
+        &view.mount_point,
+        std::slice::from_ref(&view.mount_point),
+        &[],
+        policy.network,
+    )
+    .with_overlay(Some(&view));
+    let mut cmd = spec.command().map_err(|e| e.to_string())?;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let out = cmd.output().await.map_err(|e| e.to_string());
+    let worked = out.as_ref().is_ok_and(|o| o.status.success())
+        && view.upper.join("new").is_file()
+        && std::fs::symlink_metadata(view.upper.join("old"))
+            .is_ok_and(|m| overlay::is_whiteout(&m));
+    // overlayfs leaves its inner work directory unreadable; open it so it can be removed.
+    let _ = std::fs::set_permissions(
+        view.inner_work_dir(),
+        std::fs::Permissions::from_mode(0o700),
+    );
+    if worked {
+        return Ok(());
+    }
+    let why = match out {
+        Ok(o) => String::from_utf8_lossy(&o.stderr)
+            .trim()
+            .trim_start_matches("swarm: cannot confine the worker process: ")
+            .to_string(),
+        Err(e) => e,
+    };
+    Err(if why.is_empty() {
+        "an overlay view did not show the changes it should".into()
     } else {
         why
     })
