@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, Oid, Repository, Status, StatusOptions};
 
-use super::worktree::view::{Ignored, upper_changes};
+use super::worktree::view::{ignored_in, upper_changes};
 use crate::repo_path::RepoPath;
 use crate::worker::sandbox::overlay;
 
@@ -74,23 +74,26 @@ pub fn commit_task(
 }
 
 /// Commits the changes of an overlay worktree (opened through its administrative directory),
-/// read from its view's `upper` directory, on `branch` (which must be HEAD). `ignored` tells
-/// untracked ignored paths, which stay out. The worktree's index is left as it was: the view
-/// is reset before it is used again. Blocking.
+/// read from its view's `upper` directory, on `branch` (which must be HEAD). `base` is the
+/// base checkout the view shows: its working files hold the `.gitignore` and
+/// `.gitattributes` files that say which untracked paths stay out and how files are
+/// converted, and one handle of it, kept for the run, reads its index once rather than per
+/// task. The worktree's index is left as it was: the view is reset before it is used again.
+/// Blocking.
 pub fn commit_view(
     repo: &Repository,
+    base: &Repository,
     branch: &str,
     start: Oid,
     message: &str,
     upper: &Path,
-    ignored: Ignored<'_>,
 ) -> Result<Committed, CommitError> {
     commit_with(
         repo,
         branch,
         start,
         message,
-        |repo, tip_tree, start_tree| stage_view(repo, tip_tree, start_tree, upper, ignored),
+        |repo, tip_tree, start_tree| stage_view(repo, base, tip_tree, start_tree, upper),
     )
 }
 
@@ -226,13 +229,13 @@ fn stage_changes(
 /// the base's version in the view (the base is `start_tree`), so they get it back.
 fn stage_view(
     repo: &Repository,
+    base: &Repository,
     tip_tree: &git2::Tree<'_>,
     start_tree: &git2::Tree<'_>,
     upper: &Path,
-    ignored: Ignored<'_>,
 ) -> Result<(Oid, Vec<RepoPath>), CommitError> {
     let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot read the worktree: {e}"));
-    let changes = upper_changes(upper, tip_tree, ignored).map_err(io)?;
+    let changes = upper_changes(upper, tip_tree, &ignored_in(base)).map_err(io)?;
     let mut removals: BTreeSet<PathBuf> = changes
         .removed
         .iter()
@@ -260,7 +263,7 @@ fn stage_view(
         .and_then(|c| c.get_bool("core.filemode"))
         .unwrap_or(true);
     for (rel, at) in &changes.present {
-        if let Some(name) = super::repo::active_filter(repo, rel) {
+        if let Some(name) = super::repo::active_filter(base, rel) {
             return Err(CommitError::Filtered(rel.clone(), name));
         }
         if let Some(name) = secret_in(at) {
@@ -270,7 +273,8 @@ fn stage_view(
             .get_path(rel.as_path())
             .ok()
             .map(|e| file_mode(e.filemode()));
-        let (id, mode) = hash_view_file(repo, rel, at, filemode, old_mode)?;
+        // Blobs go to the object database the base shares with the worktree.
+        let (id, mode) = hash_view_file(base, rel, at, filemode, old_mode)?;
         update.upsert(rel.as_bytes(), id, mode);
     }
     tracing::debug!(

@@ -242,6 +242,16 @@ pub fn dirty_paths(repo: &Repository) -> Result<Vec<RepoPath>, git2::Error> {
     Ok(paths)
 }
 
+/// Is any filter driver configured (`filter.<name>.clean`, `.smudge`, `.process` or
+/// `.required`)?
+fn has_filter_driver(config: &git2::Config) -> bool {
+    let Ok(mut entries) = config.entries(Some(r"^filter\..*\.(clean|smudge|process|required)$"))
+    else {
+        return true;
+    };
+    entries.next().is_some()
+}
+
 /// The filter driver git would run on `path` (its `filter` attribute, when
 /// `filter.<name>.clean`, `.smudge` or `.process` is configured, or the driver is
 /// `required`): swarm cannot run filter drivers, so such a file must not be committed or
@@ -249,6 +259,11 @@ pub fn dirty_paths(repo: &Repository) -> Result<Vec<RepoPath>, git2::Error> {
 /// then the index, as `git add` does.
 pub fn active_filter(repo: &Repository, path: &RepoPath) -> Option<String> {
     let config = repo.config().ok()?;
+    // Most repositories configure no filter driver: then no attribute needs reading (which
+    // would load the whole index, per file).
+    if !has_filter_driver(&config) {
+        return None;
+    }
     [
         git2::AttrCheckFlags::FILE_THEN_INDEX,
         git2::AttrCheckFlags::INDEX_ONLY,

@@ -133,11 +133,12 @@ struct PoolState {
 
 /// The run's base checkout: the shared lower layer of every overlay worktree, a worktree of
 /// its own (detached at the run's base) that no worker writes.
-#[derive(Debug)]
 struct BaseCheckout {
     name: String,
     path: PathBuf,
     commit: Oid,
+    /// Opened once: commits read its ignore rules and attributes (its index is read once).
+    repo: Mutex<Repository>,
 }
 
 /// Where a new worktree's HEAD goes.
@@ -243,13 +244,13 @@ impl WorktreePool {
             return Ok(base.clone());
         }
         let (name, path) = self.register(repo, Head::Detached(start))?;
-        let made = BaseCheckout {
+        self.populate(&name, &path)?;
+        let made = Arc::new(BaseCheckout {
+            repo: Mutex::new(open_worktree(&self.common_dir, &name, &path)?),
             name,
             path,
             commit: start,
-        };
-        self.populate(&made.name, &made.path)?;
-        let made = Arc::new(made);
+        });
         *base = Some(made.clone());
         Ok(made)
     }
@@ -455,10 +456,8 @@ impl WorktreePool {
             .clone()
             .context("an overlay worktree without its base")
             .map_err(git)?;
-        // The base checkout's working files hold the `.gitignore` files the view shows.
-        let base_repo = Repository::open(self.admin_dir(&base.name))?;
-        let ignored = view::ignored_in(&base_repo);
-        commit::commit_view(&repo, branch, start, message, &view.upper, &ignored)
+        let base_repo = base.repo.lock().unwrap_or_else(|e| e.into_inner());
+        commit::commit_view(&repo, &base_repo, branch, start, message, &view.upper)
     }
 
     /// Points an idle worktree's HEAD at `branch_ref` and makes its files those of `start`.

@@ -1,0 +1,197 @@
+//! How swarm scales with the repository and with `-j`: overlay worktrees against pooled
+//! checkouts, side by side in one run, on generated repositories.
+//!
+//! ```text
+//! cargo bench --bench scale_bench -- large   [--files 27000] [--dirs 300] [--tasks 1000] [--jobs 2] [--modes overlay,pool]
+//! cargo bench --bench scale_bench -- startup [--files 5000] [--dirs 50] [--jobs 16] [--modes overlay,pool]
+//! ```
+//!
+//! `large`: one-file `sed` tasks on a repository of `--files` files; prints, per worktree
+//! mode, the wall time, CPU time, swarm's own peak memory and the overhead per task
+//! (wall × jobs / tasks), and checks that every mode ends with the same tree and one merge
+//! per task.
+//!
+//! `startup`: `2 × jobs` tasks whose worker sleeps 2 s; prints the time from swarm's start to
+//! the moment the last of the first `jobs` workers runs (from the run's events), and the disk
+//! used under `.git/swarm` at that moment.
+//!
+//! Figures are recorded in docs/BENCHMARKS.md.
+
+// A benchmark harness: failing loudly on any unexpected state is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{git, measure, option, option_str};
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+const SED: &str = r#"sed -i 's/foo/bar/g' "$SWARM_FILE""#;
+
+/// A repository of `files` files spread over `dirs` folders; `tasks` of them mention foo.
+fn generate(root: &Path, files: usize, dirs: usize, tasks: usize) -> PathBuf {
+    let repo = root.join("origin");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let stride = files / tasks;
+    let mut with_foo = 0;
+    for i in 0..files {
+        let dir = repo.join(format!("src/d{:03}", i % dirs));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut body = String::new();
+        for line in 0..20 {
+            body.push_str(&format!("line {line} of file {i}: lorem ipsum\n"));
+        }
+        if i % stride == 0 && with_foo < tasks {
+            body.push_str("call foo() here\n");
+            with_foo += 1;
+        }
+        std::fs::write(dir.join(format!("f{i:06}.txt")), body).unwrap();
+    }
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "generated"]);
+    repo
+}
+
+fn clone(origin: &Path, to: &Path) {
+    let out = Command::new("git")
+        .args(["clone", "-q"])
+        .arg(origin)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+fn swarm(repo: &Path, jobs: usize, mode: &str, exec: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_swarm"));
+    cmd.current_dir(repo)
+        .args([
+            "refactor",
+            "bench: foo to bar",
+            "src",
+            "--grep",
+            "foo",
+            "-y",
+        ])
+        .args(["-j", &jobs.to_string(), "--worktrees", mode, "--exec", exec])
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.com");
+    cmd
+}
+
+fn modes() -> Vec<String> {
+    option_str("--modes", "overlay,pool")
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+fn large() {
+    let files = option("--files", 27_000) as usize;
+    let dirs = option("--dirs", 300) as usize;
+    let tasks = option("--tasks", 1000) as usize;
+    let jobs = option("--jobs", 2) as usize;
+    let root = tempfile::tempdir().unwrap();
+    eprintln!("generating {files} files in {dirs} folders ({tasks} with foo)");
+    let origin = generate(root.path(), files, dirs, tasks);
+    let mut trees = Vec::new();
+    for mode in modes() {
+        let repo = root.path().join(&mode);
+        clone(&origin, &repo);
+        eprintln!("swarm --worktrees {mode}: {tasks} tasks, -j {jobs}");
+        let m = measure(&mut swarm(&repo, jobs, &mode, SED));
+        let merges = git(&repo, &["rev-list", "--merges", "--count", "HEAD"]);
+        assert_eq!(merges, tasks.to_string(), "one merge per task");
+        trees.push(git(&repo, &["rev-parse", "HEAD^{tree}"]));
+        let per_task = m.wall.as_secs_f64() * jobs as f64 / tasks as f64;
+        println!(
+            "large files={files} tasks={tasks} jobs={jobs} worktrees={mode}: wall={:.1}s \
+             user={:.1}s sys={:.1}s peak={:.0}MB per-task={:.0}ms",
+            m.wall.as_secs_f64(),
+            m.user_s,
+            m.sys_s,
+            m.peak_mb,
+            per_task * 1000.0
+        );
+    }
+    assert!(trees.windows(2).all(|w| w[0] == w[1]), "the modes disagree");
+}
+
+fn startup() {
+    let files = option("--files", 5000) as usize;
+    let dirs = option("--dirs", 50) as usize;
+    let jobs = option("--jobs", 16) as usize;
+    let tasks = 2 * jobs;
+    let root = tempfile::tempdir().unwrap();
+    let origin = generate(root.path(), files, dirs, tasks);
+    for mode in modes() {
+        let repo = root.path().join(&mode);
+        clone(&origin, &repo);
+        let exec = format!("sleep 2; {SED}");
+        let began = SystemTime::now();
+        let mut child = swarm(&repo, jobs, &mode, &exec)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // The disk under .git/swarm while the first wave runs.
+        std::thread::sleep(Duration::from_millis(1500));
+        let disk = du(&repo.join(".git/swarm"));
+        assert!(child.wait().unwrap().success());
+        let runs = repo.join(".git/swarm/runs");
+        let run = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap();
+        let events = std::fs::read_to_string(run.path().join("events.jsonl")).unwrap();
+        let mut running: Vec<f64> = events
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["kind"] == "task_step" && e["step"] == "running")
+            .map(|e| e["ts"].as_f64().unwrap())
+            .collect();
+        running.sort_by(f64::total_cmp);
+        let began = began.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        let last = running[jobs - 1] - began.as_secs_f64();
+        println!(
+            "startup files={files} jobs={jobs} worktrees={mode}: last of {jobs} workers running \
+             after {:.2}s; .git/swarm held {:.0} MB while they ran",
+            last,
+            disk as f64 / 1e6
+        );
+    }
+}
+
+/// Bytes of the files under `dir` (links not followed).
+fn du(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+fn main() {
+    let shapes = ["large", "startup"];
+    let shape = std::env::args()
+        .skip(1)
+        .find(|a| shapes.contains(&a.as_str()))
+        .unwrap_or_else(|| "large".into());
+    match shape.as_str() {
+        "startup" => startup(),
+        _ => large(),
+    }
+}
