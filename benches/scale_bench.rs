@@ -151,12 +151,21 @@ fn startup() {
             .map(|e| e["ts"].as_f64().unwrap())
             .collect();
         running.sort_by(f64::total_cmp);
+        let run_started = events
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|e| e["kind"] == "run_started")
+            .unwrap()["ts"]
+            .as_f64()
+            .unwrap();
         let began = began.duration_since(SystemTime::UNIX_EPOCH).unwrap();
         let last = running[jobs - 1] - began.as_secs_f64();
         println!(
             "startup files={files} jobs={jobs} worktrees={mode}: last of {jobs} workers running \
-             after {:.2}s; .git/swarm held {:.0} MB while they ran",
+             {:.2}s after swarm started ({:.2}s after the run did); .git/swarm held {:.0} MB \
+             while they ran",
             last,
+            running[jobs - 1] - run_started,
             disk as f64 / 1e6
         );
     }

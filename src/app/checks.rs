@@ -63,6 +63,30 @@ pub fn endpoint_and_key(
     Ok(key)
 }
 
+/// `--worktrees overlay` can be used by this run: an `--exec` worker (the built-in worker's
+/// file tools, and `--repair`'s, run in swarm, outside the jail that mounts a view), and a
+/// view mounts here.
+pub async fn worktrees(settings: &Settings, common_dir: &std::path::Path) -> AppResult<()> {
+    if settings.worktree.mode != crate::settings::WorktreeMode::Overlay {
+        return Ok(());
+    }
+    let why = if settings.exec.is_none() {
+        Some(
+            "the built-in worker edits files from swarm itself, outside the jail where a view \
+             is mounted; overlay worktrees serve --exec and --agent workers"
+                .to_string(),
+        )
+    } else if settings.repair {
+        Some("--repair runs the built-in worker in the task's worktree".to_string())
+    } else {
+        crate::orchestrator::views_unavailable(settings, common_dir).await
+    };
+    match why {
+        Some(why) => Err(AppError::NoOverlay(why)),
+        None => Ok(()),
+    }
+}
+
 /// Workers can be confined here with `policy` (unless it is off).
 pub async fn sandbox(policy: &SandboxPolicy) -> AppResult<()> {
     sandbox::probe(policy).await.map_err(AppError::Sandbox)

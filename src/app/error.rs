@@ -65,6 +65,8 @@ pub enum AppError {
     NoPlannerModel,
     #[error("cannot confine worker processes here: {0}")]
     Sandbox(String),
+    #[error("--worktrees overlay cannot be used here: {0}")]
+    NoOverlay(String),
     #[error("--review asks about each task on a terminal, and this is not one")]
     ReviewOffTerminal,
     #[error("--into applies to merging a plan file")]

@@ -116,6 +116,7 @@ pub async fn prepare(
             let key = checks::worker(&settings)?;
             super::agents::installed(&settings)?;
             checks::sandbox(&settings.sandbox).await?;
+            checks::worktrees(&settings, &info.common_dir).await?;
             key
         }
         Purpose::PlanFile => {

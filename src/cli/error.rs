@@ -76,6 +76,11 @@ fn describe(e: &AppError) -> (String, Option<String>) {
             "pass --planner-model NAME (or --model NAME) with SWARM_API_KEY (or OPENAI_API_KEY) set"
                 .into(),
         ),
+        AppError::NoOverlay(_) => Some(
+            "pass --worktrees auto (overlay worktrees where they work, full checkouts \
+             elsewhere) or --worktrees pool"
+                .into(),
+        ),
         AppError::Sandbox(_) => Some(
             "pass --sandbox off to run workers unconfined (no Landlock, no namespaces: see \
              docs/SECURITY.md)"

@@ -23,3 +23,4 @@ mod sandbox;
 mod shards;
 mod verify_merged;
 mod workers;
+mod worktrees;

@@ -135,11 +135,26 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
 /// are made under `layers` (the file system real views use), writes a file and deletes one.
 /// `Err` says what failed.
 pub async fn probe_overlay(policy: &SandboxPolicy, layers: &std::path::Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt as _;
     if !policy.enabled {
         return Err("overlay worktrees are mounted by the sandbox's jail (--sandbox off)".into());
     }
+    // The folders made here go again afterwards (a refused run changes nothing); removing
+    // one that a run has started to use fails harmlessly.
+    let made: Vec<std::path::PathBuf> = layers
+        .ancestors()
+        .take_while(|a| !a.exists())
+        .map(std::path::Path::to_path_buf)
+        .collect();
     std::fs::create_dir_all(layers).map_err(|e| e.to_string())?;
+    let probed = probe_overlay_in(policy, layers).await;
+    for dir in &made {
+        let _ = std::fs::remove_dir(dir);
+    }
+    probed
+}
+
+async fn probe_overlay_in(policy: &SandboxPolicy, layers: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::Builder::new()
         .prefix("probe-")
         .tempdir_in(layers)

@@ -1,0 +1,189 @@
+//! Overlay worktrees (`--worktrees overlay`): a worker sees one shared base checkout through
+//! an overlay mounted in its jail, and what it changed is the view's upper layer. Each kind of
+//! change is committed as git would commit it, on both kinds of worktree, and a worker in a
+//! view can change neither the shared base nor anything outside its view.
+
+use crate::common::{TestRepo, task_of};
+
+/// Every kind of change a worker can make: an edit, a deletion, a folder removed and made
+/// again (an opaque folder in the view), a file that becomes a folder, new nested folders, a
+/// link, an executable bit, and ignored output that stays out.
+const EVERY_CHANGE: &str = "\
+echo changed >> a.txt; rm del.txt; rm -r dir; mkdir dir; echo new > dir/z.txt; \
+rm swap; mkdir swap; echo in > swap/inner; mkdir -p new/deep; echo d > new/deep/n.txt; \
+ln -s a.txt lnk; chmod +x run.sh; mkdir -p target; echo out > target/o; echo t > junk.log";
+
+fn repo() -> TestRepo {
+    TestRepo::with_files(&[
+        ("a.txt", "a\n"),
+        ("del.txt", "gone\n"),
+        ("dir/x.txt", "x\n"),
+        ("dir/y.txt", "y\n"),
+        ("swap", "a file\n"),
+        ("run.sh", "echo hi\n"),
+        (".gitignore", "target/\n*.log\n"),
+    ])
+}
+
+#[test]
+fn a_view_commits_every_kind_of_change_as_git_does() {
+    for mode in ["overlay", "pool"] {
+        let repo = repo();
+        let base = repo.git(&["rev-parse", "HEAD"]);
+        let oracle = repo.oracle_tree(&base, &["a.txt"], EVERY_CHANGE);
+        let run = repo.swarm(&[
+            "refactor",
+            "every change",
+            "a.txt",
+            "--scope",
+            "any",
+            "--worktrees",
+            mode,
+            "-y",
+            "--exec",
+            EVERY_CHANGE,
+        ]);
+        run.assert_code(0);
+        let report = repo.report(&run);
+        assert_eq!(report["worktrees"], mode, "{}", run.stderr);
+        assert_eq!(
+            repo.git(&["rev-parse", "main^{tree}"]),
+            oracle,
+            "--worktrees {mode}: the merged tree is not what git commits"
+        );
+        let task = task_of(&report, "a.txt");
+        let mut changed: Vec<&str> = task["changed_files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        changed.sort();
+        assert_eq!(
+            changed,
+            [
+                "a.txt",
+                "del.txt",
+                "dir/x.txt",
+                "dir/y.txt",
+                "dir/z.txt",
+                "lnk",
+                "new/deep/n.txt",
+                "run.sh",
+                "swap",
+                "swap/inner"
+            ],
+            "--worktrees {mode}"
+        );
+        let layers = repo.swarm_dir().join("layers");
+        assert!(
+            !layers.exists() || layers.read_dir().unwrap().next().is_none(),
+            "the views' layers are left behind"
+        );
+    }
+}
+
+/// The attack: a worker in a view looks up where swarm keeps the base checkout and the
+/// layers, and writes to them, to the folder around its view and to the user's checkout; the
+/// next task, in the same view, copies what it sees of `a.txt`.
+#[test]
+fn a_worker_in_a_view_changes_neither_the_shared_base_nor_anything_outside_it() {
+    let repo = TestRepo::with_files(&[
+        ("a.txt", "original\n"),
+        ("one.txt", "1\n"),
+        ("two.txt", "2\n"),
+    ]);
+    let attack = r#"
+        common=$(git rev-parse --git-common-dir)
+        if [ "$SWARM_FILE" = one.txt ]; then
+            for d in "$common"/swarm/worktrees/*; do
+                [ "$d" -ef "$PWD" ] && continue # its own view
+                echo pwned > "$d/a.txt" 2>/dev/null && echo "escaped: $d/a.txt"
+            done
+            for d in "$common"/swarm/layers/*/upper; do
+                echo pwned > "$d/evil.txt" 2>/dev/null && echo "escaped: $d"
+            done
+            echo pwned > ../outside.txt 2>/dev/null && echo "escaped: .."
+            echo pwned > "$common/../pwned.txt" 2>/dev/null && echo "escaped: checkout"
+            echo edited > one.txt
+        else
+            cp a.txt two.txt
+        fi
+    "#;
+    let run = repo.swarm(&[
+        "refactor",
+        "attack",
+        "one.txt",
+        "two.txt",
+        "-j",
+        "1",
+        "--worktrees",
+        "overlay",
+        "-y",
+        "--exec",
+        attack,
+    ]);
+    run.assert_code(0);
+    let report = repo.report(&run);
+    assert_eq!(report["worktrees"], "overlay");
+    let log = repo.run_file(
+        report["run_id"].as_str().unwrap(),
+        &format!(
+            "tasks/{}/worker.log",
+            task_of(&report, "one.txt")["id"].as_str().unwrap()
+        ),
+    );
+    assert!(!log.contains("escaped"), "{log}");
+    assert_eq!(repo.read("one.txt"), "edited\n");
+    assert_eq!(
+        repo.read("two.txt"),
+        "original\n",
+        "the next task saw a changed base"
+    );
+    assert_eq!(
+        repo.git(&["ls-tree", "-r", "--name-only", "main"]),
+        "a.txt\none.txt\ntwo.txt"
+    );
+    assert!(!repo.path.join("pwned.txt").exists());
+    assert!(!repo.swarm_dir().join("worktrees/outside.txt").exists());
+}
+
+#[test]
+fn overlay_worktrees_are_refused_where_they_cannot_work() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    for (extra, says) in [
+        (&["--sandbox", "off", "--exec", "true"][..], "--sandbox off"),
+        (
+            &["--model", "m", "--base-url", "http://127.0.0.1:9"][..],
+            "built-in worker",
+        ),
+    ] {
+        let mut args = vec!["refactor", "x", "a.txt", "--worktrees", "overlay", "-y"];
+        args.extend_from_slice(extra);
+        let run = repo.swarm(&args);
+        run.assert_code(2);
+        assert!(
+            run.stderr
+                .contains("--worktrees overlay cannot be used here")
+                && run.stderr.contains(says),
+            "{}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("--worktrees auto"), "{}", run.stderr);
+        assert!(!repo.swarm_dir().exists(), "a refused run left .git/swarm");
+    }
+    // `auto` falls back to full checkouts, and says which the run used.
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "a.txt",
+        "--sandbox",
+        "off",
+        "-y",
+        "--exec",
+        "sed -i s/foo/bar/ a.txt",
+    ]);
+    run.assert_code(0);
+    assert_eq!(repo.report(&run)["worktrees"], "pool");
+    assert_eq!(repo.read("a.txt"), "bar\n");
+}
