@@ -22,47 +22,22 @@
 
 mod common;
 
-use common::{git, measure, option, option_str};
+use common::{Shape, clone, generate, git, measure, option, option_str};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 const SED: &str = r#"sed -i 's/foo/bar/g' "$SWARM_FILE""#;
 
-/// A repository of `files` files spread over `dirs` folders; `tasks` of them mention foo.
-fn generate(root: &Path, files: usize, dirs: usize, tasks: usize) -> PathBuf {
-    let repo = root.join("origin");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    let stride = files / tasks;
-    let mut with_foo = 0;
-    for i in 0..files {
-        let dir = repo.join(format!("src/d{:03}", i % dirs));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut body = String::new();
-        for line in 0..20 {
-            body.push_str(&format!("line {line} of file {i}: lorem ipsum\n"));
-        }
-        if i % stride == 0 && with_foo < tasks {
-            body.push_str("call foo() here\n");
-            with_foo += 1;
-        }
-        std::fs::write(dir.join(format!("f{i:06}.txt")), body).unwrap();
+/// The benches' repository shape with 20 lines a file.
+fn shape(files: usize, dirs: usize, tasks: usize) -> Shape {
+    Shape {
+        files,
+        dirs,
+        tasks,
+        lines: 20,
     }
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "generated"]);
-    repo
-}
-
-fn clone(origin: &Path, to: &Path) {
-    let out = Command::new("git")
-        .args(["clone", "-q"])
-        .arg(origin)
-        .arg(to)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
 }
 
 fn swarm(repo: &Path, jobs: usize, mode: &str, exec: &str) -> Command {
@@ -96,7 +71,7 @@ fn large() {
     let jobs = option("--jobs", 2) as usize;
     let root = tempfile::tempdir().unwrap();
     eprintln!("generating {files} files in {dirs} folders ({tasks} with foo)");
-    let origin = generate(root.path(), files, dirs, tasks);
+    let origin = generate(root.path(), &shape(files, dirs, tasks));
     let mut trees = Vec::new();
     for mode in modes() {
         let repo = root.path().join(&mode);
@@ -126,7 +101,7 @@ fn startup() {
     let jobs = option("--jobs", 16) as usize;
     let tasks = 2 * jobs;
     let root = tempfile::tempdir().unwrap();
-    let origin = generate(root.path(), files, dirs, tasks);
+    let origin = generate(root.path(), &shape(files, dirs, tasks));
     for mode in modes() {
         let repo = root.path().join(&mode);
         clone(&origin, &repo);

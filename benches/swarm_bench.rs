@@ -20,9 +20,9 @@
 
 mod common;
 
-use common::git;
+use common::{Shape, clone, generate, git};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -64,43 +64,6 @@ fn parse_options() -> Options {
     }
     assert!(o.tasks <= o.files, "--tasks must not exceed --files");
     o
-}
-
-/// A repository of `files` files in 50 directories; every (files/tasks)-th mentions foo.
-fn generate(root: &Path, o: &Options) -> PathBuf {
-    let repo = root.join("origin");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    let stride = o.files / o.tasks;
-    let mut with_foo = 0;
-    for i in 0..o.files {
-        let dir = repo.join(format!("src/d{:02}", i % 50));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut body = String::new();
-        for line in 0..40 {
-            body.push_str(&format!(
-                "line {line} of file {i}: lorem ipsum dolor sit amet\n"
-            ));
-        }
-        if i % stride == 0 && with_foo < o.tasks {
-            body.push_str("call foo() here\n");
-            with_foo += 1;
-        }
-        std::fs::write(dir.join(format!("f{i:05}.txt")), body).unwrap();
-    }
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "generated"]);
-    repo
-}
-
-fn clone(origin: &Path, to: &Path) {
-    let out = Command::new("git")
-        .args(["clone", "-q"])
-        .arg(origin)
-        .arg(to)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
 }
 
 fn run_swarm(repo: &Path, jobs: usize) -> Duration {
@@ -198,7 +161,15 @@ fn main() {
         o.tasks,
         root.path().display()
     );
-    let origin = generate(root.path(), &o);
+    let origin = generate(
+        root.path(),
+        &Shape {
+            files: o.files,
+            dirs: 50,
+            tasks: o.tasks,
+            lines: 40,
+        },
+    );
     let (swarm_repo, naive_repo) = (root.path().join("swarm"), root.path().join("naive"));
     clone(&origin, &swarm_repo);
     clone(&origin, &naive_repo);

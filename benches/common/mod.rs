@@ -101,3 +101,55 @@ pub fn measure(cmd: &mut Command) -> Measured {
         stderr,
     }
 }
+
+/// A generated repository: `files` text files of `lines` lines spread over `dirs` folders
+/// under `src/`, every (files/tasks)-th of them (`tasks` in all) mentioning `foo`.
+#[allow(dead_code)]
+pub struct Shape {
+    pub files: usize,
+    pub dirs: usize,
+    pub tasks: usize,
+    pub lines: usize,
+}
+
+/// Makes the repository `shape` describes in `root/origin`, one commit on `main`.
+#[allow(dead_code)]
+pub fn generate(root: &Path, shape: &Shape) -> std::path::PathBuf {
+    let repo = root.join("origin");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let digits = |n: usize| n.saturating_sub(1).max(1).ilog10() as usize + 1;
+    let (dir_width, file_width) = (digits(shape.dirs).max(2), digits(shape.files).max(5));
+    let stride = shape.files / shape.tasks;
+    let mut with_foo = 0;
+    for i in 0..shape.files {
+        let dir = repo.join(format!("src/d{:0dir_width$}", i % shape.dirs));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut body = String::new();
+        for line in 0..shape.lines {
+            body.push_str(&format!(
+                "line {line} of file {i}: lorem ipsum dolor sit amet\n"
+            ));
+        }
+        if i % stride == 0 && with_foo < shape.tasks {
+            body.push_str("call foo() here\n");
+            with_foo += 1;
+        }
+        std::fs::write(dir.join(format!("f{i:0file_width$}.txt")), body).unwrap();
+    }
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "generated"]);
+    repo
+}
+
+/// `git clone -q origin to`.
+#[allow(dead_code)]
+pub fn clone(origin: &Path, to: &Path) {
+    let out = Command::new("git")
+        .args(["clone", "-q"])
+        .arg(origin)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}

@@ -202,35 +202,7 @@ impl WorktreePool {
     /// upper layer. Made, and reset, in proportion to what its previous task changed.
     /// Blocking: call from a blocking thread.
     pub fn acquire_view(self: &Arc<Self>, branch: &str, start: Oid) -> anyhow::Result<Lease> {
-        let repo = Repository::open(&self.common_dir)?;
-        let commit = repo.find_commit(start)?;
-        repo.branch(branch, &commit, true)
-            .with_context(|| format!("cannot create branch {branch}"))?;
-        let branch_ref_name = super::branch_ref(branch);
-        let base = self.base_checkout(&repo, start)?;
-        let idle = self.lock_state().idle_views.pop();
-        let reused = match idle {
-            Some(mut slot) => match self.reset_view(&slot, &base, &branch_ref_name) {
-                Ok(()) => {
-                    slot.fresh = false;
-                    Some(slot)
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot reset worktree {}; it is replaced by a new one: {e:#}",
-                        slot.name
-                    );
-                    self.discard(slot);
-                    None
-                }
-            },
-            None => None,
-        };
-        let slot = match reused {
-            Some(slot) => slot,
-            None => self.create_view(&repo, &branch_ref_name, &base)?,
-        };
-        self.lend(&repo, slot)
+        self.acquire_kind(branch, start, true)
     }
 
     /// The run's base checkout at `start`, made on first use.
@@ -328,17 +300,41 @@ impl WorktreePool {
     /// Lends a worktree with `branch` (created or moved to `start`) checked out at `start`.
     /// Blocking: call from a blocking thread.
     pub fn acquire(self: &Arc<Self>, branch: &str, start: Oid) -> anyhow::Result<Lease> {
+        self.acquire_kind(branch, start, false)
+    }
+
+    /// Lends an idle worktree of the kind asked for (a view, or a full checkout), reset for
+    /// `branch` at `start`, or a new one when none is idle or the reset failed.
+    fn acquire_kind(
+        self: &Arc<Self>,
+        branch: &str,
+        start: Oid,
+        view: bool,
+    ) -> anyhow::Result<Lease> {
         let repo = Repository::open(&self.common_dir)?;
         let commit = repo.find_commit(start)?;
         // `force`: a retry moves its branch to the new start commit. Idle worktrees have a
         // detached HEAD, so no branch is checked out while being moved.
         repo.branch(branch, &commit, true)
             .with_context(|| format!("cannot create branch {branch}"))?;
-        let branch_ref_name = super::branch_ref(branch);
-
-        let idle = self.lock_state().idle.pop();
-        let reused = match idle {
-            Some(mut slot) => match self.reset(&slot, &branch_ref_name, &commit) {
+        let branch_ref = super::branch_ref(branch);
+        let base = match view {
+            true => Some(self.base_checkout(&repo, start)?),
+            false => None,
+        };
+        let idle = {
+            let mut st = self.lock_state();
+            match view {
+                true => st.idle_views.pop(),
+                false => st.idle.pop(),
+            }
+        };
+        let reused = idle.and_then(|mut slot| {
+            let reset = match &base {
+                Some(base) => self.reset_view(&slot, base, &branch_ref),
+                None => self.reset(&slot, &branch_ref, &commit),
+            };
+            match reset {
                 Ok(()) => {
                     slot.fresh = false;
                     Some(slot)
@@ -351,12 +347,12 @@ impl WorktreePool {
                     self.discard(slot);
                     None
                 }
-            },
-            None => None,
-        };
-        let slot = match reused {
-            Some(slot) => slot,
-            None => self.create(&repo, &branch_ref_name)?,
+            }
+        });
+        let slot = match (reused, &base) {
+            (Some(slot), _) => slot,
+            (None, Some(base)) => self.create_view(&repo, &branch_ref, base)?,
+            (None, None) => self.create(&repo, &branch_ref)?,
         };
         self.lend(&repo, slot)
     }

@@ -10,7 +10,6 @@
 //! links.
 
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use git2::{ObjectType, Repository, Tree};
@@ -150,10 +149,7 @@ fn clear(
 /// leaves `work/work` with mode 000, which its owner must open up first. Only under
 /// `.git/swarm/`, without following links ([`state::remove_owned`]).
 pub fn remove_layers(common_dir: &Path, dir: &Path) -> anyhow::Result<()> {
-    let inner = dir.join("work").join("work");
-    if std::fs::symlink_metadata(&inner).is_ok_and(|m| m.is_dir()) {
-        let _ = std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o700));
-    }
+    overlay::open_work_dir(&dir.join("work"));
     state::remove_owned(common_dir, dir)?;
     Ok(())
 }

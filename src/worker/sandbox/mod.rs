@@ -112,6 +112,11 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
     if let Some(proxy) = &proxy {
         spec = spec.with_proxy(&proxy.socket());
     }
+    run_probe(&spec).await
+}
+
+/// Runs a probe's jail to its end: `Err` says why it failed, in the jail's words.
+async fn run_probe(spec: &jail::JailSpec) -> Result<(), String> {
     let mut cmd = spec.command().map_err(|e| e.to_string())?;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -154,7 +159,6 @@ pub async fn probe_overlay(policy: &SandboxPolicy, layers: &std::path::Path) -> 
 }
 
 async fn probe_overlay_in(policy: &SandboxPolicy, layers: &std::path::Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::Builder::new()
         .prefix("probe-")
         .tempdir_in(layers)
@@ -178,35 +182,16 @@ async fn probe_overlay_in(policy: &SandboxPolicy, layers: &std::path::Path) -> R
         policy.network,
     )
     .with_overlay(Some(&view));
-    let mut cmd = spec.command().map_err(|e| e.to_string())?;
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let out = cmd.output().await.map_err(|e| e.to_string());
-    let worked = out.as_ref().is_ok_and(|o| o.status.success())
-        && view.upper.join("new").is_file()
+    let ran = run_probe(&spec).await;
+    let shown = view.upper.join("new").is_file()
         && std::fs::symlink_metadata(view.upper.join("old"))
             .is_ok_and(|m| overlay::is_whiteout(&m));
-    // overlayfs leaves its inner work directory unreadable; open it so it can be removed.
-    let _ = std::fs::set_permissions(
-        view.inner_work_dir(),
-        std::fs::Permissions::from_mode(0o700),
-    );
-    if worked {
-        return Ok(());
+    overlay::open_work_dir(&view.work);
+    match ran {
+        Ok(()) if shown => Ok(()),
+        Ok(()) => Err("an overlay view did not show the changes it should".into()),
+        Err(why) => Err(why),
     }
-    let why = match out {
-        Ok(o) => String::from_utf8_lossy(&o.stderr)
-            .trim()
-            .trim_start_matches("swarm: cannot confine the worker process: ")
-            .to_string(),
-        Err(e) => e,
-    };
-    Err(if why.is_empty() {
-        "an overlay view did not show the changes it should".into()
-    } else {
-        why
-    })
 }
 
 /// A private temporary directory for one worker process, deleted when dropped.

@@ -41,10 +41,15 @@ impl OverlayView {
             path(&self.work)?
         ))
     }
+}
 
-    /// The directory overlayfs keeps inside `work` (mode 000 while unmounted).
-    pub fn inner_work_dir(&self) -> PathBuf {
-        self.work.join("work")
+/// Makes the folder overlayfs keeps inside a view's `work` folder (`work/work`, mode 000
+/// once unmounted) removable by its owner again; a link there is left alone.
+pub fn open_work_dir(work: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let inner = work.join("work");
+    if std::fs::symlink_metadata(&inner).is_ok_and(|m| m.is_dir()) {
+        let _ = std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o700));
     }
 }
 
