@@ -6,6 +6,7 @@ pub const SWARM_TIMEOUT: &str = "SWARM_TIMEOUT";
 pub const SWARM_ON_CONFLICT: &str = "SWARM_ON_CONFLICT";
 pub const SWARM_SCOPE: &str = "SWARM_SCOPE";
 pub const SWARM_BATCH: &str = "SWARM_BATCH";
+pub const SWARM_PER_PROCESS: &str = "SWARM_PER_PROCESS";
 pub const SWARM_EXEC: &str = "SWARM_EXEC";
 pub const SWARM_AGENT: &str = "SWARM_AGENT";
 pub const SWARM_MODEL: &str = "SWARM_MODEL";

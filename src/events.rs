@@ -27,6 +27,9 @@ pub enum Event {
         jobs: usize,
         /// `overlay` (views of one checkout) or `pool` (full checkouts).
         worktrees: String,
+        /// The most tasks one worker process runs (`--per-process`).
+        #[serde(default = "one")]
+        per_process: usize,
     },
     WorktreeCreated {
         worktree: String,
@@ -36,6 +39,22 @@ pub enum Event {
         files: Vec<RepoPath>,
         attempt: u32,
         worktree: String,
+    },
+    /// One worker process starts for several tasks (`--per-process`); each of them still has
+    /// its `task_started`, its commit and its merge.
+    GroupStarted {
+        tasks: Vec<TaskId>,
+        worktree: String,
+    },
+    /// A process over several tasks did not succeed for all of them: nothing of it is kept,
+    /// and its tasks run again in smaller processes, down to one task per process: those
+    /// whose files its output named on a line about an error alone (`alone`), the others
+    /// together; or, when it named none, in two halves.
+    GroupSplit {
+        tasks: Vec<TaskId>,
+        alone: Vec<TaskId>,
+        error: String,
+        log: Option<String>,
     },
     /// A coarse step of a running task, for the live view ("setup", "running", "committing").
     TaskStep {
@@ -218,6 +237,8 @@ impl Event {
             Event::Warning { task, .. } | Event::Network { task, .. } => task.as_ref(),
             Event::RunStarted { .. }
             | Event::WorktreeCreated { .. }
+            | Event::GroupStarted { .. }
+            | Event::GroupSplit { .. }
             | Event::VerifyMerged { .. }
             | Event::TargetUpdated { .. }
             | Event::TargetNotUpdated { .. }
@@ -297,4 +318,8 @@ impl EventSink {
         }
         self.reporter.on_event(&event);
     }
+}
+
+fn one() -> usize {
+    1
 }

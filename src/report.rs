@@ -242,6 +242,9 @@ pub struct Report {
     /// How the workers' worktrees were made: `overlay` or `pool` (`--worktrees`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktrees: Option<String>,
+    /// The most tasks one worker process ran (`--per-process`; 1: a process per task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_process: Option<usize>,
 }
 
 /// The outcome of `--verify-merged`.

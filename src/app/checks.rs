@@ -7,7 +7,7 @@ use super::error::{AppError, AppResult};
 use crate::git::repo::{self, IntoTarget};
 use crate::plan::Task;
 use crate::repo_path::RepoPath;
-use crate::settings::{ApiKey, OnConflict, SandboxPolicy, Scope, Settings};
+use crate::settings::{ApiKey, OnConflict, PerProcess, SandboxPolicy, Scope, Settings};
 use crate::worker::sandbox;
 
 /// A worker is configured (`--exec` or `--model`); the key is not needed yet (a plan file).
@@ -23,6 +23,20 @@ pub fn worker_configured(settings: &Settings) -> AppResult<()> {
 pub fn worker(settings: &Settings) -> AppResult<Option<ApiKey>> {
     if settings.repair && settings.verify.is_none() {
         return Err(AppError::RepairWithoutVerify);
+    }
+    if let PerProcess::Tasks(n @ 2..) = settings.per_process {
+        if settings.exec.is_none() {
+            return Err(AppError::PerProcess(
+                n,
+                "the built-in worker runs one conversation per task, not a process",
+            ));
+        }
+        if settings.repair {
+            return Err(AppError::PerProcess(
+                n,
+                "--repair hands each task's failing check to the model, one task at a time",
+            ));
+        }
     }
     if !settings.uses_model() {
         return Ok(None);

@@ -51,6 +51,8 @@ pub enum AppError {
     },
     #[error("--repair needs --verify: the check whose failure the model repairs")]
     RepairWithoutVerify,
+    #[error("--per-process {0}: {1}")]
+    PerProcess(usize, &'static str),
     #[error("{0} needs a model, and none is configured")]
     ModelNeeded(&'static str),
     #[error("--base-url '{0}' is not an http(s) URL")]

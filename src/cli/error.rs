@@ -57,6 +57,7 @@ fn describe(e: &AppError) -> (String, Option<String>) {
         AppError::AgentMissing { install, .. } => Some(format!(
             "install it ({install}), or run `swarm agents` to see which agents are found"
         )),
+        AppError::PerProcess(..) => Some("pass --per-process 1, or auto".into()),
         AppError::RepairWithoutVerify => {
             Some("pass --verify CMD (e.g. --verify 'cargo check'), or drop --repair".into())
         }
@@ -128,6 +129,10 @@ fn settings(e: &SettingsError) -> (String, Option<String>) {
                 Count::Batch => (
                     "--batch must be at least 1",
                     "pass --batch 1 for one file per task",
+                ),
+                Count::PerProcess => (
+                    "--per-process must be at least 1",
+                    "pass --per-process 1 for a process per task, or auto",
                 ),
                 Count::Timeout => (
                     "--timeout must be at least 1 second",

@@ -14,7 +14,7 @@ use crate::env_vars;
 use crate::error::exit;
 use crate::orchestrator::{RunMode, RunRequest};
 use crate::plan::Plan;
-use crate::settings::{Layer, OnConflict, SandboxMode, Scope, WorktreeMode};
+use crate::settings::{Layer, OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
 
 /// Plan, run the workers in parallel, merge every task branch with --no-ff, clean up.
 ///
@@ -50,6 +50,13 @@ pub struct RefactorArgs {
     /// Files per task [default: 1].
     #[arg(long, value_name = "N", env = env_vars::SWARM_BATCH)]
     pub batch: Option<usize>,
+
+    /// Tasks one worker process runs at most: N, or auto (several when the --exec command
+    /// takes a list of files, naming $SWARM_FILES; one otherwise). Each task is still
+    /// committed and merged on its own; a failing process's tasks run again in halves
+    /// [default: auto].
+    #[arg(long, value_name = "N|auto", env = env_vars::SWARM_PER_PROCESS)]
+    pub per_process: Option<PerProcess>,
 
     /// How files become tasks: file (one task per file, or per --batch files) or llm (a
     /// planner model groups them and writes each task's instruction) [default: file].
@@ -215,6 +222,7 @@ impl RefactorArgs {
         run.on_conflict = self.on_conflict;
         run.scope = self.scope;
         run.batch = self.batch;
+        run.per_process = self.per_process;
         run.exec = self.exec.clone();
         run.max_turns = self.max_turns;
         run.max_tokens = self.max_tokens;

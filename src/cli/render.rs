@@ -54,7 +54,8 @@ impl TerminalReporter {
 pub struct Live {
     multi: MultiProgress,
     overall: ProgressBar,
-    workers: Mutex<HashMap<crate::ids::TaskId, (ProgressBar, String)>>,
+    /// The line of each running task: tasks that share a worker process share one.
+    workers: Mutex<HashMap<crate::ids::TaskId, Arc<(ProgressBar, String)>>>,
     counts: Mutex<HashMap<&'static str, usize>>,
     /// Tokens and US dollars spent so far.
     spent: Mutex<(u64, f64)>,
@@ -82,10 +83,7 @@ impl Live {
     }
 
     fn settle(&self, task: &crate::ids::TaskId, status: &'static str) {
-        if let Some((bar, _)) = self.lock_workers().remove(task) {
-            bar.finish_and_clear();
-            self.multi.remove(&bar);
-        }
+        self.drop_line(task);
         self.overall.inc(1);
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         *counts.entry(status).or_default() += 1;
@@ -110,8 +108,37 @@ impl Live {
 
     fn lock_workers(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<crate::ids::TaskId, (ProgressBar, String)>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<crate::ids::TaskId, Arc<(ProgressBar, String)>>> {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A line for a worker process running `tasks`, labelled `label`.
+    fn add_line(&self, tasks: &[crate::ids::TaskId], label: String) {
+        let bar = self
+            .multi
+            .insert_before(&self.overall, ProgressBar::new_spinner());
+        bar.set_style(
+            ProgressStyle::with_template("  {spinner:.green} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.set_message(format!("{label} · starting"));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        let line = Arc::new((bar, label));
+        let mut workers = self.lock_workers();
+        for task in tasks {
+            workers.insert(task.clone(), line.clone());
+        }
+    }
+
+    /// Task `task` no longer shows: its line goes when no other task shares it.
+    fn drop_line(&self, task: &crate::ids::TaskId) {
+        let Some(line) = self.lock_workers().remove(task) else {
+            return;
+        };
+        if Arc::strong_count(&line) == 1 {
+            line.0.finish_and_clear();
+            self.multi.remove(&line.0);
+        }
     }
 
     fn on_event(&self, event: &Event) {
@@ -122,13 +149,10 @@ impl Live {
                 attempt,
                 ..
             } => {
-                let bar = self
-                    .multi
-                    .insert_before(&self.overall, ProgressBar::new_spinner());
-                bar.set_style(
-                    ProgressStyle::with_template("  {spinner:.green} {msg}")
-                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-                );
+                // A task of a shared process shows on the process's line.
+                if self.lock_workers().contains_key(task) {
+                    return;
+                }
                 let mut label = files.first().map(|f| f.display()).unwrap_or_default();
                 if files.len() > 1 {
                     label.push_str(&format!(" (+{})", files.len() - 1));
@@ -136,13 +160,24 @@ impl Live {
                 if *attempt > 1 {
                     label.push_str(&format!(" [retry {attempt}]"));
                 }
-                bar.set_message(format!("{label} · starting"));
-                bar.enable_steady_tick(Duration::from_millis(120));
-                self.lock_workers().insert(task.clone(), (bar, label));
+                self.add_line(std::slice::from_ref(task), label);
+            }
+            Event::GroupStarted { tasks, .. } => {
+                let first = tasks.first().map(|t| t.as_str()).unwrap_or_default();
+                let label = format!("{first} (+{} tasks, one process)", tasks.len() - 1);
+                self.add_line(tasks, label);
+            }
+            Event::GroupSplit { tasks, .. } => {
+                for task in tasks {
+                    self.drop_line(task);
+                }
+                if let Some(line) = plain_text(event) {
+                    let _ = self.multi.println(format!("  {line}"));
+                }
             }
             Event::TaskStep { task, step } => {
-                if let Some((bar, label)) = self.lock_workers().get(task) {
-                    bar.set_message(format!("{label} · {step}"));
+                if let Some(line) = self.lock_workers().get(task) {
+                    line.0.set_message(format!("{} · {step}", line.1));
                 }
             }
             Event::TaskFinished {
@@ -156,8 +191,8 @@ impl Live {
                 self.add_spent(*tokens, *cost_usd);
                 match status {
                     TaskStatus::Done => {
-                        if let Some((bar, label)) = self.lock_workers().get(task) {
-                            bar.set_message(format!("{label} · merging"));
+                        if let Some(line) = self.lock_workers().get(task) {
+                            line.0.set_message(format!("{} · merging", line.1));
                         }
                     }
                     other => {
@@ -185,10 +220,7 @@ impl Live {
                     action.as_str()
                 ));
                 if *action == ConflictAction::Retry {
-                    if let Some((bar, _)) = self.lock_workers().remove(task) {
-                        bar.finish_and_clear();
-                        self.multi.remove(&bar);
-                    }
+                    self.drop_line(task);
                 } else {
                     self.settle(task, "conflict");
                 }
@@ -261,6 +293,35 @@ fn plain_text(event: &Event) -> Option<String> {
             ),
         },
         Event::Merged { task, commit, .. } => format!("merged    {task} ({})", &commit[..10]),
+        Event::GroupStarted { tasks, .. } => format!(
+            "process   for {} tasks, each committed and merged on its own: {}",
+            tasks.len(),
+            short_list(tasks)
+        ),
+        Event::GroupSplit {
+            tasks,
+            alone,
+            error,
+            log,
+        } => format!(
+            "split     the process for {} tasks ({}) did not succeed: {error}; they run again, \
+             {}{}",
+            tasks.len(),
+            short_list(tasks),
+            match alone.len() {
+                0 => "in two halves".to_string(),
+                n => format!(
+                    "{} alone (named in its errors), the others together",
+                    match n {
+                        1 => alone[0].to_string(),
+                        n => format!("{n} tasks"),
+                    }
+                ),
+            },
+            log.as_ref()
+                .map(|l| format!(" (log: {l})"))
+                .unwrap_or_default()
+        ),
         Event::Conflict {
             task,
             paths,
@@ -311,6 +372,15 @@ fn plain_text(event: &Event) -> Option<String> {
         _ => return None,
     };
     Some(line)
+}
+
+/// The first and last of `tasks`.
+fn short_list(tasks: &[crate::ids::TaskId]) -> String {
+    match tasks {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [first, .., last] => format!("{first} … {last}"),
+    }
 }
 
 /// The table printed after a run (stderr).

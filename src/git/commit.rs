@@ -158,6 +158,43 @@ fn commit_with(
     })
 }
 
+/// One task's share of what a worker process did for several tasks (`--per-process`): the
+/// start commit's tree with `paths` as they are in commit `whole`, committed with `start` as
+/// its only parent, and `branch` pointed there (at `start` itself when `paths` is empty).
+/// Returns the branch's new tip. Blocking.
+pub fn commit_share(
+    repo: &Repository,
+    start: Oid,
+    whole: Oid,
+    paths: &[RepoPath],
+    branch: &str,
+    message: &str,
+) -> Result<Oid, git2::Error> {
+    let start_commit = repo.find_commit(start)?;
+    let tip = if paths.is_empty() {
+        start
+    } else {
+        let from = repo.find_commit(whole)?.tree()?;
+        let tree = super::apply_paths(repo, paths, &from, &start_commit.tree()?)?;
+        let sig = super::signature(repo)?;
+        repo.commit(
+            None,
+            &sig,
+            &sig,
+            message,
+            &repo.find_tree(tree)?,
+            &[&start_commit],
+        )?
+    };
+    repo.reference(
+        &super::branch_ref(branch),
+        tip,
+        true,
+        "swarm: a task's share of its process",
+    )?;
+    Ok(tip)
+}
+
 /// Paths that differ from HEAD in the index or the working tree (untracked included, ignored
 /// not). One scan of the worktree.
 pub fn dirty_paths(repo: &Repository) -> Result<Vec<Vec<u8>>, git2::Error> {
@@ -216,7 +253,7 @@ fn stage_changes(
             continue;
         };
 
-        let mode = file_mode(entry.mode as i32);
+        let mode = super::file_mode(entry.mode as i32);
         update.upsert(rel.as_bytes(), entry.id, mode);
     }
     index.write()?;
@@ -249,7 +286,11 @@ fn stage_view(
             }
             match start_tree.get_path(rel.as_path()) {
                 Ok(entry) => {
-                    update.upsert(rel.as_bytes(), entry.id(), file_mode(entry.filemode()));
+                    update.upsert(
+                        rel.as_bytes(),
+                        entry.id(),
+                        super::file_mode(entry.filemode()),
+                    );
                 }
                 Err(_) => {
                     removals.insert(rel.as_path().to_path_buf());
@@ -272,7 +313,7 @@ fn stage_view(
         let old_mode = tip_tree
             .get_path(rel.as_path())
             .ok()
-            .map(|e| file_mode(e.filemode()));
+            .map(|e| super::file_mode(e.filemode()));
         // Blobs go to the object database the base shares with the worktree.
         let (id, mode) = hash_view_file(base, rel, at, filemode, old_mode)?;
         update.upsert(rel.as_bytes(), id, mode);
@@ -335,16 +376,6 @@ fn hash_view_file(
         FileMode::Blob
     };
     Ok((id, mode))
-}
-
-fn file_mode(raw: i32) -> FileMode {
-    match raw {
-        0o100755 => FileMode::BlobExecutable,
-        0o120000 => FileMode::Link,
-        0o160000 => FileMode::Commit,
-        0o040000 => FileMode::Tree,
-        _ => FileMode::Blob,
-    }
 }
 
 /// Removes from `index` the entries the changed paths replace: deleted files (`gone`), and

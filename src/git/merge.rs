@@ -14,8 +14,7 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-use git2::build::TreeUpdateBuilder;
-use git2::{FileMode, MergeOptions, Oid, Repository, Tree};
+use git2::{MergeOptions, Oid, Repository, Tree};
 
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
@@ -154,7 +153,7 @@ impl MergeTrain {
         if untouched_since_start(&changed, &start_tree, &ours_tree)? {
             // A directory/file clash can still make the tree edit fail; the full merge below
             // then decides.
-            if let Ok(tree) = apply_paths(&self.repo, &changed, &theirs_tree, &ours_tree) {
+            if let Ok(tree) = super::apply_paths(&self.repo, &changed, &theirs_tree, &ours_tree) {
                 return Ok(Ok((tree, true, changed.len())));
             }
         }
@@ -185,34 +184,6 @@ fn untouched_since_start(
         }
     }
     Ok(true)
-}
-
-/// `base` with every path in `paths` set to its entry in `from` (or removed).
-fn apply_paths(
-    repo: &Repository,
-    paths: &[RepoPath],
-    from: &Tree<'_>,
-    base: &Tree<'_>,
-) -> Result<Oid, git2::Error> {
-    let mut update = TreeUpdateBuilder::new();
-    for path in paths {
-        match from.get_path(path.as_path()) {
-            Ok(entry) => {
-                let mode = match entry.filemode() {
-                    0o100755 => FileMode::BlobExecutable,
-                    0o120000 => FileMode::Link,
-                    0o160000 => FileMode::Commit,
-                    _ => FileMode::Blob,
-                };
-                update.upsert(path.as_bytes(), entry.id(), mode);
-            }
-            Err(e) if e.code() == git2::ErrorCode::NotFound => {
-                update.remove(path.as_bytes());
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    update.create_updated(repo, base)
 }
 
 fn conflict_paths(index: &git2::Index) -> Result<Vec<RepoPath>, git2::Error> {

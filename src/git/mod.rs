@@ -58,6 +58,35 @@ pub fn changed_paths(
     Ok(paths)
 }
 
+/// `base` with every path in `paths` set to its entry in `from` (or removed).
+pub fn apply_paths(
+    repo: &Repository,
+    paths: &[RepoPath],
+    from: &git2::Tree<'_>,
+    base: &git2::Tree<'_>,
+) -> Result<git2::Oid, git2::Error> {
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for path in paths {
+        match from.get_path(path.as_path()) {
+            Ok(entry) => update.upsert(path.as_bytes(), entry.id(), file_mode(entry.filemode())),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => update.remove(path.as_bytes()),
+            Err(e) => return Err(e),
+        };
+    }
+    update.create_updated(repo, base)
+}
+
+/// The mode of a tree entry, from its raw value.
+pub fn file_mode(raw: i32) -> git2::FileMode {
+    match raw {
+        0o100755 => git2::FileMode::BlobExecutable,
+        0o120000 => git2::FileMode::Link,
+        0o160000 => git2::FileMode::Commit,
+        0o040000 => git2::FileMode::Tree,
+        _ => git2::FileMode::Blob,
+    }
+}
+
 /// A pathspec for libgit2 that matches exactly `path` (and what is below it): every character
 /// its pattern parser or `fnmatch` would read specially is escaped. (libgit2's
 /// `DISABLE_PATHSPEC_MATCH` still parses the pattern, and then misses names with a

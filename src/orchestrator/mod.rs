@@ -27,6 +27,7 @@ use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
 mod finish;
+mod group;
 mod mode;
 mod network;
 mod repair;
@@ -85,8 +86,16 @@ struct Shared {
     known_branches: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Connections asked of the allow-list proxy, per task.
     network: Arc<network::NetworkLog>,
+    layout: Layout,
+}
+
+/// How the run's workers are laid out, decided once before the first one starts.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
     /// Do first attempts (which start at the base) run in overlay worktrees?
     views: bool,
+    /// The most tasks one worker process runs (`--per-process`).
+    per_process: usize,
 }
 
 pub fn result_branch(run_id: &RunId) -> String {
@@ -138,6 +147,7 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
         totals: Default::default(),
         verify_merged: None,
         worktrees: None,
+        per_process: None,
     }
 }
 
@@ -161,6 +171,13 @@ pub async fn run(
         Some(continuation) => continuation.prepare(req.mode),
     };
     report.worktrees = Some(if views { "overlay" } else { "pool" }.to_string());
+    let to_run = report
+        .tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::Pending)
+        .count();
+    let per_process = group::tasks_per_process(&req.plan.settings, to_run);
+    report.per_process = Some(per_process);
     report.compute_totals(0);
     state::write_json_atomic(&run_dir.report(), &report)?;
     sink.emit(Event::RunStarted {
@@ -170,6 +187,7 @@ pub async fn run(
         tasks: req.plan.tasks.len(),
         jobs: req.plan.settings.jobs,
         worktrees: report.worktrees.clone().unwrap_or_default(),
+        per_process,
     });
     let shared = Arc::new(Shared::new(
         req.plan,
@@ -179,7 +197,7 @@ pub async fn run(
         sink,
         // A child token: an internal error stops the workers without looking like Ctrl-C.
         cancel.child_token(),
-        views,
+        Layout { views, per_process },
     )?);
     let mut sched = Scheduler::new(shared.clone(), report, first_tip, req.mode);
     let mut driven = sched.drive(&req.info, first_tip, merge_first).await;
@@ -338,7 +356,7 @@ impl Shared {
         api_key: Option<ApiKey>,
         sink: Arc<EventSink>,
         cancel: CancellationToken,
-        views: bool,
+        layout: Layout,
     ) -> anyhow::Result<Self> {
         let base = plan.base;
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
@@ -370,7 +388,7 @@ impl Shared {
             worker,
             model,
             common_dir: info.common_dir.clone(),
-            views,
+            layout,
         })
     }
 }

@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::group::{self, GroupEnd, run_group};
 use super::repair::{ConflictRepair, repair_conflict};
 use super::task::{Attempt, Resolved, run_task};
 use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
@@ -32,6 +33,14 @@ pub(super) struct MergeJob {
     pub(super) resolved: Option<Resolved>,
 }
 
+/// A process over several tasks that did not succeed ([`GroupEnd::Split`]).
+struct Split {
+    tasks: Vec<TaskIdx>,
+    error: String,
+    log: Option<std::path::PathBuf>,
+    suspects: Vec<TaskIdx>,
+}
+
 /// What a conflicted task gets after the first wave.
 enum FollowUp {
     /// Run again on the integration tip (`--on-conflict retry`).
@@ -44,10 +53,14 @@ enum FollowUp {
 struct Flight {
     /// First-wave tasks not started yet.
     pending: VecDeque<TaskIdx>,
+    /// The halves of processes over several tasks that did not succeed (`--per-process`),
+    /// to run before other first-wave tasks.
+    halves: VecDeque<Vec<TaskIdx>>,
     /// Conflicted tasks to run again or repair after the first wave.
     retries: VecDeque<(TaskIdx, FollowUp)>,
-    running: JoinSet<Attempt>,
-    running_ids: HashMap<tokio::task::Id, TaskIdx>,
+    running: JoinSet<GroupEnd>,
+    /// The tasks of each running process.
+    running_ids: HashMap<tokio::task::Id, Vec<TaskIdx>>,
     /// Merge jobs sent to the merge thread and not answered yet.
     merging: usize,
     jobs: std::sync::mpsc::Sender<MergeJob>,
@@ -55,13 +68,22 @@ struct Flight {
 }
 
 impl Flight {
+    /// Runs one attempt at task `idx`.
     fn spawn(
         &mut self,
         idx: TaskIdx,
         attempt: impl std::future::Future<Output = Attempt> + Send + 'static,
     ) {
-        let handle = self.running.spawn(attempt);
-        self.running_ids.insert(handle.id(), idx);
+        let handle = self
+            .running
+            .spawn(async move { GroupEnd::Attempts(vec![attempt.await]) });
+        self.running_ids.insert(handle.id(), vec![idx]);
+    }
+
+    /// Runs one process for several first-wave tasks.
+    fn spawn_group(&mut self, shared: Arc<Shared>, tasks: Vec<TaskIdx>) {
+        let handle = self.running.spawn(run_group(shared, tasks.clone()));
+        self.running_ids.insert(handle.id(), tasks);
     }
 
     /// Hands `job` to the merge thread.
@@ -150,6 +172,7 @@ impl Scheduler {
             .collect();
         let mut flight = Flight {
             pending,
+            halves: VecDeque::new(),
             retries: VecDeque::new(),
             running: JoinSet::new(),
             running_ids: HashMap::new(),
@@ -180,6 +203,7 @@ impl Scheduler {
         }
         let Flight {
             pending,
+            halves,
             retries,
             jobs,
             ..
@@ -189,6 +213,7 @@ impl Scheduler {
         self.mark_not_run(
             pending
                 .into_iter()
+                .chain(halves.into_iter().flatten())
                 .chain(retries.into_iter().map(|(i, _)| i)),
         );
         self.save();
@@ -204,12 +229,15 @@ impl Scheduler {
             }
             tokio::select! {
                 joined = flight.running.join_next_with_id(), if !flight.running.is_empty() => {
-                    let attempt = match joined {
-                        Some(Ok((_, attempt))) => attempt,
+                    let ended = match joined {
+                        Some(Ok((id, ended))) => {
+                            flight.running_ids.remove(&id);
+                            ended
+                        }
                         Some(Err(e)) => {
-                            // A panic in swarm's own code for this task: that task fails,
-                            // the run goes on.
-                            if let Some(&idx) = flight.running_ids.get(&e.id()) {
+                            // A panic in swarm's own code for these tasks: they fail, the run
+                            // goes on.
+                            for idx in flight.running_ids.remove(&e.id()).unwrap_or_default() {
                                 let t = self.report.task_mut(idx);
                                 t.status = TaskStatus::Failed;
                                 t.error = Some(format!("internal error in swarm: {e}"));
@@ -218,8 +246,28 @@ impl Scheduler {
                         }
                         None => continue,
                     };
-                    if let Some(job) = self.on_attempt(attempt) {
-                        flight.merge(job)?;
+                    match ended {
+                        GroupEnd::Attempts(attempts) => {
+                            for attempt in attempts {
+                                if let Some(job) = self.on_attempt(attempt) {
+                                    flight.merge(job)?;
+                                }
+                            }
+                        }
+                        GroupEnd::Split {
+                            tasks,
+                            error,
+                            log,
+                            suspects,
+                        } => {
+                            let split = Split {
+                                tasks,
+                                error,
+                                log,
+                                suspects,
+                            };
+                            self.on_split(&mut flight.halves, split);
+                        }
                     }
                 }
                 done = flight.done.recv(), if flight.merging > 0 => {
@@ -247,13 +295,24 @@ impl Scheduler {
         if !may_start {
             return Ok(());
         }
-        while flight.running.len() < shared.plan.settings.jobs
-            && let Some(idx) = flight.pending.pop_front()
-        {
-            self.set_running(idx, 1, shared.base);
-            flight.spawn(idx, run_task(shared.clone(), idx, 1, shared.base, None));
+        while flight.running.len() < shared.plan.settings.jobs {
+            let tasks = match flight.halves.pop_front() {
+                Some(half) => half,
+                None => {
+                    group::next_group(&shared.plan, &mut flight.pending, shared.layout.per_process)
+                }
+            };
+            for &idx in &tasks {
+                self.set_running(idx, 1, shared.base);
+            }
+            match tasks[..] {
+                [] => break,
+                [idx] => flight.spawn(idx, run_task(shared.clone(), idx, 1, shared.base, None)),
+                _ => flight.spawn_group(shared.clone(), tasks),
+            }
         }
         if flight.pending.is_empty()
+            && flight.halves.is_empty()
             && flight.running.is_empty()
             && flight.merging == 0
             && let Some((idx, follow_up)) = flight.retries.pop_front()
@@ -321,6 +380,50 @@ impl Scheduler {
         (spent >= cap).then(|| {
             format!("the run's cost budget is spent (${spent:.2} of --max-cost ${cap:.2})")
         })
+    }
+
+    /// A process over several tasks did not succeed: its tasks wait again, in smaller
+    /// processes run before any other first-wave task: each suspect alone and the others
+    /// together, or without suspects, two halves.
+    fn on_split(&mut self, halves: &mut VecDeque<Vec<TaskIdx>>, split: Split) {
+        let Split {
+            mut tasks,
+            error,
+            log,
+            suspects,
+        } = split;
+        let id = |i: &TaskIdx| self.report.task(*i).id.clone();
+        self.shared.sink.emit(Event::GroupSplit {
+            tasks: tasks.iter().map(id).collect(),
+            alone: suspects.iter().map(id).collect(),
+            error,
+            log: log.map(|l| l.display().to_string()),
+        });
+        for &idx in &tasks {
+            let t = self.report.task_mut(idx);
+            t.status = TaskStatus::Pending;
+            t.attempts = 0;
+            t.start = None;
+        }
+        let next: Vec<Vec<TaskIdx>> = match suspects.is_empty() {
+            true => {
+                let second = tasks.split_off(tasks.len() / 2);
+                vec![tasks, second]
+            }
+            false => {
+                let others = tasks
+                    .into_iter()
+                    .filter(|i| !suspects.contains(i))
+                    .collect();
+                std::iter::once(others)
+                    .chain(suspects.into_iter().map(|i| vec![i]))
+                    .collect()
+            }
+        };
+        for group in next.into_iter().rev() {
+            halves.push_front(group);
+        }
+        self.save();
     }
 
     fn set_running(&mut self, idx: TaskIdx, attempt: u32, start: Oid) {

@@ -148,10 +148,10 @@ async fn attempt_task(
 ) -> anyhow::Result<()> {
     let task = shared.plan.task(a.idx);
     let branch = task.branch(&shared.plan.run_id);
-    let mut slot = start_attempt(shared, a, &branch).await?;
+    let mut slot = start_attempt(shared, &[a.idx], a.attempt, a.start, &branch).await?;
     a.worktree = Some(slot.path.clone());
     // On an error the lease gives the worktree back (its next task resets it).
-    let result = work(shared, a.idx, &mut slot, context).await?;
+    let result = work(shared, a.idx, &task.files, &mut slot, context).await?;
     let verdict = result.verdict;
     a.summary = result.summary;
     a.output_tail = result.output_tail.filter(|t| !t.is_empty());
@@ -225,21 +225,27 @@ pub(super) fn step(shared: &Shared, task: &TaskId, step: &str) {
     });
 }
 
-fn warn(shared: &Shared, task: &TaskId, message: String) {
+pub(super) fn warn(shared: &Shared, task: &TaskId, message: String) {
     shared.sink.emit(Event::Warning {
         task: Some(task.clone()),
         message,
     });
 }
 
-/// A worktree for the attempt, with `branch` at its start commit; says so in events.
-async fn start_attempt(shared: &Arc<Shared>, a: &Attempt, branch: &str) -> anyhow::Result<Lease> {
-    let task = shared.plan.task(a.idx);
+/// A worktree for an attempt at `tasks` (several: one process for them all), with `branch`
+/// at its start commit; says so in events.
+pub(super) async fn start_attempt(
+    shared: &Arc<Shared>,
+    tasks: &[TaskIdx],
+    attempt: u32,
+    start: Oid,
+    branch: &str,
+) -> anyhow::Result<Lease> {
     let slot = {
         let shared = shared.clone();
-        let (branch, start) = (branch.to_string(), a.start);
+        let branch = branch.to_string();
         // Views show the run's base; a retry starts elsewhere, in a full checkout.
-        let view = shared.views && start == shared.base;
+        let view = shared.layout.views && start == shared.base;
         tokio::task::spawn_blocking(move || match view {
             true => shared.pool.acquire_view(&branch, start),
             false => shared.pool.acquire(&branch, start),
@@ -251,19 +257,34 @@ async fn start_attempt(shared: &Arc<Shared>, a: &Attempt, branch: &str) -> anyho
             worktree: slot.path.display().to_string(),
         });
     }
-    shared.sink.emit(Event::TaskStarted {
-        task: task.id.clone(),
-        files: task.files.clone(),
-        attempt: a.attempt,
-        worktree: slot.path.display().to_string(),
-    });
+    let worktree = slot.path.display().to_string();
+    if tasks.len() > 1 {
+        shared.sink.emit(Event::GroupStarted {
+            tasks: tasks
+                .iter()
+                .map(|&i| shared.plan.task(i).id.clone())
+                .collect(),
+            worktree: worktree.clone(),
+        });
+    }
+    for &idx in tasks {
+        let task = shared.plan.task(idx);
+        shared.sink.emit(Event::TaskStarted {
+            task: task.id.clone(),
+            files: task.files.clone(),
+            attempt,
+            worktree: worktree.clone(),
+        });
+    }
     Ok(slot)
 }
 
-/// `[worktree] setup` if the worktree needs it, then the worker.
-async fn work(
+/// `[worktree] setup` if the worktree needs it, then the worker, on `files` (task `idx`'s, or
+/// with `--per-process` those of every task its process runs).
+pub(super) async fn work(
     shared: &Arc<Shared>,
     idx: TaskIdx,
+    files: &[RepoPath],
     slot: &mut Slot,
     context: Option<&str>,
 ) -> anyhow::Result<WorkerResult> {
@@ -280,6 +301,7 @@ async fn work(
     run_worker(
         shared,
         idx,
+        files,
         &slot.path,
         slot.view.as_ref(),
         &task_dir,
@@ -289,7 +311,10 @@ async fn work(
 }
 
 /// Branches the worker made, whatever else it did: a warning (swarm leaves them be).
-async fn warn_about_new_branches(shared: &Arc<Shared>, task: &TaskId) -> anyhow::Result<()> {
+pub(super) async fn warn_about_new_branches(
+    shared: &Arc<Shared>,
+    task: &TaskId,
+) -> anyhow::Result<()> {
     let created = {
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || new_user_branches(&shared)).await??
@@ -309,18 +334,14 @@ async fn warn_about_new_branches(shared: &Arc<Shared>, task: &TaskId) -> anyhow:
 
 /// Commits what the worker left in the worktree onto `branch` (which started at `start`),
 /// then gives the worktree back.
-async fn commit_attempt(
+pub(super) async fn commit_attempt(
     shared: &Arc<Shared>,
     slot: Lease,
     task: &TaskId,
     branch: &str,
     start: Oid,
 ) -> anyhow::Result<Result<commit::Committed, CommitError>> {
-    let message = format!(
-        "swarm: {task}\n\n{}\n\nSwarm-Run: {}\nSwarm-Task: {task}\n",
-        shared.plan.instruction.trim(),
-        shared.plan.run_id,
-    );
+    let message = commit_message(shared, task);
     let shared = shared.clone();
     let branch = branch.to_string();
     let (slot, committed) = tokio::task::spawn_blocking(move || {
@@ -332,8 +353,17 @@ async fn commit_attempt(
     Ok(committed)
 }
 
+/// The message of task `task`'s commit.
+pub(super) fn commit_message(shared: &Shared, task: &TaskId) -> String {
+    format!(
+        "swarm: {task}\n\n{}\n\nSwarm-Run: {}\nSwarm-Task: {task}\n",
+        shared.plan.instruction.trim(),
+        shared.plan.run_id,
+    )
+}
+
 /// The attempt's status and error, from the worker's verdict and what it changed.
-fn outcome(
+pub(super) fn outcome(
     verdict: Verdict,
     changed: &[RepoPath],
     files: &[RepoPath],
@@ -402,6 +432,7 @@ pub(super) async fn set_up(
 async fn run_worker(
     shared: &Arc<Shared>,
     idx: TaskIdx,
+    files: &[RepoPath],
     worktree: &std::path::Path,
     view: Option<&OverlayView>,
     task_dir: &std::path::Path,
@@ -422,7 +453,7 @@ async fn run_worker(
         instruction: &instruction,
         run_id: &shared.plan.run_id,
         task_id: &task.id,
-        files: &task.files,
+        files,
         worktree,
         view,
         task_dir,

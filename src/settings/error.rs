@@ -9,6 +9,7 @@ use std::path::PathBuf;
 pub enum Count {
     Jobs,
     Batch,
+    PerProcess,
     Timeout,
     MaxTurns,
     IdleTimeout,
@@ -22,6 +23,7 @@ impl std::fmt::Display for Count {
         f.write_str(match self {
             Count::Jobs => "jobs",
             Count::Batch => "batch",
+            Count::PerProcess => "per_process",
             Count::Timeout => "timeout",
             Count::MaxTurns => "max_turns",
             Count::IdleTimeout => "idle_timeout",

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::agents::AgentTable;
 use super::error::SettingsError;
-use super::policy::{OnConflict, SandboxMode, Scope, WorktreeMode};
+use super::policy::{OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
 use crate::env_vars;
 
 /// Two layers into one: `self` wins where it has a value.
@@ -83,6 +83,7 @@ pub struct RunTable {
     pub on_conflict: Option<OnConflict>,
     pub scope: Option<Scope>,
     pub batch: Option<usize>,
+    pub per_process: Option<PerProcess>,
     pub exec: Option<String>,
     pub max_turns: Option<u32>,
     pub max_tokens: Option<u64>,
@@ -105,6 +106,7 @@ combine_fields!(RunTable {
     on_conflict,
     scope,
     batch,
+    per_process,
     exec,
     max_turns,
     max_tokens,
@@ -240,7 +242,22 @@ impl Layer {
         };
         toml::from_str(&text).map_err(|e| SettingsError::InvalidFile {
             path: path.to_path_buf(),
-            message: e.message().to_string(),
+            message: match e.span() {
+                // The line, which names the key.
+                Some(span) => {
+                    let line = text[..span.start].matches('\n').count() + 1;
+                    let start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+                    let end = text[span.start..]
+                        .find('\n')
+                        .map_or(text.len(), |i| span.start + i);
+                    format!(
+                        "line {line}, `{}`: {}",
+                        text[start..end].trim(),
+                        e.message()
+                    )
+                }
+                None => e.message().to_string(),
+            },
         })
     }
 

@@ -29,8 +29,8 @@ pub use error::{Count, SettingsError};
 pub use layer::{Combine, Layer};
 pub use policy::Price;
 pub use policy::{
-    ApiKey, DEFAULT_HIDDEN, ModelSettings, NetworkAccess, OnConflict, RunToolPolicy, SandboxMode,
-    SandboxPolicy, Scope, WorktreeMode, WorktreeSettings,
+    ApiKey, DEFAULT_HIDDEN, ModelSettings, NetworkAccess, OnConflict, PerProcess, RunToolPolicy,
+    SandboxMode, SandboxPolicy, Scope, WorktreeMode, WorktreeSettings,
 };
 pub use sandbox::sandbox_for_plan;
 
@@ -42,6 +42,9 @@ pub struct Settings {
     pub on_conflict: OnConflict,
     pub scope: Scope,
     pub batch: usize,
+    /// How many tasks one worker process runs at most (`--per-process`).
+    #[serde(default)]
+    pub per_process: PerProcess,
     pub exec: Option<String>,
     pub worktree: WorktreeSettings,
     pub model: ModelSettings,
@@ -145,6 +148,10 @@ impl Settings {
         };
         let jobs = at_least_one(run.jobs.unwrap_or(Self::DEFAULT_JOBS) as u64, Count::Jobs)?;
         let batch = at_least_one(run.batch.unwrap_or(1) as u64, Count::Batch)?;
+        let per_process = run.per_process.unwrap_or_default();
+        if per_process == PerProcess::Tasks(0) {
+            return Err(SettingsError::Zero(Count::PerProcess));
+        }
         let timeout_secs = at_least_one(
             run.timeout.unwrap_or(Self::DEFAULT_TIMEOUT_SECS),
             Count::Timeout,
@@ -193,6 +200,7 @@ impl Settings {
             on_conflict: run.on_conflict.unwrap_or(OnConflict::Retry),
             scope: run.scope.unwrap_or(Scope::Task),
             batch: batch as usize,
+            per_process,
             exec: run.exec,
             worktree,
             model: ModelSettings {
@@ -287,6 +295,36 @@ mod tests {
             Settings::from_layer(layer),
             Err(SettingsError::Zero(Count::Batch))
         ));
+    }
+
+    #[test]
+    fn per_process_is_a_count_or_auto_in_every_layer() {
+        let file = |text: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("swarm.toml"), text).unwrap();
+            Settings::resolve(Layer::default(), dir.path()).map(|r| r.settings.per_process)
+        };
+        assert_eq!(file("").unwrap(), PerProcess::Auto);
+        assert_eq!(
+            file("[run]\nper_process = 8\n").unwrap(),
+            PerProcess::Tasks(8)
+        );
+        assert_eq!(
+            file("[run]\nper_process = \"auto\"\n").unwrap(),
+            PerProcess::Auto
+        );
+        for bad in ["-1", "\"lots\"", "true", "0"] {
+            assert!(
+                file(&format!("[run]\nper_process = {bad}\n")).is_err(),
+                "{bad}"
+            );
+        }
+        assert_eq!("12".parse(), Ok(PerProcess::Tasks(12)));
+        // plan.json keeps it as it was given.
+        for value in [PerProcess::Auto, PerProcess::Tasks(3)] {
+            let json = serde_json::to_string(&value).unwrap();
+            assert_eq!(serde_json::from_str::<PerProcess>(&json).unwrap(), value);
+        }
     }
 
     #[test]

@@ -78,6 +78,73 @@ pub enum WorktreeMode {
     Pool,
 }
 
+/// `--per-process`: how many tasks one worker process runs at most. Each task is still
+/// committed on its own branch and merged on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PerProcess {
+    /// Several when the worker is a command that takes a list of files (it names
+    /// `SWARM_FILES`) and nothing else needs a process per task; one otherwise.
+    #[default]
+    Auto,
+    /// At most this many (checked to be at least 1).
+    Tasks(usize),
+}
+
+impl FromStr for PerProcess {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            n => n.parse().map(Self::Tasks).map_err(|_| {
+                format!("'{s}' is neither a number of tasks nor auto (expected e.g. 1, 20, auto)")
+            }),
+        }
+    }
+}
+
+impl fmt::Display for PerProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Tasks(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// A number or `"auto"`, in TOML and in plan.json.
+impl Serialize for PerProcess {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Auto => s.serialize_str("auto"),
+            Self::Tasks(n) => s.serialize_u64(*n as u64),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PerProcess {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = PerProcess;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number of tasks or \"auto\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<PerProcess, E> {
+                Ok(PerProcess::Tasks(n as usize))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<PerProcess, E> {
+                u64::try_from(n)
+                    .map_err(|_| E::custom(format!("{n} is not a number of tasks")))
+                    .and_then(|n| self.visit_u64(n))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<PerProcess, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// Credential stores hidden from workers, relative to the home directory.
 pub const DEFAULT_HIDDEN: &[&str] = &[
     ".ssh",

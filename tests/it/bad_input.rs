@@ -291,3 +291,65 @@ fn a_domain_to_allow_that_is_not_one() {
         "--allow-domain api.anthropic.com",
     );
 }
+
+#[test]
+fn per_process_values_and_workers_it_cannot_serve() {
+    let repo = repo();
+    refuses(
+        &repo,
+        &[
+            "refactor",
+            "x",
+            "-y",
+            "--exec",
+            "true",
+            "--per-process",
+            "0",
+        ],
+        "--per-process must be at least 1",
+        "--per-process 1",
+    );
+    // The built-in worker has no process to share; --repair repairs one task at a time.
+    refuses(
+        &repo,
+        &["refactor", "x", "-y", "--model", "m", "--per-process", "3"],
+        "--per-process 3: the built-in worker runs one conversation per task",
+        "--per-process 1, or auto",
+    );
+    refuses(
+        &repo,
+        &[
+            "refactor",
+            "x",
+            "-y",
+            "--exec",
+            "true",
+            "--verify",
+            "true",
+            "--repair",
+            "--model",
+            "m",
+            "--per-process",
+            "2",
+        ],
+        "--per-process 2: --repair",
+        "--per-process 1, or auto",
+    );
+    let run = repo.swarm(&["refactor", "x", "--exec", "true", "--per-process", "many"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("neither a number of tasks nor auto"),
+        "{}",
+        run.stderr
+    );
+    assert!(!repo.swarm_dir().exists());
+
+    repo.write("swarm.toml", "[run]\nper_process = \"lots\"\n");
+    repo.commit_all("settings");
+    refuses(
+        &repo,
+        &["refactor", "x", "--exec", "true"],
+        "invalid settings in",
+        "per_process",
+    );
+}

@@ -14,6 +14,7 @@ mod llm;
 mod llm_server;
 mod merging;
 mod network;
+mod per_process;
 mod planner;
 mod planning;
 mod recovery;

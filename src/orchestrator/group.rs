@@ -1,0 +1,390 @@
+//! One worker process for several tasks (`--per-process`).
+//!
+//! Starting a formatter or a codemod often costs more than its work on one file. So several
+//! tasks can share one process, in one worktree: it gets all their files (`SWARM_FILES`), and
+//! what it changed is committed once, then shared out. Each task gets a commit of the changes
+//! to its own files, on its own branch, with the start commit as parent: it merges, and
+//! `--verify-merged` blames it, on its own, exactly as if it had had a process of its own.
+//!
+//! A process that does not succeed for all of its tasks (it fails, times out, fails
+//! `--verify`, changes a path that is no file of its tasks, commits by itself…) keeps
+//! nothing, and its tasks run again in smaller processes, down to a process per task, where
+//! a failure is that task's own and is reported as usual. The tasks whose files the failing
+//! process's output names on a line about an error run alone, the others together again;
+//! when it names none, they run in two halves.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use git2::Oid;
+
+use super::Shared;
+use super::task::{
+    Attempt, commit_attempt, commit_message, outcome, start_attempt, step, warn,
+    warn_about_new_branches, work,
+};
+use crate::env_vars;
+use crate::git::commit::{self, CommitError};
+use crate::ids::TaskIdx;
+use crate::plan::{Plan, Task};
+use crate::repo_path::RepoPath;
+use crate::report::TaskStatus;
+use crate::settings::{PerProcess, Settings};
+use crate::worker::Verdict;
+
+/// With `--per-process auto`, how many processes each job gets, at least: enough to keep the
+/// jobs evenly busy to the end, and a failing process is cheap to split.
+const PROCESSES_PER_JOB: usize = 2;
+/// With `--per-process auto`, the most tasks of one process.
+const AUTO_MOST: usize = 64;
+/// The most bytes of file names one process gets in `SWARM_FILES` (Linux refuses to start a
+/// program with a variable over 128 KiB).
+const FILE_NAMES_MOST: usize = 64 * 1024;
+
+/// How many tasks one worker process runs at most, in a run of `tasks` tasks. `auto`: one,
+/// unless the worker is a command that names `SWARM_FILES` (so it takes a list of files) and
+/// is not a coding agent (whose work, not its start-up, is what costs) nor followed by
+/// `--repair` (which repairs one task at a time).
+pub(super) fn tasks_per_process(settings: &Settings, tasks: usize) -> usize {
+    match settings.per_process {
+        PerProcess::Tasks(n) => n.max(1),
+        PerProcess::Auto => {
+            let takes_list = settings
+                .exec
+                .as_deref()
+                .is_some_and(|command| command.contains(env_vars::SWARM_FILES));
+            if !takes_list || settings.agent.is_some() || settings.repair {
+                return 1;
+            }
+            tasks
+                .div_ceil(settings.jobs * PROCESSES_PER_JOB)
+                .clamp(1, AUTO_MOST)
+        }
+    }
+}
+
+/// Takes the tasks of the next process from the front of `pending`: up to `most` of them,
+/// with the same instruction, whose file names fit in one variable. Empty when nothing is
+/// pending.
+pub(super) fn next_group(
+    plan: &Plan,
+    pending: &mut VecDeque<TaskIdx>,
+    most: usize,
+) -> Vec<TaskIdx> {
+    let Some(first) = pending.pop_front() else {
+        return Vec::new();
+    };
+    let mut group = vec![first];
+    let mut names = file_names(plan.task(first));
+    while group.len() < most
+        && let Some(&next) = pending.front()
+    {
+        let task = plan.task(next);
+        names += file_names(task);
+        if task.instruction != plan.task(first).instruction || names > FILE_NAMES_MOST {
+            break;
+        }
+        group.push(next);
+        pending.pop_front();
+    }
+    group
+}
+
+fn file_names(task: &Task) -> usize {
+    task.files.iter().map(|f| f.as_bytes().len() + 1).sum()
+}
+
+/// How a process over one or several tasks ended.
+pub(super) enum GroupEnd {
+    /// Each task's attempt.
+    Attempts(Vec<Attempt>),
+    /// It did not succeed for all of its tasks: they run again in smaller processes.
+    Split {
+        tasks: Vec<TaskIdx>,
+        error: String,
+        log: Option<PathBuf>,
+        /// The tasks its output blamed, which run alone.
+        suspects: Vec<TaskIdx>,
+    },
+}
+
+/// Why a process over several tasks is not shared out.
+struct Unshared {
+    error: String,
+    log: Option<PathBuf>,
+    /// The end of its output.
+    output: String,
+}
+
+/// Runs `tasks` (two or more, starting at the base) in one worker process, and commits each
+/// task's share of what it changed on the task's branch. Never fails: a problem splits the
+/// group.
+pub(super) async fn run_group(shared: Arc<Shared>, tasks: Vec<TaskIdx>) -> GroupEnd {
+    let started = Instant::now();
+    let ran = attempt_group(&shared, &tasks).await;
+    let network = shared.network.take(&shared.plan.task(tasks[0]).id);
+    let unshared = match ran {
+        Ok(Ok(mut attempts)) => {
+            for a in &mut attempts {
+                a.duration = started.elapsed();
+            }
+            attempts[0].network = network;
+            return GroupEnd::Attempts(attempts);
+        }
+        Ok(Err(unshared)) => unshared,
+        Err(e) => Unshared {
+            error: format!("{e:#}"),
+            log: None,
+            output: String::new(),
+        },
+    };
+    // Nothing of it is kept: the first task's branch goes back to the start.
+    let branch = shared.plan.task(tasks[0]).branch(&shared.plan.run_id);
+    if let Err(e) = reset_branch(&shared, branch).await {
+        tracing::warn!("cannot reset a task branch: {e:#}");
+    }
+    GroupEnd::Split {
+        suspects: suspects(&shared.plan, &tasks, &unshared.output),
+        tasks,
+        error: unshared.error,
+        log: unshared.log,
+    }
+}
+
+/// The tasks whose files `output` names on a line about an error (`error`, `fail`, `fatal`,
+/// `exception`, in any case), as a path of its own: `src/a.js` in `/wt/src/a.js:3: error`,
+/// not in `src/a.json`. None when it names every task (a tool that lists each file it
+/// reads): that blames no one.
+pub(super) fn suspects(plan: &Plan, tasks: &[TaskIdx], output: &str) -> Vec<TaskIdx> {
+    let errors: Vec<&str> = output
+        .lines()
+        .filter(|line| {
+            let line = line.to_lowercase();
+            ["error", "fail", "fatal", "exception"]
+                .iter()
+                .any(|word| line.contains(word))
+        })
+        .collect();
+    let named: Vec<TaskIdx> = tasks
+        .iter()
+        .copied()
+        .filter(|&idx| {
+            plan.task(idx).files.iter().any(|file| {
+                let file = file.display();
+                errors.iter().any(|line| names_path(line, &file))
+            })
+        })
+        .collect();
+    match named.len() < tasks.len() {
+        true => named,
+        false => Vec::new(),
+    }
+}
+
+/// Does `line` hold `path` with no other character of a name on either side?
+fn names_path(line: &str, path: &str) -> bool {
+    let part_of_name = |c: char| c.is_alphanumeric() || "_-.".contains(c);
+    line.match_indices(path).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + path.len()..].chars().next();
+        before.is_none_or(|c| !part_of_name(c))
+            && after.is_none_or(|c| !part_of_name(c) && c != '/')
+    })
+}
+
+async fn attempt_group(
+    shared: &Arc<Shared>,
+    tasks: &[TaskIdx],
+) -> anyhow::Result<Result<Vec<Attempt>, Unshared>> {
+    let plan = &shared.plan;
+    let first = plan.task(tasks[0]);
+    let branch = first.branch(&plan.run_id);
+    let files: Vec<RepoPath> = tasks
+        .iter()
+        .flat_map(|&idx| plan.task(idx).files.iter().cloned())
+        .collect();
+    let mut slot = start_attempt(shared, tasks, 1, shared.base, &branch).await?;
+    let worktree = slot.path.clone();
+    // On an error the lease gives the worktree back (its next task resets it).
+    let result = work(shared, tasks[0], &files, &mut slot, None).await?;
+    let unshared = |error: String| {
+        Ok(Err(Unshared {
+            error,
+            log: result.log.clone(),
+            output: result.output_tail.clone().unwrap_or_default(),
+        }))
+    };
+    match &result.verdict {
+        Verdict::Interrupted => {
+            return Ok(Ok(tasks
+                .iter()
+                .map(|&idx| {
+                    let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Interrupted);
+                    a.error = Some("interrupted".into());
+                    a
+                })
+                .collect()));
+        }
+        Verdict::Failed(why) | Verdict::Timeout(why) => return unshared(why.clone()),
+        Verdict::Done | Verdict::NoChange => {}
+    }
+    warn_about_new_branches(shared, &first.id).await?;
+    if let Err(why) = shared.pool.check_intact(&slot) {
+        tokio::task::spawn_blocking(move || slot.discard()).await?;
+        return unshared(why);
+    }
+    step(shared, &first.id, "committing");
+    let committed = match commit_attempt(shared, slot, &first.id, &branch, shared.base).await? {
+        Ok(committed) => committed,
+        Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
+        Err(e) => return unshared(e.to_string()),
+    };
+    if let Some(now) = committed.moved_head {
+        return unshared(format!(
+            "the worker moved HEAD away from its branch (to {now})"
+        ));
+    }
+    if committed.worker_commits > 0 {
+        return unshared(format!(
+            "the worker made {} commit(s) itself, which cannot be shared out among its tasks",
+            committed.worker_commits
+        ));
+    }
+    for path in &committed.skipped {
+        warn(
+            shared,
+            &first.id,
+            format!("{path} could not be staged (a nested repository?); left out"),
+        );
+    }
+    let shares = match share_out(plan, tasks, committed.changed) {
+        Ok(shares) => shares,
+        Err(path) => {
+            return unshared(format!(
+                "it changed {path}, which is no file of its tasks, so that change belongs to \
+                 none of them"
+            ));
+        }
+    };
+    let tips = commit_shares(shared, tasks, committed.tip, &shares).await?;
+    let settings = &plan.settings;
+    Ok(Ok(tasks
+        .iter()
+        .zip(shares)
+        .zip(tips)
+        .enumerate()
+        .map(|(k, ((&idx, share), tip))| {
+            let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Failed);
+            (a.status, a.error) = outcome(
+                result.verdict.clone(),
+                &share,
+                &plan.task(idx).files,
+                settings.scope,
+            );
+            a.tip = Some(tip);
+            a.changed = share;
+            a.summary = result.summary.clone();
+            a.worktree = Some(worktree.clone());
+            a.log = result.log.clone();
+            // The process's output once, not once per task.
+            if k == 0 {
+                a.output_tail = result.output_tail.clone().filter(|t| !t.is_empty());
+            }
+            a
+        })
+        .collect()))
+}
+
+/// The paths of `changed` that belong to each task (by position in `tasks`); `Err` with a
+/// path that belongs to none.
+fn share_out(
+    plan: &Plan,
+    tasks: &[TaskIdx],
+    changed: Vec<RepoPath>,
+) -> Result<Vec<Vec<RepoPath>>, RepoPath> {
+    let mut owner: HashMap<&RepoPath, usize> = HashMap::new();
+    for (k, &idx) in tasks.iter().enumerate() {
+        for file in &plan.task(idx).files {
+            owner.entry(file).or_insert(k);
+        }
+    }
+    let mut shares = vec![Vec::new(); tasks.len()];
+    for path in changed {
+        match owner.get(&path) {
+            Some(&k) => shares[k].push(path),
+            None => return Err(path),
+        }
+    }
+    Ok(shares)
+}
+
+/// Commits each task's share of the process's commit `whole` on the task's branch; returns
+/// the branches' tips (the base where a share is empty).
+async fn commit_shares(
+    shared: &Arc<Shared>,
+    tasks: &[TaskIdx],
+    whole: Oid,
+    shares: &[Vec<RepoPath>],
+) -> anyhow::Result<Vec<Oid>> {
+    let jobs: Vec<(String, String, Vec<RepoPath>)> = tasks
+        .iter()
+        .zip(shares)
+        .map(|(&idx, share)| {
+            let task = shared.plan.task(idx);
+            (
+                task.branch(&shared.plan.run_id),
+                commit_message(shared, &task.id),
+                share.clone(),
+            )
+        })
+        .collect();
+    let (common_dir, base) = (shared.common_dir.clone(), shared.base);
+    tokio::task::spawn_blocking(move || {
+        let repo = git2::Repository::open(&common_dir)?;
+        jobs.iter()
+            .map(|(branch, message, share)| {
+                commit::commit_share(&repo, base, whole, share, branch, message)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .context("cannot commit a task's share of its process's changes")
+    })
+    .await?
+}
+
+/// Points `branch`, if it exists, back at the run's base.
+async fn reset_branch(shared: &Arc<Shared>, branch: String) -> anyhow::Result<()> {
+    let (common_dir, base) = (shared.common_dir.clone(), shared.base);
+    tokio::task::spawn_blocking(move || {
+        let repo = git2::Repository::open(&common_dir)?;
+        if repo
+            .find_reference(&crate::git::branch_ref(&branch))
+            .is_ok()
+        {
+            commit::commit_share(&repo, base, base, &[], &branch, "")?;
+        }
+        anyhow::Ok(())
+    })
+    .await?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_path;
+
+    #[test]
+    fn a_path_is_named_only_as_a_whole() {
+        for (line, named) in [
+            ("[error] cannot parse /tmp/wt-2/src/a.js: bad token", true),
+            ("src/a.js:3:1: error E501", true),
+            ("error in 'src/a.js'", true),
+            ("error: src/a.json is fine, src/a.jsx too", false),
+            ("error: lib/xsrc/a.js", false),
+            ("error: src/a.js/inner", false),
+        ] {
+            assert_eq!(names_path(line, "src/a.js"), named, "{line}");
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! `--per-process`: one worker process for several tasks. Each task is still committed on its
+//! own branch and merged with its own merge commit, and a process that does not succeed for
+//! all of its tasks is split until each failure is one task's own.
+
+use serde_json::Value;
+
+use crate::common::{TestRepo, count, statuses, task_of};
+
+/// A codemod over every file of its list; a file holding BAD stops it, saying which.
+const SED_LIST: &str = r#"for f in $SWARM_FILES; do
+  if grep -q BAD "$f"; then echo "error: $f is bad" >&2; exit 1; fi
+  sed -i 's/foo/bar/' "$f"
+done"#;
+
+/// The same edit, one file (`SWARM_FILE`), for the git oracle.
+const SED_ONE: &str = r#"sed -i 's/foo/bar/' "$SWARM_FILE""#;
+
+/// `n` files f01.txt… holding `foo`; those in `bad` hold BAD too.
+fn files(n: usize, bad: &[usize]) -> TestRepo {
+    let files: Vec<(String, String)> = (1..=n)
+        .map(|i| {
+            let extra = if bad.contains(&i) { "BAD\n" } else { "" };
+            (format!("f{i:02}.txt"), format!("foo {i}\n{extra}"))
+        })
+        .collect();
+    TestRepo::with_files(&files)
+}
+
+fn names(n: usize, except: &[usize]) -> Vec<String> {
+    (1..=n)
+        .filter(|i| !except.contains(i))
+        .map(|i| format!("f{i:02}.txt"))
+        .collect()
+}
+
+fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+/// The files each merge on `main` since `base` brought in (its second parent against the
+/// base), in merge order.
+fn merged_files(repo: &TestRepo, base: &str) -> Vec<Vec<String>> {
+    let mut merges = repo.lines(&[
+        "rev-list",
+        "--merges",
+        "--first-parent",
+        &format!("{base}..main"),
+    ]);
+    merges.reverse();
+    merges
+        .iter()
+        .map(|m| repo.lines(&["diff", "--name-only", base, &format!("{m}^2")]))
+        .collect()
+}
+
+#[test]
+fn one_process_runs_several_tasks_and_each_task_merges_on_its_own() {
+    let repo = files(12, &[]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let run = repo.swarm(&[
+        "refactor",
+        "foo to bar",
+        "*.txt",
+        "-y",
+        "-j",
+        "2",
+        "--per-process",
+        "4",
+        "--exec",
+        SED_LIST,
+    ]);
+    run.assert_code(0);
+    let report = repo.report(&run);
+    assert_eq!(report["per_process"], 4);
+    assert_eq!(count(&statuses(&report), "merged"), 12, "{}", run.stderr);
+
+    // Three processes of four tasks each.
+    let events = repo.events(&run);
+    let groups = of_kind(&events, "group_started");
+    assert_eq!(groups.len(), 3, "{}", run.stderr);
+    assert!(
+        groups
+            .iter()
+            .all(|g| g["tasks"].as_array().unwrap().len() == 4)
+    );
+    assert_eq!(of_kind(&events, "task_started").len(), 12);
+
+    // The result is the edit of every file, and each file came in by a merge of its own,
+    // whose branch holds that file's change only, on the base.
+    let oracle = repo.oracle_tree(
+        &base,
+        &names(12, &[])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        SED_ONE,
+    );
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    let mut merged = merged_files(&repo, &base);
+    assert_eq!(merged.len(), 12);
+    assert!(merged.iter().all(|files| files.len() == 1), "{merged:?}");
+    merged.sort();
+    assert_eq!(merged.concat(), names(12, &[]));
+    for m in repo.lines(&[
+        "rev-list",
+        "--merges",
+        "--first-parent",
+        &format!("{base}..main"),
+    ]) {
+        assert_eq!(
+            repo.git(&["rev-parse", &format!("{m}^2^")]),
+            base,
+            "a task commit's parent is the base"
+        );
+    }
+    repo.assert_clean_after_run();
+}
+
+#[test]
+fn a_failing_process_is_split_and_only_the_task_of_the_failing_file_fails() {
+    let repo = files(12, &[7]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let run = repo.swarm(&[
+        "refactor",
+        "foo to bar",
+        "*.txt",
+        "-y",
+        "-j",
+        "1",
+        "--per-process",
+        "12",
+        "--exec",
+        SED_LIST,
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let st = statuses(&report);
+    assert_eq!(count(&st, "merged"), 11, "{st:?}");
+    let culprit = task_of(&report, "f07.txt");
+    assert_eq!(culprit["status"], "failed");
+    assert!(
+        culprit["error"]
+            .as_str()
+            .unwrap()
+            .contains("exited with status 1")
+    );
+    assert!(
+        culprit["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("f07.txt is bad")
+    );
+    assert_eq!(culprit["attempts"], 1);
+
+    // Its output named f07.txt: that task ran alone, the eleven others together.
+    let events = repo.events(&run);
+    let splits = of_kind(&events, "group_split");
+    assert_eq!(splits.len(), 1, "{}", run.stderr);
+    assert_eq!(splits[0]["alone"], serde_json::json!([culprit["id"]]));
+    assert!(
+        run.stderr.contains("alone (named in its errors)"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(of_kind(&events, "group_started").len(), 2);
+
+    let others = names(12, &[7]);
+    let oracle = repo.oracle_tree(
+        &base,
+        &others.iter().map(String::as_str).collect::<Vec<_>>(),
+        SED_ONE,
+    );
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    assert_eq!(merged_files(&repo, &base).len(), 11);
+}
+
+#[test]
+fn a_process_that_fails_without_naming_a_file_is_split_in_halves() {
+    let repo = files(8, &[3]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    // The same codemod, silent about why.
+    let silent = SED_LIST.replace(r#"echo "error: $f is bad" >&2; "#, "");
+    let run = repo.swarm(&[
+        "refactor",
+        "foo to bar",
+        "*.txt",
+        "-y",
+        "-j",
+        "1",
+        "--per-process",
+        "8",
+        "--exec",
+        &silent,
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let st = statuses(&report);
+    assert_eq!(count(&st, "merged"), 7, "{st:?}");
+    assert_eq!(task_of(&report, "f03.txt")["status"], "failed");
+    // 8 → 4 + 4 → (2 + 2) → (1 + 1): three splits, each in halves.
+    let events = repo.events(&run);
+    let splits = of_kind(&events, "group_split");
+    let sizes: Vec<usize> = splits
+        .iter()
+        .map(|s| s["tasks"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(sizes, [8, 4, 2], "{}", run.stderr);
+    assert!(
+        splits
+            .iter()
+            .all(|s| s["alone"].as_array().unwrap().is_empty())
+    );
+    let others = names(8, &[3]);
+    let oracle = repo.oracle_tree(
+        &base,
+        &others.iter().map(String::as_str).collect::<Vec<_>>(),
+        SED_ONE,
+    );
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+}
+
+#[test]
+fn a_change_that_belongs_to_no_task_of_the_process_is_traced_to_its_task() {
+    let repo = files(6, &[]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let stray = r#"for f in $SWARM_FILES; do sed -i 's/foo/bar/' "$f"; [ "$f" != f04.txt ] || echo x > extra.txt; done"#;
+    let run = repo.swarm(&[
+        "refactor",
+        "foo to bar",
+        "*.txt",
+        "-y",
+        "-j",
+        "1",
+        "--per-process",
+        "6",
+        "--exec",
+        stray,
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    assert_eq!(count(&statuses(&report), "merged"), 5, "{}", run.stderr);
+    let culprit = task_of(&report, "f04.txt");
+    assert_eq!(culprit["status"], "failed");
+    assert!(
+        culprit["error"]
+            .as_str()
+            .unwrap()
+            .contains("changed files outside its task: extra.txt"),
+        "{culprit}"
+    );
+    let events = repo.events(&run);
+    let splits = of_kind(&events, "group_split");
+    assert!(
+        splits[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("extra.txt, which is no file of its tasks")
+    );
+    let others = names(6, &[4]);
+    let oracle = repo.oracle_tree(
+        &base,
+        &others.iter().map(String::as_str).collect::<Vec<_>>(),
+        SED_ONE,
+    );
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+}
+
+#[test]
+fn a_process_that_times_out_is_split() {
+    let repo = files(4, &[]);
+    let stuck = r#"for f in $SWARM_FILES; do
+  [ "$f" != f02.txt ] || { echo "error: stuck on $f"; sleep 30; }
+  sed -i 's/foo/bar/' "$f"
+done"#;
+    let run = repo.swarm(&[
+        "refactor",
+        "foo to bar",
+        "*.txt",
+        "-y",
+        "-j",
+        "1",
+        "--per-process",
+        "4",
+        "--timeout",
+        "1",
+        "--exec",
+        stuck,
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    assert_eq!(count(&statuses(&report), "merged"), 3, "{}", run.stderr);
+    assert_eq!(task_of(&report, "f02.txt")["status"], "timeout");
+    let events = repo.events(&run);
+    let splits = of_kind(&events, "group_split");
+    assert!(
+        splits[0]["error"].as_str().unwrap().contains("timed out"),
+        "{splits:?}"
+    );
+}
+
+/// `--verify-merged` finds the one file that breaks the merged result, though a process
+/// shared by eight tasks changed it.
+#[test]
+fn verify_merged_blames_one_task_of_a_shared_process() {
+    let repo = files(16, &[]);
+    let breaking = r#"for f in $SWARM_FILES; do sed -i 's/foo/bar/' "$f"; [ "$f" != f11.txt ] || echo BROKEN >> "$f"; done"#;
+    let run = repo.swarm(&[
+        "refactor",
+        "foo to bar",
+        "*.txt",
+        "-y",
+        "-j",
+        "2",
+        "--per-process",
+        "8",
+        "--exec",
+        breaking,
+        "--verify-merged",
+        "! grep -l BROKEN *.txt",
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let st = statuses(&report);
+    assert_eq!(count(&st, "merged"), 15, "{st:?}");
+    assert_eq!(task_of(&report, "f11.txt")["status"], "excluded");
+    assert_eq!(of_kind(&repo.events(&run), "group_started").len(), 2);
+    assert!(
+        !repo
+            .git_cmd()
+            .args(["grep", "-q", "BROKEN", "main", "--"])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+#[test]
+fn auto_shares_processes_only_for_commands_that_take_a_list_of_files() {
+    let repo = files(12, &[]);
+    let run = repo.swarm(&[
+        "refactor",
+        "foo to bar",
+        "*.txt",
+        "-y",
+        "-j",
+        "1",
+        "--exec",
+        SED_LIST,
+    ]);
+    run.assert_code(0);
+    // 12 tasks, one job: two processes of six.
+    assert_eq!(repo.report(&run)["per_process"], 6);
+    assert_eq!(of_kind(&repo.events(&run), "group_started").len(), 2);
+
+    let repo = files(12, &[]);
+    let run = repo.swarm(&[
+        "refactor",
+        "foo to bar",
+        "*.txt",
+        "-y",
+        "-j",
+        "1",
+        "--exec",
+        SED_ONE,
+    ]);
+    run.assert_code(0);
+    assert_eq!(repo.report(&run)["per_process"], 1);
+    assert!(of_kind(&repo.events(&run), "group_started").is_empty());
+    assert_eq!(count(&statuses(&repo.report(&run)), "merged"), 12);
+}
