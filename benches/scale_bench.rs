@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench scale_bench -- large   [--files 27000] [--dirs 300] [--tasks 1000] [--jobs 2] [--modes overlay,pool]
 //! cargo bench --bench scale_bench -- startup [--files 5000] [--dirs 50] [--jobs 16] [--modes overlay,pool]
+//! cargo bench --bench scale_bench -- codemod [--repo DIR] [--tool CMD] [--jobs 2]
 //! ```
 //!
 //! `large`: one-file `sed` tasks on a repository of `--files` files; prints, per worktree
@@ -15,6 +16,13 @@
 //! the moment the last of the first `jobs` workers runs (from the run's events), and the disk
 //! used under `.git/swarm` at that moment.
 //!
+//! `codemod`: a codemod whose start-up dominates (`--tool`, a command taking file names as
+//! arguments; by default a small node script that renames `foo` to `bar`) over every file of
+//! a repository (`--repo`, cloned; by default 216 generated files): once in one process over
+//! the whole repository, then through swarm with a process per task (`--per-process 1`) and
+//! with `--per-process auto`; prints each wall time and its ratio to the single process, the
+//! merges and the processes, and checks that all three end with the same tree.
+//!
 //! Figures are recorded in docs/BENCHMARKS.md.
 
 // A benchmark harness: failing loudly on any unexpected state is the point.
@@ -22,7 +30,7 @@
 
 mod common;
 
-use common::{Shape, clone, generate, git, measure, option, option_str};
+use common::{Shape, clone, generate, git, measure, measure_any, option, option_str};
 
 use std::path::Path;
 use std::process::Command;
@@ -168,14 +176,119 @@ fn du(dir: &Path) -> u64 {
     total
 }
 
+/// Renames `foo` to `bar` in every file named on its command line: a real process with a
+/// real (node's) start-up.
+const NODE_CODEMOD: &str = r#"const fs = require('fs');
+for (const f of process.argv.slice(2)) {
+  const text = fs.readFileSync(f, 'utf8');
+  const next = text.replace(/\bfoo\b/g, 'bar');
+  if (next !== text) fs.writeFileSync(f, next);
+}
+"#;
+
+fn codemod() {
+    let jobs = option("--jobs", 2) as usize;
+    let root = tempfile::tempdir().unwrap();
+    let origin = match option_str("--repo", "").as_str() {
+        "" => generate(root.path(), &shape(216, 12, 216)),
+        repo => Path::new(repo).canonicalize().unwrap(),
+    };
+    let tool = match option_str("--tool", "").as_str() {
+        "" => {
+            let script = root.path().join("codemod.js");
+            std::fs::write(&script, NODE_CODEMOD).unwrap();
+            format!("node {}", script.display())
+        }
+        tool => tool.to_string(),
+    };
+    eprintln!("codemod `{tool}` over {}, -j {jobs}", origin.display());
+
+    // The whole repository in one process (a failing file does not stop the others).
+    let whole = root.path().join("whole");
+    clone(&origin, &whole);
+    let files = git(&whole, &["ls-files", "-z"]);
+    let names: Vec<&str> = files.split('\0').filter(|f| !f.is_empty()).collect();
+    let started = std::time::Instant::now();
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{tool} \"$@\" >/dev/null 2>&1"))
+        .arg("tool")
+        .args(&names)
+        .current_dir(&whole)
+        .status()
+        .unwrap();
+    let whole_wall = started.elapsed().as_secs_f64();
+    git(&whole, &["add", "-A"]);
+    let expected = git(&whole, &["write-tree"]);
+    println!(
+        "codemod files={} one process over the repository: wall={whole_wall:.2}s",
+        names.len()
+    );
+
+    for per_process in ["1", "auto"] {
+        let repo = root.path().join(format!("per-process-{per_process}"));
+        clone(&origin, &repo);
+        let base = git(&repo, &["rev-parse", "HEAD"]);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_swarm"));
+        cmd.current_dir(&repo)
+            .args(["refactor", "bench: codemod", "-y", "-j", &jobs.to_string()])
+            .args(["--per-process", per_process])
+            .args(["--exec", &format!("{tool} $SWARM_FILES")])
+            .env("GIT_AUTHOR_NAME", "bench")
+            .env("GIT_AUTHOR_EMAIL", "bench@example.com");
+        // A file the tool cannot handle fails its task, not the bench.
+        let m = measure_any(&mut cmd);
+        assert!(m.code.is_some_and(|c| c <= 1), "swarm failed: {}", m.stderr);
+        let merges = git(
+            &repo,
+            &["rev-list", "--merges", "--count", &format!("{base}..HEAD")],
+        );
+        let run = std::fs::read_dir(repo.join(".git/swarm/runs"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        let events = std::fs::read_to_string(run.path().join("events.jsonl")).unwrap();
+        // Each worker process is one `running` step (a group's, of its first task).
+        let (mut processes, mut splits) = (0, 0);
+        for e in events
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        {
+            match e["kind"].as_str() {
+                Some("group_split") => splits += 1,
+                Some("task_step") if e["step"] == "running" => processes += 1,
+                _ => {}
+            }
+        }
+        assert_eq!(
+            git(&repo, &["rev-parse", "HEAD^{tree}"]),
+            expected,
+            "--per-process {per_process}: not the tree of one process over the repository"
+        );
+        println!(
+            "codemod files={} jobs={jobs} per-process={per_process}: wall={:.2}s ({:.1}x one \
+             process) user={:.1}s sys={:.1}s peak={:.0}MB merges={merges} processes={processes} \
+             splits={splits}",
+            names.len(),
+            m.wall.as_secs_f64(),
+            m.wall.as_secs_f64() / whole_wall,
+            m.user_s,
+            m.sys_s,
+            m.peak_mb,
+        );
+    }
+}
+
 fn main() {
-    let shapes = ["large", "startup"];
+    let shapes = ["large", "startup", "codemod"];
     let shape = std::env::args()
         .skip(1)
         .find(|a| shapes.contains(&a.as_str()))
         .unwrap_or_else(|| "large".into());
     match shape.as_str() {
         "startup" => startup(),
+        "codemod" => codemod(),
         _ => large(),
     }
 }
