@@ -82,8 +82,10 @@ struct Shared {
     model: Option<Arc<LlmShared>>,
     common_dir: std::path::PathBuf,
     /// Local branches outside `swarm/` known so far; a new one appearing after a task means
-    /// its worker created it.
-    known_branches: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// its worker created it. `None` when no worker can write the repository's refs (it is
+    /// confined, and no writable path holds the git directory): listing the branches costs as
+    /// much as there are task branches, after every task.
+    known_branches: Option<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     /// Connections asked of the allow-list proxy, per task.
     network: Arc<network::NetworkLog>,
     layout: Layout,
@@ -96,6 +98,14 @@ struct Layout {
     views: bool,
     /// The most tasks one worker process runs (`--per-process`).
     per_process: usize,
+}
+
+/// Can a worker process write the git directory `common_dir` (and so make a branch)?
+fn workers_write_refs(
+    sandbox: &crate::settings::SandboxPolicy,
+    common_dir: &std::path::Path,
+) -> bool {
+    !sandbox.enabled || sandbox.writable.iter().any(|w| common_dir.starts_with(w))
 }
 
 pub fn result_branch(run_id: &RunId) -> String {
@@ -377,7 +387,10 @@ impl Shared {
             &info.workdir,
         ));
         Ok(Self {
-            known_branches: std::sync::Mutex::new(user_branches(&info.common_dir)?),
+            known_branches: match workers_write_refs(&plan.settings.sandbox, &info.common_dir) {
+                true => Some(std::sync::Mutex::new(user_branches(&info.common_dir)?)),
+                false => None,
+            },
             network: Default::default(),
             plan,
             base,

@@ -605,11 +605,11 @@ pub(super) fn user_branches(
 
 /// Branches that appeared since the last look (remembered, so each is reported once).
 fn new_user_branches(shared: &Shared) -> anyhow::Result<Vec<String>> {
+    let Some(known) = &shared.known_branches else {
+        return Ok(Vec::new());
+    };
     let now = user_branches(&shared.common_dir)?;
-    let mut known = shared
-        .known_branches
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
     let created: Vec<String> = now.difference(&known).cloned().collect();
     known.extend(created.iter().cloned());
     Ok(created)
