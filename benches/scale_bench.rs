@@ -90,14 +90,31 @@ fn large() {
         assert_eq!(merges, tasks.to_string(), "one merge per task");
         trees.push(git(&repo, &["rev-parse", "HEAD^{tree}"]));
         let per_task = m.wall.as_secs_f64() * jobs as f64 / tasks as f64;
+        // Once the first worker runs, until the last merge: what each task costs, without
+        // the run's start (the base checkout) and end (cleanup).
+        let events = run_events(&repo);
+        let ts = |kind: &str| {
+            events
+                .iter()
+                .filter(|e| e["kind"] == kind)
+                .map(|e| e["ts"].as_f64().unwrap())
+                .collect::<Vec<_>>()
+        };
+        let started = ts("run_started")[0];
+        let first_running = ts("task_step")[0];
+        let last_merge = *ts("merged").last().unwrap();
+        let steady = (last_merge - first_running) * jobs as f64 / tasks as f64;
         println!(
             "large files={files} tasks={tasks} jobs={jobs} worktrees={mode}: wall={:.1}s \
-             user={:.1}s sys={:.1}s peak={:.0}MB per-task={:.0}ms",
+             user={:.1}s sys={:.1}s peak={:.0}MB per-task={:.0}ms (start-up {:.1}s, then \
+             {:.1}ms a task)",
             m.wall.as_secs_f64(),
             m.user_s,
             m.sys_s,
             m.peak_mb,
-            per_task * 1000.0
+            per_task * 1000.0,
+            first_running - started,
+            steady * 1000.0
         );
     }
     assert!(trees.windows(2).all(|w| w[0] == w[1]), "the modes disagree");
@@ -124,21 +141,14 @@ fn startup() {
         std::thread::sleep(Duration::from_millis(1500));
         let disk = du(&repo.join(".git/swarm"));
         assert!(child.wait().unwrap().success());
-        let runs = repo.join(".git/swarm/runs");
-        let run = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap();
-        let events = std::fs::read_to_string(run.path().join("events.jsonl")).unwrap();
+        let events = run_events(&repo);
         let mut running: Vec<f64> = events
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .iter()
             .filter(|e| e["kind"] == "task_step" && e["step"] == "running")
             .map(|e| e["ts"].as_f64().unwrap())
             .collect();
         running.sort_by(f64::total_cmp);
-        let run_started = events
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .find(|e| e["kind"] == "run_started")
-            .unwrap()["ts"]
+        let run_started = events.iter().find(|e| e["kind"] == "run_started").unwrap()["ts"]
             .as_f64()
             .unwrap();
         let began = began.duration_since(SystemTime::UNIX_EPOCH).unwrap();
@@ -152,6 +162,20 @@ fn startup() {
             disk as f64 / 1e6
         );
     }
+}
+
+/// The events of the one run in `repo`.
+fn run_events(repo: &Path) -> Vec<serde_json::Value> {
+    let run = std::fs::read_dir(repo.join(".git/swarm/runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    std::fs::read_to_string(run.path().join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// Bytes of the files under `dir` (links not followed).
@@ -243,18 +267,9 @@ fn codemod() {
             &repo,
             &["rev-list", "--merges", "--count", &format!("{base}..HEAD")],
         );
-        let run = std::fs::read_dir(repo.join(".git/swarm/runs"))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap();
-        let events = std::fs::read_to_string(run.path().join("events.jsonl")).unwrap();
         // Each worker process is one `running` step (a group's, of its first task).
         let (mut processes, mut splits) = (0, 0);
-        for e in events
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        {
+        for e in run_events(&repo) {
             match e["kind"].as_str() {
                 Some("group_split") => splits += 1,
                 Some("task_step") if e["step"] == "running" => processes += 1,

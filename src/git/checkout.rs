@@ -252,34 +252,17 @@ fn changes(
         repo.find_commit(old)?.tree()?,
         repo.find_commit(new)?.tree()?,
     );
-    let diff = repo.diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)?;
-    let side = |f: git2::DiffFile<'_>| (!f.id().is_zero()).then(|| (f.id(), u32::from(f.mode())));
-    // A type change (file to link) comes as a deletion and an addition of one path.
-    let mut changes: Vec<Change> = Vec::new();
-    for delta in diff.deltas() {
-        let path = delta
-            .new_file()
-            .path_bytes()
-            .or(delta.old_file().path_bytes())
-            .context("a change without a path")?;
-        let path = RepoPath::from_bytes(path.to_vec());
-        let (old, new) = (side(delta.old_file()), side(delta.new_file()));
-        if let Some(same) = changes.iter_mut().find(|c| c.path == path) {
-            same.old = same.old.or(old);
-            same.new = same.new.or(new);
-            continue;
-        }
-        let sparse = index
-            .get_path(path.as_path(), 0)
-            .is_some_and(|e| e.flags_extended & SKIP_WORKTREE != 0);
-        changes.push(Change {
-            old,
-            new,
-            path,
-            sparse,
-        });
-    }
-    Ok(changes)
+    Ok(super::tree_changes(repo, &old_tree, &new_tree)?
+        .into_iter()
+        .map(|c| Change {
+            sparse: index
+                .get_path(c.path.as_path(), 0)
+                .is_some_and(|e| e.flags_extended & SKIP_WORKTREE != 0),
+            old: c.old,
+            new: c.new,
+            path: c.path,
+        })
+        .collect())
 }
 
 /// Changed paths whose update would lose something of the user's.

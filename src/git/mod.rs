@@ -16,7 +16,7 @@ pub mod repo;
 pub mod shard;
 pub mod worktree;
 
-use git2::{Repository, Signature};
+use git2::{Oid, Repository, Signature};
 
 use crate::repo_path::RepoPath;
 
@@ -41,21 +41,84 @@ pub fn changed_paths(
     old: &git2::Tree<'_>,
     new: &git2::Tree<'_>,
 ) -> Result<Vec<RepoPath>, git2::Error> {
-    let diff = repo.diff_tree_to_tree(Some(old), Some(new), None)?;
-    let mut paths = Vec::new();
-    for delta in diff.deltas() {
-        for file in [delta.old_file(), delta.new_file()] {
-            if file.id().is_zero() {
-                continue;
-            }
-            if let Some(p) = file.path_bytes() {
-                paths.push(RepoPath::from_bytes(p.to_vec()));
+    Ok(tree_changes(repo, old, new)?
+        .into_iter()
+        .map(|c| c.path)
+        .collect())
+}
+
+/// A file (or link, or submodule) that differs between two trees: its entry on each side,
+/// `(id, mode)`, `None` where it is absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeChange {
+    pub path: RepoPath,
+    pub old: Option<(Oid, u32)>,
+    pub new: Option<(Oid, u32)>,
+}
+
+/// What differs between two trees, sorted by path. Subtrees with the same id on both sides
+/// are skipped, so the cost is that of the folders on the way to what changed, not of the
+/// trees (libgit2's tree diff walks every entry of both). A path that is a file on one side
+/// and a folder on the other is the file's removal (or addition) and each path under the
+/// folder, as in git.
+pub fn tree_changes(
+    repo: &Repository,
+    old: &git2::Tree<'_>,
+    new: &git2::Tree<'_>,
+) -> Result<Vec<TreeChange>, git2::Error> {
+    let mut changes = Vec::new();
+    diff_level(repo, Some(old), Some(new), &mut Vec::new(), &mut changes)?;
+    changes.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(changes)
+}
+
+const TREE_MODE: u32 = 0o040000;
+
+/// The changes between two versions of one folder (`None`: absent on that side), whose path
+/// is `prefix` (empty, or ending in `/`).
+fn diff_level(
+    repo: &Repository,
+    old: Option<&git2::Tree<'_>>,
+    new: Option<&git2::Tree<'_>>,
+    prefix: &mut Vec<u8>,
+    out: &mut Vec<TreeChange>,
+) -> Result<(), git2::Error> {
+    type Entry = Option<(Oid, u32)>;
+    let mut names: std::collections::BTreeMap<Vec<u8>, (Entry, Entry)> = Default::default();
+    for (tree, new_side) in [(old, false), (new, true)] {
+        for e in tree.iter().flat_map(|t| t.iter()) {
+            let slot = names.entry(e.name_bytes().to_vec()).or_default();
+            let entry = Some((e.id(), e.filemode() as u32));
+            match new_side {
+                false => slot.0 = entry,
+                true => slot.1 = entry,
             }
         }
     }
-    paths.sort();
-    paths.dedup();
-    Ok(paths)
+    for (name, (was, is)) in names {
+        if was == is {
+            continue;
+        }
+        let len = prefix.len();
+        prefix.extend_from_slice(&name);
+        let folder = |e: Entry| e.filter(|(_, mode)| *mode == TREE_MODE).map(|(id, _)| id);
+        let leaf = |e: Entry| e.filter(|(_, mode)| *mode != TREE_MODE);
+        if leaf(was).is_some() || leaf(is).is_some() {
+            out.push(TreeChange {
+                path: RepoPath::from_bytes(prefix.clone()),
+                old: leaf(was),
+                new: leaf(is),
+            });
+        }
+        if folder(was).is_some() || folder(is).is_some() {
+            let was = folder(was).map(|id| repo.find_tree(id)).transpose()?;
+            let is = folder(is).map(|id| repo.find_tree(id)).transpose()?;
+            prefix.push(b'/');
+            diff_level(repo, was.as_ref(), is.as_ref(), prefix, out)?;
+        }
+        prefix.truncate(len);
+    }
+    Ok(())
 }
 
 /// `base` with every path in `paths` set to its entry in `from` (or removed).
@@ -64,7 +127,7 @@ pub fn apply_paths(
     paths: &[RepoPath],
     from: &git2::Tree<'_>,
     base: &git2::Tree<'_>,
-) -> Result<git2::Oid, git2::Error> {
+) -> Result<Oid, git2::Error> {
     let mut update = git2::build::TreeUpdateBuilder::new();
     for path in paths {
         match from.get_path(path.as_path()) {
@@ -112,6 +175,94 @@ pub fn branch_ref(branch: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tree of `files`: path, content, mode.
+    fn tree_of(repo: &Repository, files: &[(&str, &str, i32)]) -> Oid {
+        let mut index = git2::Index::new().unwrap();
+        for (path, content, mode) in files {
+            let id = repo.blob(content.as_bytes()).unwrap();
+            let mut entry = git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: *mode as u32,
+                uid: 0,
+                gid: 0,
+                file_size: 0,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: path.as_bytes().to_vec(),
+            };
+            entry.flags = path.len().min(0xfff) as u16;
+            index.add(&entry).unwrap();
+        }
+        index.write_tree_to(repo).unwrap()
+    }
+
+    #[test]
+    fn tree_changes_are_what_libgit2s_diff_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let (f, x, l) = (0o100644, 0o100755, 0o120000);
+        let old = tree_of(
+            &repo,
+            &[
+                ("a.txt", "a", f),
+                ("same/s.txt", "s", f),
+                ("gone/g.txt", "g", f),
+                ("swap", "file", f),
+                ("dir/inner.txt", "i", f),
+                ("run.sh", "echo", f),
+                ("lnk", "a.txt", f),
+                ("deep/er/d.txt", "d", f),
+            ],
+        );
+        let new = tree_of(
+            &repo,
+            &[
+                ("a.txt", "a2", f),
+                ("same/s.txt", "s", f),
+                ("swap/now.txt", "folder", f),
+                ("dir", "a file now", f),
+                ("run.sh", "echo", x),
+                ("lnk", "a.txt", l),
+                ("deep/er/d.txt", "d", f),
+                ("deep/er/new.txt", "n", f),
+                ("fresh/a/b.txt", "b", f),
+            ],
+        );
+        let (old, new) = (repo.find_tree(old).unwrap(), repo.find_tree(new).unwrap());
+        let diff = repo
+            .diff_tree_to_tree(Some(&old), Some(&new), None)
+            .unwrap();
+        let mut expected: Vec<TreeChange> = Vec::new();
+        for d in diff.deltas() {
+            let side =
+                |f: git2::DiffFile<'_>| (!f.id().is_zero()).then(|| (f.id(), u32::from(f.mode())));
+            let path = d
+                .new_file()
+                .path_bytes()
+                .or(d.old_file().path_bytes())
+                .unwrap();
+            let path = RepoPath::from_bytes(path.to_vec());
+            match expected.iter_mut().find(|c| c.path == path) {
+                Some(same) => {
+                    same.old = same.old.or(side(d.old_file()));
+                    same.new = same.new.or(side(d.new_file()));
+                }
+                None => expected.push(TreeChange {
+                    path,
+                    old: side(d.old_file()),
+                    new: side(d.new_file()),
+                }),
+            }
+        }
+        expected.sort_by(|a, b| a.path.cmp(&b.path));
+        assert_eq!(tree_changes(&repo, &old, &new).unwrap(), expected);
+        assert_eq!(expected.len(), 10, "{expected:#?}");
+    }
 
     #[test]
     fn literal_pathspecs_escape_what_libgit2_would_read() {

@@ -259,10 +259,22 @@ impl WorktreePool {
         })
     }
 
+    /// Gives worktree `name` the base checkout's index: a hard link to it (the index of a
+    /// large repository is megabytes; git and libgit2 replace an index by renaming a new
+    /// file over it, never writing it in place, and a worker cannot write the administrative
+    /// directory at all), or a copy where a link cannot be made.
     fn copy_base_index(&self, base: &BaseCheckout, name: &str) -> anyhow::Result<()> {
+        let from = self.admin_dir(&base.name).join("index");
         let to = self.admin_dir(name).join("index");
-        std::fs::copy(self.admin_dir(&base.name).join("index"), &to)
-            .with_context(|| format!("cannot write {}", to.display()))?;
+        match std::fs::remove_file(&to) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("cannot replace {}", to.display()));
+            }
+            _ => {}
+        }
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).with_context(|| format!("cannot write {}", to.display()))?;
+        }
         Ok(())
     }
 
