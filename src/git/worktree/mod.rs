@@ -158,6 +158,14 @@ pub struct WorktreePool {
     base: Mutex<Option<Arc<BaseCheckout>>>,
 }
 
+/// An overlay worktree registered, waiting for the base checkout's index.
+struct NewView {
+    name: String,
+    path: PathBuf,
+    upper: PathBuf,
+    work: PathBuf,
+}
+
 /// libgit2's worktree creation is not safe to run concurrently in one repository: its
 /// "branch already checked out" check counts a worktree that another thread (or process) is
 /// half-way through creating as a match (an operator-precedence slip in
@@ -227,21 +235,34 @@ impl WorktreePool {
         Ok(made)
     }
 
-    /// A new overlay worktree on `branch_ref`: registered with git (no files but its `.git`),
-    /// the base checkout's index (whose file stamps match what the view shows, so the
-    /// worker's own `git status` is clean and quick), and empty layers.
-    fn create_view(
-        &self,
-        repo: &Repository,
-        branch_ref: &str,
-        base: &BaseCheckout,
-    ) -> anyhow::Result<Slot> {
+    /// A new overlay worktree on `branch_ref`: registered with git (no files but its `.git`)
+    /// and given empty layers. It needs the base checkout's index still ([`Self::create_view`]):
+    /// registering does not wait for the base checkout, so the first workers' registrations
+    /// overlap it.
+    fn register_view(&self, repo: &Repository, branch_ref: &str) -> anyhow::Result<NewView> {
         let (name, path) = self.register(repo, Head::Branch(branch_ref))?;
         let layers = state::layers_dir(&self.common_dir)
             .join(path.file_name().context("a worktree path without a name")?);
         let (upper, work) = (layers.join("upper"), layers.join("work"));
         std::fs::create_dir_all(&upper)?;
         std::fs::create_dir_all(&work)?;
+        Ok(NewView {
+            name,
+            path,
+            upper,
+            work,
+        })
+    }
+
+    /// The overlay worktree `new`, with the base checkout's index (whose file stamps match
+    /// what the view shows, so the worker's own `git status` is clean and quick).
+    fn create_view(&self, new: NewView, base: &BaseCheckout) -> anyhow::Result<Slot> {
+        let NewView {
+            name,
+            path,
+            upper,
+            work,
+        } = new;
         self.copy_base_index(base, &name)?;
         let gitlink = std::fs::read(path.join(".git"))?;
         Ok(Slot {
@@ -330,16 +351,22 @@ impl WorktreePool {
         repo.branch(branch, &commit, true)
             .with_context(|| format!("cannot create branch {branch}"))?;
         let branch_ref = super::branch_ref(branch);
-        let base = match view {
-            true => Some(self.base_checkout(&repo, start)?),
-            false => None,
-        };
         let idle = {
             let mut st = self.lock_state();
             match view {
                 true => st.idle_views.pop(),
                 false => st.idle.pop(),
             }
+        };
+        if view && idle.is_none() {
+            let new = self.register_view(&repo, &branch_ref)?;
+            let base = self.base_checkout(&repo, start)?;
+            let slot = self.create_view(new, &base)?;
+            return self.lend(&repo, slot);
+        }
+        let base = match view {
+            true => Some(self.base_checkout(&repo, start)?),
+            false => None,
         };
         let reused = idle.and_then(|mut slot| {
             let reset = match &base {
@@ -363,7 +390,10 @@ impl WorktreePool {
         });
         let slot = match (reused, &base) {
             (Some(slot), _) => slot,
-            (None, Some(base)) => self.create_view(&repo, &branch_ref, base)?,
+            (None, Some(base)) => {
+                let new = self.register_view(&repo, &branch_ref)?;
+                self.create_view(new, base)?
+            }
             (None, None) => self.create(&repo, &branch_ref)?,
         };
         self.lend(&repo, slot)
