@@ -347,10 +347,11 @@ impl WorktreePool {
         let repo = Repository::open(&self.common_dir)?;
         let commit = repo.find_commit(start)?;
         // `force`: a retry moves its branch to the new start commit. Idle worktrees have a
-        // detached HEAD, so no branch is checked out while being moved.
-        repo.branch(branch, &commit, true)
-            .with_context(|| format!("cannot create branch {branch}"))?;
+        // detached HEAD, so no branch is checked out while being moved. Written as a
+        // reference, which does not open every worktree as a branch call does.
         let branch_ref = super::branch_ref(branch);
+        repo.reference(&branch_ref, start, true, "swarm: task branch")
+            .with_context(|| format!("cannot create branch {branch}"))?;
         let idle = {
             let mut st = self.lock_state();
             match view {
@@ -544,9 +545,11 @@ impl WorktreePool {
         let _one_at_a_time = CreationLock::acquire(&self.common_dir)?;
         let placeholder_name = self.run_id.branch(&RunBranch::Placeholder(n));
         let empty = self.empty_commit(repo)?;
-        let placeholder = repo
-            .branch(&placeholder_name, &repo.find_commit(empty)?, true)?
-            .into_reference();
+        // References written directly: libgit2's branch calls open every worktree of the
+        // repository to check that the branch is not checked out, which made starting
+        // `-j` workers cost `-j²` (nothing has these branches checked out).
+        let placeholder_ref = super::branch_ref(&placeholder_name);
+        let placeholder = repo.reference(&placeholder_ref, empty, true, "swarm: placeholder")?;
         let mut opts = WorktreeAddOptions::new();
         opts.reference(Some(&placeholder));
         repo.worktree(&name, &path, Some(&opts))
@@ -556,8 +559,7 @@ impl WorktreePool {
             Head::Branch(branch_ref) => wt.set_head(branch_ref)?,
             Head::Detached(commit) => wt.set_head_detached(commit)?,
         }
-        repo.find_branch(&placeholder_name, git2::BranchType::Local)?
-            .delete()?;
+        repo.find_reference(&placeholder_ref)?.delete()?;
         Ok((name, path.canonicalize()?))
     }
 
