@@ -187,3 +187,37 @@ fn overlay_worktrees_are_refused_where_they_cannot_work() {
     assert_eq!(repo.report(&run)["worktrees"], "pool");
     assert_eq!(repo.read("a.txt"), "bar\n");
 }
+
+/// The base checkout is written by several threads and its index by swarm: in a view, git
+/// finds the worktree clean at once, stat data included (`git diff-files` compares stat data
+/// without refreshing anything), for files in nested folders, an executable, a link and a
+/// file git converts on checkout (CRLF).
+#[test]
+fn a_view_is_clean_for_git_at_once() {
+    let repo = TestRepo::with_files(&[
+        ("a.txt", "a\n"),
+        ("deep/er/still/b.txt", "b\n"),
+        ("run.sh", "echo hi\n"),
+        ("crlf.txt", "one\ntwo\n"),
+        (".gitattributes", "crlf.txt text eol=crlf\n"),
+    ]);
+    for i in 0..40 {
+        repo.write(&format!("dir{}/f{i}.txt", i % 7), &format!("{i}\n"));
+    }
+    std::os::unix::fs::symlink("a.txt", repo.root().join("lnk")).unwrap();
+    repo.git(&["update-index", "--add", "--chmod=+x", "run.sh"]);
+    repo.commit_all("more");
+    let look =
+        r#"s=$(git status --porcelain; git diff-files --name-only); printf '[%s]\n' "$s" > a.txt"#;
+    let run = repo.swarm(&["refactor", "look", "a.txt", "-y", "--exec", look]);
+    run.assert_code(0);
+    assert_eq!(
+        repo.report(&run)["worktrees"],
+        std::env::var("SWARM_TEST_WORKTREES").unwrap_or("overlay".into())
+    );
+    assert_eq!(
+        repo.read("a.txt"),
+        "[]\n",
+        "git saw changes in a fresh worktree"
+    );
+}

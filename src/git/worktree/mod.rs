@@ -40,6 +40,7 @@ use crate::worker::sandbox::overlay::OverlayView;
 
 mod cleanup;
 mod files;
+mod parallel;
 pub mod view;
 
 pub use cleanup::{remove_run_worktrees, remove_run_worktrees_except, remove_worktree};
@@ -158,6 +159,14 @@ pub struct WorktreePool {
     base: Mutex<Option<Arc<BaseCheckout>>>,
 }
 
+/// How many threads check a new worktree out.
+#[derive(Debug, Clone, Copy)]
+enum Threads {
+    One,
+    /// The base checkout, which every overlay worktree waits for.
+    Several,
+}
+
 /// An overlay worktree registered, waiting for the base checkout's index.
 struct NewView {
     name: String,
@@ -224,7 +233,7 @@ impl WorktreePool {
             return Ok(base.clone());
         }
         let (name, path) = self.register(repo, Head::Detached(start))?;
-        self.populate(&name, &path)?;
+        self.populate(&name, &path, Threads::Several)?;
         let made = Arc::new(BaseCheckout {
             repo: Mutex::new(open_worktree(&self.common_dir, &name, &path)?),
             name,
@@ -511,7 +520,7 @@ impl WorktreePool {
     fn create(&self, repo: &Repository, branch_ref: &str) -> anyhow::Result<Slot> {
         let (name, path) = self.register(repo, Head::Branch(branch_ref))?;
         let gitlink = std::fs::read(path.join(".git"))?;
-        self.populate(&name, &path)?;
+        self.populate(&name, &path, Threads::One)?;
         Ok(Slot {
             name,
             path,
@@ -564,14 +573,24 @@ impl WorktreePool {
     }
 
     /// Checks out HEAD in a new worktree in full, and copies in `[worktree] copy`.
-    fn populate(&self, name: &str, path: &Path) -> anyhow::Result<()> {
+    fn populate(&self, name: &str, path: &Path, threads: Threads) -> anyhow::Result<()> {
         let writable = [path.to_path_buf(), self.admin_dir(name)];
         sandbox::confined(&writable, || {
             let wt = open_worktree(&self.common_dir, name, path)?;
-            let mut checkout = CheckoutBuilder::new();
-            checkout.force();
-            wt.checkout_head(Some(&mut checkout))
-                .with_context(|| format!("cannot check out worktree {}", path.display()))?;
+            match threads {
+                // Pooled worktrees are made by several jobs at once already.
+                Threads::One => {
+                    let mut checkout = CheckoutBuilder::new();
+                    checkout.force();
+                    wt.checkout_head(Some(&mut checkout))
+                        .with_context(|| format!("cannot check out worktree {}", path.display()))?;
+                }
+                Threads::Several => {
+                    let tree = wt.head()?.peel_to_tree()?.id();
+                    let open = || open_worktree(&self.common_dir, name, path);
+                    parallel::check_out(&open, tree, path, &self.admin_dir(name).join("index"))?;
+                }
+            }
             for rel in &self.copy {
                 copy_into(&self.user_workdir, path, &RepoPath::from(rel.as_str()))?;
             }
