@@ -152,7 +152,8 @@ pub fn generate(root: &Path, shape: &Shape) -> std::path::PathBuf {
     repo
 }
 
-/// `git clone -q origin to`.
+/// `git clone -q origin to`, written out to disk before anything is measured (else the
+/// kernel writing the clone back competes with what is measured next).
 #[allow(dead_code)]
 pub fn clone(origin: &Path, to: &Path) {
     let out = Command::new("git")
@@ -162,4 +163,6 @@ pub fn clone(origin: &Path, to: &Path) {
         .output()
         .unwrap();
     assert!(out.status.success());
+    // SAFETY: sync(2) takes no argument and cannot fail.
+    unsafe { libc::sync() };
 }
