@@ -182,10 +182,21 @@ pub struct Totals {
     pub failed: usize,
     pub conflict: usize,
     pub timeout: usize,
+    /// Not run or not merged for a reason of the run (`--on-conflict fail`, a budget,
+    /// `--review`).
     pub skipped: usize,
+    /// Stopped by Ctrl-C (`swarm resume` runs them again).
+    #[serde(default)]
+    pub interrupted: usize,
+    /// Not started yet, running, or finished and not merged (`--dry-run`).
+    #[serde(default)]
+    pub unfinished: usize,
     /// Merged, then left out because they break `--verify-merged`.
     #[serde(default)]
     pub excluded: usize,
+    /// Of the merged, those that needed more than one attempt (a conflict retried).
+    #[serde(default)]
+    pub retried: usize,
     pub tokens: Tokens,
     /// What the agents reported spending (`--agent`), in US dollars.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -198,15 +209,39 @@ fn is_zero(v: &f64) -> bool {
 }
 
 impl Totals {
-    /// The counts of tasks that did not make it, by kind, with their labels.
-    pub fn problems(&self) -> [(usize, &'static str); 5] {
+    /// The counts of tasks that did not make it, by kind, with their labels: the same
+    /// categories everywhere (the summary, `swarm status`, the step summary).
+    pub fn problems(&self) -> [(usize, &'static str); 7] {
         [
             (self.failed, "failed"),
             (self.conflict, "conflict"),
             (self.timeout, "timeout"),
             (self.excluded, "excluded"),
-            (self.skipped, "skipped/interrupted"),
+            (self.skipped, "skipped"),
+            (self.interrupted, "interrupted"),
+            (self.unfinished, "not finished"),
         ]
+    }
+
+    /// Every count, in words: "18 merged (9 after a retry), 2 no change, 1 timeout".
+    pub fn describe(&self) -> Vec<String> {
+        let merged = match self.retried {
+            0 => format!("{} merged", self.merged),
+            n => format!("{} merged ({n} after a retry)", self.merged),
+        };
+        let mut parts = vec![merged, format!("{} no change", self.no_change)];
+        parts.extend(
+            self.problems()
+                .into_iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{n} {what}")),
+        );
+        parts
+    }
+
+    /// Tasks that neither merged nor needed no change.
+    pub fn not_ok(&self) -> usize {
+        self.problems().iter().map(|(n, _)| n).sum()
     }
 }
 
@@ -320,14 +355,18 @@ impl Report {
         };
         for task in &self.tasks {
             match task.status {
-                TaskStatus::Merged => t.merged += 1,
+                TaskStatus::Merged => {
+                    t.merged += 1;
+                    t.retried += usize::from(task.attempts > 1);
+                }
                 TaskStatus::NoChange => t.no_change += 1,
                 TaskStatus::Failed => t.failed += 1,
                 TaskStatus::Conflict => t.conflict += 1,
                 TaskStatus::Timeout => t.timeout += 1,
-                TaskStatus::Skipped | TaskStatus::Interrupted => t.skipped += 1,
+                TaskStatus::Skipped => t.skipped += 1,
+                TaskStatus::Interrupted => t.interrupted += 1,
                 TaskStatus::Excluded => t.excluded += 1,
-                TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done => {}
+                TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done => t.unfinished += 1,
             }
             t.tokens.prompt += task.tokens.prompt;
             t.tokens.completion += task.tokens.completion;

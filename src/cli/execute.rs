@@ -33,7 +33,14 @@ pub async fn on_terminal(
 ) -> AppResult<RunOutcome> {
     let cancel = CancellationToken::new();
     spawn_signal_handler(cancel.clone());
-    let reporter = render::reporter_for_terminal(request.plan.tasks.len());
+    let settled = request.continuation.as_ref().map_or(0, |c| {
+        c.report
+            .tasks
+            .iter()
+            .filter(|t| t.status.is_success())
+            .count()
+    });
+    let reporter = render::reporter_for_terminal(request.plan.tasks.len(), settled);
     let sink = Arc::new(EventSink::new(reporter.boxed()));
     if let Some(path) = events {
         sink.log_to(path).map_err(|source| AppError::Events {

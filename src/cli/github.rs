@@ -104,15 +104,16 @@ fn summary(report: &Report) -> String {
         report.run_id,
         cell(&report.instruction)
     );
-    let mut counts = vec![
-        format!("**{} merged**", t.merged),
-        format!("{} no change", t.no_change),
-    ];
-    for (n, what) in t.problems() {
-        if n > 0 {
-            counts.push(format!("**{n} {what}**"));
-        }
-    }
+    let counts: Vec<String> = t
+        .describe()
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| match i {
+            // Merged, and every problem, in bold; "no change" is not news.
+            1 => part,
+            _ => format!("**{part}**"),
+        })
+        .collect();
     let result = match (&report.result, report.into_updated, &report.result_branch) {
         (Some(r), true, _) => format!(
             "`{}` is now at `{}`",
@@ -212,6 +213,7 @@ fn outputs(report: &Report) -> String {
         ("timeout", t.timeout.to_string()),
         ("excluded", t.excluded.to_string()),
         ("skipped", t.skipped.to_string()),
+        ("interrupted", t.interrupted.to_string()),
     ] {
         let _ = writeln!(out, "{k}={}", v.replace(['\r', '\n'], " "));
     }

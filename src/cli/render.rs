@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::IsTerminal as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,17 +14,48 @@ use crate::report::{Report, TaskStatus};
 
 pub enum TerminalReporter {
     Live(Live),
-    Plain,
+    Plain(Plain),
 }
 
 /// Chooses the live view when stderr is a terminal (and not in CI), plain lines otherwise.
-pub fn reporter_for_terminal(tasks: usize) -> Arc<TerminalReporter> {
+/// `settled` of the `tasks` are done already (a resumed run's).
+pub fn reporter_for_terminal(tasks: usize, settled: usize) -> Arc<TerminalReporter> {
     let ci = std::env::var_os("CI").is_some() || std::env::var_os("GITHUB_ACTIONS").is_some();
     Arc::new(if std::io::stderr().is_terminal() && !ci {
         TerminalReporter::Live(Live::new(tasks))
     } else {
-        TerminalReporter::Plain
+        TerminalReporter::Plain(Plain {
+            tasks,
+            settled: AtomicUsize::new(settled),
+        })
     })
+}
+
+/// Plain lines, for a log: those that settle a task say how far the run is (`[12/40]`).
+pub struct Plain {
+    tasks: usize,
+    settled: AtomicUsize,
+}
+
+impl Plain {
+    fn on_event(&self, event: &Event) {
+        let Some(line) = plain_text(event) else {
+            return;
+        };
+        let settles = match event {
+            Event::TaskFinished { status, .. } => *status != TaskStatus::Done,
+            Event::Merged { .. } => true,
+            Event::Conflict { action, .. } => *action != ConflictAction::Retry,
+            _ => false,
+        };
+        match settles {
+            true => {
+                let n = self.settled.fetch_add(1, Ordering::Relaxed) + 1;
+                eprintln!("swarm: [{n}/{}] {line}", self.tasks);
+            }
+            false => eprintln!("swarm: {line}"),
+        }
+    }
 }
 
 struct Handle(Arc<TerminalReporter>);
@@ -32,7 +64,7 @@ impl Reporter for Handle {
     fn on_event(&self, event: &Event) {
         match &*self.0 {
             TerminalReporter::Live(live) => live.on_event(event),
-            TerminalReporter::Plain => plain_line(event),
+            TerminalReporter::Plain(plain) => plain.on_event(event),
         }
     }
 }
@@ -250,12 +282,6 @@ impl Live {
     }
 }
 
-fn plain_line(event: &Event) {
-    if let Some(line) = plain_text(event) {
-        eprintln!("swarm: {line}");
-    }
-}
-
 /// One line about `event` for a log, or `None` for events not worth a line.
 fn plain_text(event: &Event) -> Option<String> {
     let line = match event {
@@ -387,23 +413,7 @@ fn short_list(tasks: &[crate::ids::TaskId]) -> String {
 pub fn print_summary(report: &Report, interrupted: bool) {
     let t = &report.totals;
     let secs = t.duration_ms as f64 / 1000.0;
-    let mut counts = vec![
-        format!("{} merged", t.merged),
-        format!("{} no change", t.no_change),
-    ];
-    for (n, what) in t.problems() {
-        if n > 0 {
-            counts.push(format!("{n} {what}"));
-        }
-    }
-    let pending = report
-        .tasks
-        .iter()
-        .filter(|t| t.status == TaskStatus::Pending)
-        .count();
-    if pending > 0 {
-        counts.push(format!("{pending} not started"));
-    }
+    let mut counts = t.describe();
     let tokens = t.tokens.prompt + t.tokens.completion;
     if tokens > 0 {
         counts.push(format!("{} tokens", human_count(tokens)));
@@ -426,6 +436,10 @@ pub fn print_summary(report: &Report, interrupted: bool) {
     print_kept(report);
     print_verify_merged(report);
     print_result(report);
+    if interrupted {
+        // The documented way to finish: the tasks left run, then everything merges.
+        eprintln!("  finish it with: swarm resume {}", report.run_id);
+    }
 }
 
 /// `1234567` as `1.2M`.
@@ -526,22 +540,21 @@ pub fn failure_lines(task: &crate::report::TaskReport) -> Vec<String> {
 
 /// The branches kept for inspection, and how to inspect or remove them.
 fn print_kept(report: &Report) {
-    let kept: Vec<&str> = report
-        .tasks
-        .iter()
-        .filter(|t| t.branch_kept)
-        .map(|t| t.branch.as_str())
-        .collect();
-    if !kept.is_empty() {
+    let kept: Vec<_> = report.tasks.iter().filter(|t| t.branch_kept).collect();
+    if let Some(first) = kept.first() {
         eprintln!(
             "kept {} branch(es): {}{}",
             kept.len(),
-            kept.iter().take(5).copied().collect::<Vec<_>>().join(" "),
+            kept.iter()
+                .take(5)
+                .map(|t| t.branch.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
             if kept.len() > 5 { " …" } else { "" }
         );
         eprintln!(
-            "  inspect: swarm diff {} TASK-ID   remove: swarm clean {}",
-            report.run_id, report.run_id
+            "  inspect: swarm diff {} {}   remove: swarm clean {}",
+            report.run_id, first.id, report.run_id
         );
     }
 }

@@ -52,23 +52,28 @@ fn print_list(listed: &[runs::Listed]) {
         return;
     }
     println!(
-        "{:<22} {:<11} {:>5} {:>6} {:>9} {:>6}  INTO",
-        "RUN", "STATE", "TASKS", "MERGED", "NO-CHANGE", "FAILED"
+        "{:<22} {:<11} {:>5} {:>6} {:>9}  {:<20} OTHER",
+        "RUN", "STATE", "TASKS", "MERGED", "NO-CHANGE", "INTO"
     );
     for l in listed {
         match &l.report {
             Some(r) => {
                 let t = &r.totals;
-                let not_ok = t.tasks - t.merged - t.no_change;
+                let other: Vec<String> = t
+                    .problems()
+                    .into_iter()
+                    .filter(|(n, _)| *n > 0)
+                    .map(|(n, what)| format!("{n} {what}"))
+                    .collect();
                 println!(
-                    "{:<22} {:<11} {:>5} {:>6} {:>9} {:>6}  {}",
+                    "{:<22} {:<11} {:>5} {:>6} {:>9}  {:<20} {}",
                     l.id,
                     state_word(r.state),
                     t.tasks,
                     t.merged,
                     t.no_change,
-                    not_ok,
-                    r.into
+                    r.into,
+                    other.join(", ")
                 );
             }
             None => println!("{:<22} unreadable (no report.json)", l.id),

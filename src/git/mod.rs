@@ -23,16 +23,27 @@ use crate::repo_path::RepoPath;
 /// The identity of commits swarm makes: `GIT_AUTHOR_*`/`GIT_COMMITTER_*` like git, else
 /// `user.name`/`user.email`, else `swarm <swarm@localhost>`.
 pub fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
+    match configured_signature(repo) {
+        Some(sig) => Ok(sig),
+        None => Signature::now(FALLBACK_NAME, FALLBACK_EMAIL),
+    }
+}
+
+/// Who commits when neither the environment nor git's config says.
+pub const FALLBACK_NAME: &str = "swarm";
+pub const FALLBACK_EMAIL: &str = "swarm@localhost";
+
+/// The identity the environment (`GIT_COMMITTER_*`, `GIT_AUTHOR_*`) or git's config
+/// (`user.name`, `user.email`) gives, if any.
+pub fn configured_signature(repo: &Repository) -> Option<Signature<'static>> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     if let (Some(name), Some(email)) = (
         var("GIT_COMMITTER_NAME").or_else(|| var("GIT_AUTHOR_NAME")),
         var("GIT_COMMITTER_EMAIL").or_else(|| var("GIT_AUTHOR_EMAIL")),
     ) {
-        return Signature::now(&name, &email);
+        return Signature::now(&name, &email).ok();
     }
-    repo.signature()
-        .map(|s| s.to_owned())
-        .or_else(|_| Signature::now("swarm", "swarm@localhost"))
+    repo.signature().ok().map(|s| s.to_owned())
 }
 
 /// Paths that differ between two trees (both sides of renames; no rename detection).

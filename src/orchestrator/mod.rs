@@ -199,6 +199,19 @@ pub async fn run(
         worktrees: report.worktrees.clone().unwrap_or_default(),
         per_process,
     });
+    if let Ok(repo) = git2::Repository::open(&req.info.common_dir)
+        && crate::git::configured_signature(&repo).is_none()
+    {
+        sink.emit(Event::Warning {
+            task: None,
+            message: format!(
+                "no git identity (user.name, user.email): commits are made as {} <{}>; set \
+                 them with git config, or GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL",
+                crate::git::FALLBACK_NAME,
+                crate::git::FALLBACK_EMAIL
+            ),
+        });
+    }
     let shared = Arc::new(Shared::new(
         req.plan,
         &req.info,
@@ -322,7 +335,7 @@ fn close_report(
     shared.sink.emit(Event::RunFinished {
         result: report.result.map(|r| r.to_string()),
         merged: report.totals.merged,
-        failed: report.tasks.len() - report.totals.merged - report.totals.no_change,
+        failed: report.totals.not_ok(),
     });
     Ok(report)
 }

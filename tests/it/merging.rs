@@ -53,6 +53,14 @@ fn retry_resolves_tasks_that_all_append_to_one_file() {
         retried >= 1,
         "at -j 4 the appends conflict, so some task was retried"
     );
+    // The retries are said, in the totals and the summary.
+    assert_eq!(report["totals"]["retried"], retried as u64);
+    assert!(
+        run.stderr
+            .contains(&format!("4 merged ({retried} after a retry)")),
+        "{}",
+        run.stderr
+    );
     repo.assert_clean_after_run();
 }
 

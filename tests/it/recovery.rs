@@ -98,6 +98,22 @@ fn ctrl_c_then_resume_reaches_the_same_tree() {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let run = Run::from(child.wait_with_output().unwrap());
     run.assert_code(130);
+    assert!(
+        run.stderr
+            .contains(&format!("finish it with: swarm resume {id}")),
+        "{}",
+        run.stderr
+    );
+    // Interrupted tasks are counted as such, not as failed or skipped.
+    let report: serde_json::Value =
+        serde_json::from_str(&repo.run_file(&id, "report.json")).unwrap();
+    let totals = &report["totals"];
+    assert_eq!(totals["failed"], 0, "{totals}");
+    assert_eq!(totals["skipped"], 0, "{totals}");
+    assert!(
+        totals["interrupted"].as_u64().unwrap() + totals["unfinished"].as_u64().unwrap() >= 1,
+        "{totals}"
+    );
     assert_eq!(
         repo.worktrees().len(),
         1,
@@ -114,6 +130,7 @@ fn ctrl_c_then_resume_reaches_the_same_tree() {
         "{}",
         status.stdout
     );
+    assert!(!status.stdout.contains("failed"), "{}", status.stdout);
 
     std::fs::write(repo.home.join("go"), "").unwrap();
     let resumed = repo.swarm(&["resume", &id]);

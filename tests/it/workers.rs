@@ -308,3 +308,61 @@ fn an_idle_worker_is_killed_at_the_idle_limit_and_a_busy_one_is_not() {
     );
     assert_eq!(task_of(&report, "a.txt")["status"], "merged");
 }
+
+/// A plain log (not a terminal) says how far the run is on each line that settles a task,
+/// and a failed task's hint names the task to inspect.
+#[test]
+fn plain_logs_count_settled_tasks_and_hints_name_the_task() {
+    let repo = two_files();
+    let run = run_with_b(&repo, "sed -i s/foo/baz/ b.txt; exit 3", &[]);
+    run.assert_code(1);
+    for n in ["[1/2]", "[2/2]"] {
+        assert_eq!(run.stderr.matches(n).count(), 1, "{n}:\n{}", run.stderr);
+    }
+    let report = repo.report(&run);
+    let failed = task_of(&report, "b.txt")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        run.stderr
+            .contains(&format!("inspect: swarm diff {} {failed}", run.run_id())),
+        "{}",
+        run.stderr
+    );
+}
+
+/// With no git identity at all, swarm says who its commits are by.
+#[test]
+fn commits_without_a_git_identity_are_announced() {
+    let repo = two_files();
+    let mut cmd = repo.swarm_cmd();
+    for var in [
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+    ] {
+        cmd.env_remove(var);
+    }
+    let run = Run::from(
+        cmd.args(["refactor", "x", "*.txt", "--exec", SED_FOO_BAR])
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(0);
+    assert!(
+        run.stderr.contains(
+            "no git identity (user.name, user.email): commits are made as swarm <swarm@localhost>"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        repo.git(&["log", "-1", "--format=%an <%ae>", "main^2"]),
+        "swarm <swarm@localhost>"
+    );
+    // With an identity, not a word.
+    let run = run_with_b(&repo, SED_FOO_BAR, &[]);
+    assert!(!run.stderr.contains("no git identity"), "{}", run.stderr);
+}
