@@ -7,9 +7,17 @@
 #   examples/demo.sh [DIR]     (DIR: where to create the demo repository; default: a temp dir)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-swarm=${SWARM_BIN:-$here/target/release/swarm}
-[ -x "$swarm" ] || swarm=$here/target/debug/swarm
-[ -x "$swarm" ] || { echo "build swarm first: cargo build --release" >&2; exit 2; }
+# swarm: $SWARM_BIN, else the one cargo built here (wherever CARGO_TARGET_DIR puts it), else
+# the one on PATH (cargo install).
+target=$(cd "$here" && cargo metadata --format-version 1 --no-deps 2>/dev/null \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' 2>/dev/null) \
+  || target=$here/target
+swarm=${SWARM_BIN:-}
+for candidate in "$target/release/swarm" "$target/debug/swarm" "$(command -v swarm || true)"; do
+  [ -n "$swarm" ] && break
+  [ -n "$candidate" ] && [ -x "$candidate" ] && swarm=$candidate
+done
+[ -n "$swarm" ] || { echo "build swarm first: cargo install --locked --path . (or cargo build --release)" >&2; exit 2; }
 
 demo=${1:-$(mktemp -d)/inventory}
 mkdir -p "$demo"

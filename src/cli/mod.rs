@@ -27,7 +27,7 @@ use crate::error::exit;
 #[derive(Debug, Parser)]
 #[command(
     name = "swarm",
-    version,
+    version = env!("SWARM_VERSION"),
     propagate_version = true,
     max_term_width = 100
 )]
@@ -58,6 +58,15 @@ enum Command {
     Resume(resume::ResumeArgs),
     Clean(clean::CleanArgs),
     Agents(agents::AgentsArgs),
+}
+
+/// The parser of a keyword option, which lists its possible values in `--help`.
+fn keywords<T>(names: &'static [&'static str]) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr<Err = String> + Clone + Send + Sync + 'static,
+{
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
 }
 
 pub fn main() -> ExitCode {

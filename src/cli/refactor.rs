@@ -85,13 +85,16 @@ pub struct RefactorArgs {
     pub into: Option<String>,
 
     /// What a task whose merge conflicts gets: retry (once, on the merged result), skip (keep
-    /// its branch), fail (stop merging) [default: retry].
-    #[arg(long, value_name = "POLICY", env = env_vars::SWARM_ON_CONFLICT)]
+    /// its branch), fail (stop merging), repair (the model resolves it; needs --model)
+    /// [default: retry].
+    #[arg(long, value_name = "POLICY", env = env_vars::SWARM_ON_CONFLICT,
+          value_parser = super::keywords::<OnConflict>(OnConflict::NAMES))]
     pub on_conflict: Option<OnConflict>,
 
     /// May a worker change files outside its task? task: no (such a task fails), any: yes
     /// [default: task].
-    #[arg(long, value_name = "SCOPE", env = env_vars::SWARM_SCOPE)]
+    #[arg(long, value_name = "SCOPE", env = env_vars::SWARM_SCOPE,
+          value_parser = super::keywords::<Scope>(Scope::NAMES))]
     pub scope: Option<Scope>,
 
     /// Model of the built-in worker (used when there is no --exec), e.g. gpt-4.1-mini.
@@ -148,14 +151,16 @@ pub struct RefactorArgs {
     /// task's worktree and a private temp dir, no network, credential stores hidden, no
     /// process outlives it) or off [default: workspace-write]. Only this flag or your own
     /// config can turn it off, not the repository's swarm.toml.
-    #[arg(long, value_name = "MODE", env = env_vars::SWARM_SANDBOX)]
+    #[arg(long, value_name = "MODE", env = env_vars::SWARM_SANDBOX,
+          value_parser = super::keywords::<SandboxMode>(SandboxMode::NAMES))]
     pub sandbox: Option<SandboxMode>,
 
     /// How each worker's worktree is made: overlay (a view of one shared checkout through
     /// an overlay mount in the worker's jail: start-up and per-task cost follow the change,
     /// not the repository), pool (full checkouts, reused), or auto (overlay where the run
     /// can use it) [default: auto].
-    #[arg(long, value_name = "MODE", env = env_vars::SWARM_WORKTREES)]
+    #[arg(long, value_name = "MODE", env = env_vars::SWARM_WORKTREES,
+          value_parser = super::keywords::<WorktreeMode>(WorktreeMode::NAMES))]
     pub worktrees: Option<WorktreeMode>,
 
     /// Let worker processes reach the network.

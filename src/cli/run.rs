@@ -38,7 +38,7 @@ pub struct RunArgs {
     pub jobs: Option<usize>,
     /// Worker confinement [default: workspace-write]. A plan file cannot weaken the sandbox:
     /// only this flag, --network or your own config file can.
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, value_name = "MODE", value_parser = super::keywords::<SandboxMode>(SandboxMode::NAMES))]
     pub sandbox: Option<SandboxMode>,
     /// Let worker processes reach the network.
     #[arg(long)]

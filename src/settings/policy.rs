@@ -31,6 +31,10 @@ pub enum Scope {
 
 macro_rules! keyword_enum {
     ($ty:ident, $what:literal, $($text:literal => $variant:ident),+) => {
+        impl $ty {
+            /// Its keywords, as written on the command line and in settings files.
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+        }
         impl FromStr for $ty {
             type Err = String;
             fn from_str(s: &str) -> Result<Self, Self::Err> {

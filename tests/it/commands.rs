@@ -18,6 +18,12 @@ fn status_lists_runs_and_shows_tasks() {
     list.assert_code(0);
     assert!(list.stdout.contains(&id), "{}", list.stdout);
     assert!(list.stdout.contains("finished"), "{}", list.stdout);
+    // The list counts as the summary does: one merged, one failed.
+    let line = list.stdout.lines().find(|l| l.contains(&id)).unwrap();
+    assert!(
+        line.trim_end().ends_with("main                 1 failed"),
+        "{line}"
+    );
     let one = repo.swarm(&["status", &id[..12]]);
     one.assert_code(0);
     assert!(one.stdout.contains("merged"), "{}", one.stdout);
@@ -366,4 +372,28 @@ fn swarm_failing_itself_exits_3() {
     assert_eq!(repo.git(&["rev-parse", "main"]), main);
     assert_eq!(repo.read("a.txt"), "foo\n");
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}
+
+/// `--version` says the commit swarm was built from, when it was built from a checkout.
+#[test]
+fn version_names_the_commit() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(concat!("swarm ", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    let commit = std::process::Command::new("git")
+        .args(["log", "-1", "--format=%h", "--abbrev=10"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if let Some(commit) = commit {
+        assert!(text.contains(&format!("({commit} ")), "{text}");
+    }
 }
