@@ -49,6 +49,9 @@ pub enum AppError {
         binary: String,
         install: String,
     },
+    /// The selection is empty: a typo in CI must not pass as "nothing to do".
+    #[error("{0}")]
+    NoFiles(String),
     #[error("--repair needs --verify: the check whose failure the model repairs")]
     RepairWithoutVerify,
     #[error("--per-process {0}: {1}")]

@@ -68,7 +68,9 @@ pub struct Ready {
 
 /// What preparing gave.
 pub enum Prepared {
-    /// Nothing to do, and why (no file matched, the planner found nothing).
+    /// No file matched the pathspecs and `--grep`, in words.
+    NoFiles(String),
+    /// Nothing to do, and why (the planner found nothing).
     Nothing(String),
     Ready(Box<Ready>),
 }
@@ -127,7 +129,7 @@ pub async fn prepare(
     let selection = select(&req, &info, &repo, base)?;
     let skipped = describe_skipped(&selection);
     if selection.files.is_empty() {
-        return Ok(Prepared::Nothing(nothing_matched(&req, &skipped)));
+        return Ok(Prepared::NoFiles(nothing_matched(&req, &skipped)));
     }
     let (tasks, planner_skipped) = match req.split {
         SplitMode::Llm => {
@@ -213,10 +215,10 @@ fn new_plan(
     }
 }
 
-/// "no files matched *.rs with --grep 'x'; nothing to do", and what was skipped.
+/// "no files matched *.rs with --grep 'x'", and what was skipped.
 fn nothing_matched(req: &PrepareRequest, skipped: &str) -> String {
     let mut message = format!(
-        "no files matched{}{}; nothing to do",
+        "no files matched{}{}",
         if req.pathspecs.is_empty() {
             String::new()
         } else {
@@ -228,7 +230,7 @@ fn nothing_matched(req: &PrepareRequest, skipped: &str) -> String {
             .unwrap_or_default()
     );
     if !skipped.is_empty() {
-        message.push_str(&format!("\nswarm: skipped {skipped}"));
+        message.push_str(&format!(" (skipped {skipped})"));
     }
     message
 }

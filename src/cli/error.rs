@@ -58,6 +58,11 @@ fn describe(e: &AppError) -> (String, Option<String>) {
             "install it ({install}), or run `swarm agents` to see which agents are found"
         )),
         AppError::PerProcess(..) => Some("pass --per-process 1, or auto".into()),
+        AppError::NoFiles(_) => Some(
+            "check the pathspecs (quoted, relative to this directory; `git ls-files` lists \
+             what they match) and --grep, or pass --allow-empty if matching nothing is fine"
+                .into(),
+        ),
         AppError::RepairWithoutVerify => {
             Some("pass --verify CMD (e.g. --verify 'cargo check'), or drop --repair".into())
         }

@@ -47,6 +47,11 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "REGEX")]
     pub grep: Option<String>,
 
+    /// Exit 0 when no file matches the pathspecs and --grep (else it is an error, exit 2, as
+    /// a typo in CI should be).
+    #[arg(long)]
+    pub allow_empty: bool,
+
     /// Files per task [default: 1].
     #[arg(long, value_name = "N", env = env_vars::SWARM_BATCH)]
     pub batch: Option<usize>,
@@ -278,6 +283,11 @@ async fn prepared(args: &RefactorArgs, purpose: Purpose) -> AppResult<Option<Rea
     let warn = |w: &str| eprintln!("warning: {w}");
     let note = |n: &str| eprintln!("swarm: {n}");
     match prepare::prepare(args.prepare_request(purpose)?, &warn, &note).await? {
+        Prepared::NoFiles(why) if args.allow_empty => {
+            eprintln!("swarm: {why}; nothing to do");
+            Ok(None)
+        }
+        Prepared::NoFiles(why) => Err(AppError::NoFiles(why)),
         Prepared::Nothing(why) => {
             eprintln!("swarm: {why}");
             Ok(None)

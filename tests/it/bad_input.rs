@@ -203,26 +203,39 @@ fn bad_flag_values_are_usage_errors() {
     assert!(run.stderr.contains("retry, skip, fail"), "{}", run.stderr);
 }
 
+/// A selection that matches nothing is a mistake (a typo in CI must not pass), unless the
+/// script says it may be empty.
 #[test]
-fn no_files_matched_is_not_an_error() {
+fn no_files_matched_is_an_error_unless_allowed() {
     let repo = repo();
+    refuses(
+        &repo,
+        &["refactor", "x", "*.rs", "--exec", "true"],
+        "no files matched *.rs",
+        "--allow-empty",
+    );
+    refuses(
+        &repo,
+        &["refactor", "x", "--grep", "nowhere", "--exec", "true"],
+        "no files matched with --grep 'nowhere'",
+        "--allow-empty",
+    );
+    refuses(
+        &repo,
+        &["plan", "-o", "p.json", "x", "*.rs", "--exec", "true"],
+        "no files matched *.rs",
+        "--allow-empty",
+    );
     let before = snapshot(&repo);
-    let run = repo.swarm(&["refactor", "x", "*.rs", "--exec", "true"]);
+    let run = repo.swarm(&["refactor", "x", "*.rs", "--allow-empty", "--exec", "true"]);
     run.assert_code(0);
     assert!(
-        run.stderr.contains("no files matched *.rs"),
+        run.stderr.contains("no files matched *.rs; nothing to do"),
         "{}",
         run.stderr
     );
     assert_eq!(snapshot(&repo), before);
     assert!(!repo.swarm_dir().exists());
-    let run = repo.swarm(&["refactor", "x", "--grep", "nowhere", "--exec", "true"]);
-    run.assert_code(0);
-    assert!(
-        run.stderr.contains("with --grep 'nowhere'"),
-        "{}",
-        run.stderr
-    );
 }
 
 #[test]
