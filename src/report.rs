@@ -230,13 +230,17 @@ impl Totals {
             n => format!("{} merged ({n} after a retry)", self.merged),
         };
         let mut parts = vec![merged, format!("{} no change", self.no_change)];
-        parts.extend(
-            self.problems()
-                .into_iter()
-                .filter(|(n, _)| *n > 0)
-                .map(|(n, what)| format!("{n} {what}")),
-        );
+        parts.extend(self.problem_words());
         parts
+    }
+
+    /// The problems there are, in words: "1 failed", "2 interrupted".
+    pub fn problem_words(&self) -> Vec<String> {
+        self.problems()
+            .into_iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect()
     }
 
     /// Tasks that neither merged nor needed no change.

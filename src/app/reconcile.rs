@@ -48,6 +48,8 @@ pub fn drop_records(info: &RepoInfo, records: &[String]) {
 #[derive(Debug, Default)]
 pub struct Overrides {
     pub verify_merged: Option<String>,
+    /// `--atomic`.
+    pub atomic: bool,
     pub max_tokens: Option<u64>,
     pub max_cost: Option<f64>,
 }
@@ -72,6 +74,7 @@ pub async fn continue_run(
     if let Some(check) = overrides.verify_merged {
         plan.settings.verify_merged = Some(check);
     }
+    plan.settings.atomic |= overrides.atomic;
     if let Some(n) = overrides.max_tokens {
         plan.settings.max_tokens = Some(n);
     }
@@ -186,6 +189,8 @@ pub struct MergePlan {
     pub fetch: Option<String>,
     pub into: Option<String>,
     pub verify_merged: Option<String>,
+    /// `--atomic`.
+    pub atomic: bool,
 }
 
 /// A plan's merge, ready to run: the request, and what the shards left.
@@ -219,6 +224,7 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
     if let Some(check) = req.verify_merged {
         plan.settings.verify_merged = Some(check);
     }
+    plan.settings.atomic |= req.atomic;
     let into = repo::resolve_into(
         &repo,
         &info,

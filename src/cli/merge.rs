@@ -44,6 +44,10 @@ pub struct MergeArgs {
     /// --verify-merged, if any); tasks that break it are left out.
     #[arg(long, value_name = "CMD")]
     pub verify_merged: Option<String>,
+    /// Move the target only if every task merged; otherwise the result stays on
+    /// swarm/<RUN-ID>/result.
+    #[arg(long)]
+    pub atomic: bool,
     /// Print the run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -72,6 +76,7 @@ pub async fn run(args: MergeArgs) -> AppResult<i32> {
         false,
         reconcile::Overrides {
             verify_merged: args.verify_merged,
+            atomic: args.atomic,
             ..Default::default()
         },
     )
@@ -99,6 +104,7 @@ async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> AppResult<i32> 
         fetch: args.fetch.clone(),
         into: args.into.clone(),
         verify_merged: args.verify_merged.clone(),
+        atomic: args.atomic,
     })
     .await?;
     for warning in &merge.warnings {

@@ -194,6 +194,11 @@ pub struct RefactorArgs {
     #[arg(long, value_name = "SECS", env = env_vars::SWARM_TIMEOUT)]
     pub timeout: Option<u64>,
 
+    /// Move the target only if every task merged (or needed no change); otherwise the merged
+    /// result stays on swarm/<RUN-ID>/result and the target where it was.
+    #[arg(long)]
+    pub atomic: bool,
+
     /// Keep worktrees and task branches after the run.
     #[arg(long)]
     pub keep: bool,
@@ -240,6 +245,7 @@ impl RefactorArgs {
         run.verify = self.verify.clone();
         run.verify_merged = self.verify_merged.clone();
         run.repair = self.repair.then_some(true);
+        run.atomic = self.atomic.then_some(true);
         run.idle_timeout = self.idle_timeout;
         match &self.agent {
             Some(agent) => {

@@ -52,6 +52,8 @@ pub async fn run(args: ResumeArgs) -> AppResult<i32> {
         verify_merged: args.verify_merged,
         max_tokens: args.max_tokens,
         max_cost: args.max_cost,
+        // An --atomic run stays atomic: the setting is the plan's.
+        atomic: false,
     };
     let continuing =
         reconcile::continue_run(&cwd, &args.run_id, mode, args.keep, overrides).await?;

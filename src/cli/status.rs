@@ -59,12 +59,7 @@ fn print_list(listed: &[runs::Listed]) {
         match &l.report {
             Some(r) => {
                 let t = &r.totals;
-                let other: Vec<String> = t
-                    .problems()
-                    .into_iter()
-                    .filter(|(n, _)| *n > 0)
-                    .map(|(n, what)| format!("{n} {what}"))
-                    .collect();
+                let other = t.problem_words();
                 println!(
                     "{:<22} {:<11} {:>5} {:>6} {:>9}  {:<20} {}",
                     l.id,

@@ -100,6 +100,20 @@ struct Layout {
     per_process: usize,
 }
 
+/// Why `--atomic` keeps the target where it is, if so: a task that did not merge.
+fn atomic_hold(report: &mut Report) -> Option<String> {
+    report.compute_totals(0);
+    let t = &report.totals;
+    (t.not_ok() > 0).then(|| {
+        format!(
+            "--atomic: {} of {} task(s) did not merge ({})",
+            t.not_ok(),
+            t.tasks,
+            t.problem_words().join(", ")
+        )
+    })
+}
+
 /// Can a worker process write the git directory `common_dir` (and so make a branch)?
 fn workers_write_refs(
     sandbox: &crate::settings::SandboxPolicy,
@@ -235,7 +249,10 @@ pub async fn run(
         tracing::error!("run failed: {e:#}");
     }
     let interrupted = cancel.is_cancelled();
-    let (tip, hold, mut report) = (sched.tip, sched.hold, sched.report);
+    let (tip, mut hold, mut report) = (sched.tip, sched.hold, sched.report);
+    if shared.plan.settings.atomic && hold.is_none() {
+        hold = atomic_hold(&mut report);
+    }
     let ending = finish::Ending {
         info: &req.info,
         into: &req.into,

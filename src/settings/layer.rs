@@ -92,6 +92,8 @@ pub struct RunTable {
     pub verify: Option<String>,
     pub verify_merged: Option<String>,
     pub repair: Option<bool>,
+    /// Move the target only if every task merged (`--atomic`).
+    pub atomic: Option<bool>,
     pub idle_timeout: Option<u64>,
     /// `--agent NAME`: a coding-agent preset as the worker (not in the repository's file).
     pub agent: Option<String>,
@@ -114,6 +116,7 @@ combine_fields!(RunTable {
     verify,
     verify_merged,
     repair,
+    atomic,
     idle_timeout,
     agent,
     agent_model,

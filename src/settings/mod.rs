@@ -63,6 +63,9 @@ pub struct Settings {
     /// Hand a task whose `--verify` fails after its `--exec` worker to the model.
     #[serde(default)]
     pub repair: bool,
+    /// Move the target only if every task merged or needed no change.
+    #[serde(default)]
+    pub atomic: bool,
     /// A worker process with no output and no file change this long is killed.
     pub idle_timeout_secs: u64,
     pub sandbox: SandboxPolicy,
@@ -227,6 +230,7 @@ impl Settings {
             verify: run.verify,
             verify_merged: run.verify_merged,
             repair: run.repair.unwrap_or(false),
+            atomic: run.atomic.unwrap_or(false),
             idle_timeout_secs,
             sandbox,
             run_tool: RunToolPolicy {

@@ -232,3 +232,34 @@ fn merging_overlaps_the_workers_still_running() {
         "the quick tasks merged while the slow one ran: {kinds:?}"
     );
 }
+
+/// `--atomic`: the target moves only if every task merged; otherwise the merged result waits
+/// on the result branch, and swarm says why.
+#[test]
+fn atomic_keeps_the_target_unless_every_task_merged() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let exec = r#"[ "$SWARM_FILE" != b.txt ] || exit 1; sed -i s/foo/bar/ "$SWARM_FILE""#;
+    let run = repo.swarm(&["refactor", "x", "*.txt", "--atomic", "--exec", exec]);
+    run.assert_code(1);
+    assert_eq!(repo.git(&["rev-parse", "main"]), base, "the target moved");
+    assert_eq!(repo.read("a.txt"), "foo\n");
+    let report = repo.report(&run);
+    assert_eq!(report["into_updated"], false);
+    let branch = report["result_branch"].as_str().unwrap();
+    assert_eq!(repo.git(&["show", &format!("{branch}:a.txt")]), "bar");
+    assert!(
+        run.stderr
+            .contains("--atomic: 1 of 2 task(s) did not merge (1 failed)"),
+        "{}",
+        run.stderr
+    );
+
+    // Every task merged: the target moves as usual.
+    let run = repo.swarm(&["refactor", "y", "*.txt", "--atomic", "--exec", SED_ONE_FILE]);
+    run.assert_code(0);
+    assert_eq!(repo.read("a.txt"), "bar\n");
+    assert_eq!(repo.read("b.txt"), "bar\n");
+}
+
+const SED_ONE_FILE: &str = r#"sed -i s/foo/bar/ "$SWARM_FILE""#;
