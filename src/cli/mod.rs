@@ -45,7 +45,16 @@ pub struct Cli {
     /// More diagnostics on stderr (-v: debug, -vv: trace); RUST_LOG works too.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Print only warnings, errors and the one-line result: no progress, no task table.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// Colours: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, global = true, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
+    color: clap::ColorChoice,
 }
+
+/// `--color`, for the whole process.
+static COLOR: std::sync::OnceLock<clap::ColorChoice> = std::sync::OnceLock::new();
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -71,6 +80,10 @@ where
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    let _ = COLOR.set(cli.color);
+    console::set_colors_enabled(use_color(std::io::stdout().is_terminal()));
+    console::set_colors_enabled_stderr(use_color(std::io::stderr().is_terminal()));
+    render::set_quiet(cli.quiet);
     init_tracing(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -116,12 +129,19 @@ fn init_tracing(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(use_color(std::io::stderr().is_terminal()))
         .without_time()
         .try_init();
 }
 
-/// Colours only on a terminal and without NO_COLOR.
+/// Colours for an output that is (or not) a terminal: as `--color` says; by default only on
+/// a terminal and without NO_COLOR.
 pub(crate) fn use_color(is_terminal: bool) -> bool {
-    is_terminal && std::env::var_os(crate::env_vars::NO_COLOR).is_none()
+    match COLOR.get().copied().unwrap_or_default() {
+        clap::ColorChoice::Always => true,
+        clap::ColorChoice::Never => false,
+        clap::ColorChoice::Auto => {
+            is_terminal && std::env::var_os(crate::env_vars::NO_COLOR).is_none()
+        }
+    }
 }

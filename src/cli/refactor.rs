@@ -314,7 +314,8 @@ pub async fn run(args: RefactorArgs) -> AppResult<i32> {
     if args.review && !interactive {
         return Err(AppError::ReviewOffTerminal);
     }
-    if !interactive {
+    // The run's id from the start (the live view too), to find it with `swarm status`.
+    if !super::render::is_quiet() {
         eprintln!(
             "swarm: run {}: {} task(s) over {} file(s), -j {}, into {}",
             ready.plan.run_id,

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::IsTerminal as _;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,13 +15,28 @@ use crate::report::{Report, TaskStatus};
 pub enum TerminalReporter {
     Live(Live),
     Plain(Plain),
+    /// `-q`: warnings only.
+    Quiet,
+}
+
+/// `-q`, for the whole process.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+pub fn is_quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
 }
 
 /// Chooses the live view when stderr is a terminal (and not in CI), plain lines otherwise.
 /// `settled` of the `tasks` are done already (a resumed run's).
 pub fn reporter_for_terminal(tasks: usize, settled: usize) -> Arc<TerminalReporter> {
     let ci = std::env::var_os("CI").is_some() || std::env::var_os("GITHUB_ACTIONS").is_some();
-    Arc::new(if std::io::stderr().is_terminal() && !ci {
+    Arc::new(if is_quiet() {
+        TerminalReporter::Quiet
+    } else if std::io::stderr().is_terminal() && !ci {
         TerminalReporter::Live(Live::new(tasks))
     } else {
         TerminalReporter::Plain(Plain {
@@ -65,6 +80,13 @@ impl Reporter for Handle {
         match &*self.0 {
             TerminalReporter::Live(live) => live.on_event(event),
             TerminalReporter::Plain(plain) => plain.on_event(event),
+            TerminalReporter::Quiet => {
+                if let Event::Warning { .. } | Event::TargetNotUpdated { .. } = event
+                    && let Some(line) = plain_text(event)
+                {
+                    eprintln!("swarm: {line}");
+                }
+            }
         }
     }
 }
@@ -150,7 +172,7 @@ impl Live {
             .multi
             .insert_before(&self.overall, ProgressBar::new_spinner());
         bar.set_style(
-            ProgressStyle::with_template("  {spinner:.green} {msg}")
+            ProgressStyle::with_template("  {spinner:.green} {msg} ({elapsed})")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         bar.set_message(format!("{label} · starting"));
@@ -432,9 +454,11 @@ pub fn print_summary(report: &Report, interrupted: bool) {
         t.tasks,
         counts.join(", ")
     );
-    print_table(report);
-    print_kept(report);
-    print_verify_merged(report);
+    if !is_quiet() {
+        print_table(report);
+        print_kept(report);
+        print_verify_merged(report);
+    }
     print_result(report);
     if interrupted {
         // The documented way to finish: the tasks left run, then everything merges.

@@ -397,3 +397,27 @@ fn version_names_the_commit() {
         assert!(text.contains(&format!("({commit} ")), "{text}");
     }
 }
+
+/// `-q` leaves the one-line result (and warnings, errors); `--color` decides colours even off
+/// a terminal.
+#[test]
+fn quiet_and_color() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let run = repo.swarm(&["-q", "refactor", "x", "*.txt", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    assert!(!run.stderr.contains("started"), "{}", run.stderr);
+    assert!(!run.stderr.contains("STATUS"), "{}", run.stderr);
+    assert!(run.stderr.contains("2 merged"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("result: main is now at"),
+        "{}",
+        run.stderr
+    );
+    let id = run.run_id();
+    let colored = repo.swarm(&["diff", &id, "--color", "always"]);
+    colored.assert_code(0);
+    assert!(colored.stdout.contains("\u{1b}["), "{}", colored.stdout);
+    let plain = repo.swarm(&["diff", &id, "--color", "never"]);
+    assert!(!plain.stdout.contains('\u{1b}'), "{}", plain.stdout);
+    assert!(plain.stdout.contains("+bar"), "{}", plain.stdout);
+}
