@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::refactor::{RefactorArgs, plan_only};
+use super::refactor::{PlanningArgs, plan_only};
 
 /// Write the plan of a refactor (base commit, tasks with ids and files, the instruction and
 /// worker settings; never a secret) without running it. `swarm run PLAN.json` runs it, whole
@@ -16,16 +16,20 @@ Examples:
   swarm run plan.json --shard 1/4 --push origin      # on each of 4 machines
   swarm merge plan.json --fetch origin --push origin  # once they are done
 
-The options are those of `swarm refactor` (run `swarm refactor --help`); the ones about
-running and merging (-y, --keep, --dry-run, --review) do not apply to a plan.")]
+The options are those of `swarm refactor` that a plan keeps; the ones about running and
+merging here (-y, --keep, --dry-run, --review, --events) belong to `swarm run` and
+`swarm merge`.")]
 pub struct PlanArgs {
     /// Where to write the plan (JSON).
     #[arg(short, long, value_name = "PLAN.json")]
     pub output: PathBuf,
     #[command(flatten)]
-    pub refactor: RefactorArgs,
+    pub planning: PlanningArgs,
+    /// Also print the plan on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub async fn run(args: PlanArgs) -> crate::app::AppResult<i32> {
-    plan_only(args.refactor, &args.output).await
+    plan_only(args.planning, &args.output, args.json).await
 }

@@ -36,6 +36,41 @@ SWARM_WORKTREE, SWARM_TASK_FILE and SWARM_RESULT_FILE (see docs/WORKERS.md).
 Exit codes: 0 all merged or unchanged, 1 some tasks failed/conflicted/timed out,
 2 bad input (nothing changed), 130 interrupted.")]
 pub struct RefactorArgs {
+    #[command(flatten)]
+    pub planning: PlanningArgs,
+
+    /// Keep worktrees and task branches after the run.
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Run the workers but merge nothing: print each task's diff and keep its branch;
+    /// `swarm merge RUN-ID` merges them later.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Run the workers, then show each task's diff and ask accept/skip/quit before merging
+    /// it (on a terminal).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub review: bool,
+
+    /// Print the run report as JSON on stdout (human output stays on stderr).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also append every event to FILE as a JSON line while the run goes (besides the run's
+    /// own events.jsonl).
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
+
+    /// Do not ask for confirmation (swarm asks only on a terminal).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+}
+
+/// What plans a run: the files, the tasks, the worker and every setting a plan file keeps
+/// (`refactor` and `plan` share them).
+#[derive(Debug, Args)]
+pub struct PlanningArgs {
     /// What to do, in words; given to every worker (SWARM_INSTRUCTION).
     pub instruction: String,
 
@@ -198,36 +233,9 @@ pub struct RefactorArgs {
     /// result stays on swarm/<RUN-ID>/result and the target where it was.
     #[arg(long)]
     pub atomic: bool,
-
-    /// Keep worktrees and task branches after the run.
-    #[arg(long)]
-    pub keep: bool,
-
-    /// Run the workers but merge nothing: print each task's diff and keep its branch;
-    /// `swarm merge RUN-ID` merges them later.
-    #[arg(long)]
-    pub dry_run: bool,
-
-    /// Run the workers, then show each task's diff and ask accept/skip/quit before merging
-    /// it (on a terminal).
-    #[arg(long, conflicts_with = "dry_run")]
-    pub review: bool,
-
-    /// Print the run report as JSON on stdout (human output stays on stderr).
-    #[arg(long)]
-    pub json: bool,
-
-    /// Also append every event to FILE as a JSON line while the run goes (besides the run's
-    /// own events.jsonl).
-    #[arg(long, value_name = "FILE")]
-    pub events: Option<std::path::PathBuf>,
-
-    /// Do not ask for confirmation (swarm asks only on a terminal).
-    #[arg(short = 'y', long)]
-    pub yes: bool,
 }
 
-impl RefactorArgs {
+impl PlanningArgs {
     /// The settings given on the command line (and in their `SWARM_*` variables).
     pub(super) fn layer(&self) -> Layer {
         let mut layer = Layer::default();
@@ -285,7 +293,7 @@ impl RefactorArgs {
 
 /// Prepares a run, printing the warnings and the planner's progress; `None`: nothing to do
 /// (said on stderr).
-async fn prepared(args: &RefactorArgs, purpose: Purpose) -> AppResult<Option<Ready>> {
+async fn prepared(args: &PlanningArgs, purpose: Purpose) -> AppResult<Option<Ready>> {
     let warn = |w: &str| eprintln!("warning: {w}");
     let note = |n: &str| eprintln!("swarm: {n}");
     match prepare::prepare(args.prepare_request(purpose)?, &warn, &note).await? {
@@ -303,7 +311,7 @@ async fn prepared(args: &RefactorArgs, purpose: Purpose) -> AppResult<Option<Rea
 }
 
 pub async fn run(args: RefactorArgs) -> AppResult<i32> {
-    let Some(ready) = prepared(&args, Purpose::Run).await? else {
+    let Some(ready) = prepared(&args.planning, Purpose::Run).await? else {
         return Ok(exit::SUCCESS);
     };
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
@@ -345,13 +353,14 @@ pub async fn run(args: RefactorArgs) -> AppResult<i32> {
     .await
 }
 
-/// `swarm plan`: the same planning as `refactor`, written to `output` instead of run.
-pub(super) async fn plan_only(args: RefactorArgs, output: &Path) -> AppResult<i32> {
+/// `swarm plan`: the same planning as `refactor`, written to `output` instead of run (and
+/// with `json`, printed on stdout).
+pub(super) async fn plan_only(args: PlanningArgs, output: &Path, json: bool) -> AppResult<i32> {
     let Some(ready) = prepared(&args, Purpose::PlanFile).await? else {
         return Ok(exit::SUCCESS);
     };
     let text = ready.write_plan(output)?;
-    if args.json {
+    if json {
         print!("{text}");
     }
     let plan = &ready.plan;

@@ -366,3 +366,19 @@ fn per_process_values_and_workers_it_cannot_serve() {
         "per_process",
     );
 }
+
+/// `swarm plan` does not offer what only a run does (it used to accept and ignore them).
+#[test]
+fn plan_refuses_the_options_of_running() {
+    let repo = repo();
+    for flag in ["-y", "--keep", "--dry-run", "--review", "--events=e.jsonl"] {
+        let run = repo.swarm(&["plan", "-o", "p.json", "x", "--exec", "true", flag]);
+        run.assert_code(2);
+        assert!(
+            run.stderr.contains("unexpected argument"),
+            "{flag}: {}",
+            run.stderr
+        );
+        assert!(!repo.root().join("p.json").exists());
+    }
+}

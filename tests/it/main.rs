@@ -8,6 +8,7 @@ mod bad_input;
 mod ci;
 mod commands;
 mod common;
+mod docs;
 mod fake_agents;
 mod fake_model;
 mod llm;

@@ -1,0 +1,85 @@
+//! docs/USAGE.md and `--help` agree: every option a command's `--help` lists is documented
+//! where a reader of USAGE.md looks for it (the command's row of the commands table, or for
+//! `refactor` and `plan`, the table of `refactor`'s options).
+
+use std::collections::BTreeSet;
+
+const USAGE: &str = include_str!("../../docs/USAGE.md");
+
+/// Options every command has, documented once in the text under the commands table.
+const GLOBAL: &[&str] = &["--help", "--version", "--verbose", "--quiet", "--color"];
+
+/// The long options `swarm <command> --help` lists.
+fn options(command: &str) -> BTreeSet<String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"))
+        .args([command, "--help"])
+        .env("COLUMNS", "200")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // An option's line starts with `  -x, --long` or `      --long`; its description's
+    // lines are indented further.
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("  -") || l.starts_with("      --"))
+        .filter_map(|l| {
+            l.split([' ', ','])
+                .find(|w| w.starts_with("--"))
+                .map(|w| w.trim_end_matches("...").to_string())
+        })
+        .filter(|o| !GLOBAL.contains(&o.as_str()))
+        .collect()
+}
+
+/// The text of section `title` of USAGE.md (to the next `## `).
+fn section(title: &str) -> &'static str {
+    let start = USAGE
+        .find(title)
+        .unwrap_or_else(|| panic!("no {title} in USAGE.md"));
+    let rest = &USAGE[start + title.len()..];
+    &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+/// The row of `swarm <command>` in the commands table.
+fn row(command: &str) -> &'static str {
+    section("## Commands")
+        .lines()
+        .find(|l| l.starts_with(&format!("| `swarm {command}")))
+        .unwrap_or_else(|| panic!("no row for swarm {command} in USAGE.md"))
+}
+
+#[test]
+fn every_option_of_help_is_in_usage() {
+    let mut missing = Vec::new();
+    let refactor_options = section("## Options of `refactor`");
+    for command in [
+        "refactor", "plan", "run", "status", "diff", "merge", "resume", "agents", "clean",
+    ] {
+        let documented = match command {
+            "refactor" => refactor_options.to_string(),
+            "plan" => format!("{}{refactor_options}", row(command)),
+            _ => row(command).to_string(),
+        };
+        for option in options(command) {
+            // As written in a table: `--opt`, [--opt], -o/--opt, or in a sentence.
+            if !["`", " ", "[", "/"]
+                .iter()
+                .any(|before| documented.contains(&format!("{before}{option}")))
+            {
+                missing.push(format!("swarm {command} {option}"));
+            }
+        }
+    }
+    // The options of every command: in the text under the commands table.
+    let globals = section("## Commands");
+    for global in GLOBAL.iter().filter(|g| **g != "--help") {
+        if !globals.contains(global) {
+            missing.push(format!("swarm {global}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "options in --help but not in docs/USAGE.md:\n{}",
+        missing.join("\n")
+    );
+}
