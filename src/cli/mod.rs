@@ -2,6 +2,7 @@
 
 mod agents;
 mod clean;
+mod completions;
 mod diff;
 mod error;
 mod execute;
@@ -67,6 +68,8 @@ enum Command {
     Resume(resume::ResumeArgs),
     Clean(clean::CleanArgs),
     Agents(agents::AgentsArgs),
+    Completions(completions::CompletionsArgs),
+    Man(completions::ManArgs),
 }
 
 /// The parser of a keyword option, which lists its possible values in `--help`.
@@ -106,6 +109,8 @@ pub fn main() -> ExitCode {
             Command::Resume(args) => resume::run(args).await,
             Command::Clean(args) => clean::run(args),
             Command::Agents(args) => agents::run(args).await,
+            Command::Completions(args) => completions::run(args),
+            Command::Man(args) => completions::man(args),
         }
     });
     // Blocking threads still reading the pipe of a worker that escaped its process group

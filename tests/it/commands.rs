@@ -421,3 +421,31 @@ fn quiet_and_color() {
     assert!(!plain.stdout.contains('\u{1b}'), "{}", plain.stdout);
     assert!(plain.stdout.contains("+bar"), "{}", plain.stdout);
 }
+
+/// Completions and the man page come from the same definitions as `--help`.
+#[test]
+fn completions_and_man_page() {
+    let swarm = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let bash = swarm(&["completions", "bash"]);
+    assert!(bash.contains("complete -F _swarm"), "{bash}");
+    for option in ["--per-process", "--atomic", "--allow-empty"] {
+        assert!(bash.contains(option), "bash completion lacks {option}");
+    }
+    assert!(swarm(&["completions", "zsh"]).starts_with("#compdef swarm"));
+    assert!(swarm(&["completions", "fish"]).contains("complete -c swarm"));
+    let man = swarm(&["man"]);
+    assert!(man.contains(".TH swarm 1"), "{man}");
+    assert!(man.contains("refactor"), "{man}");
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"))
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}

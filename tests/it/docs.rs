@@ -53,7 +53,17 @@ fn every_option_of_help_is_in_usage() {
     let mut missing = Vec::new();
     let refactor_options = section("## Options of `refactor`");
     for command in [
-        "refactor", "plan", "run", "status", "diff", "merge", "resume", "agents", "clean",
+        "refactor",
+        "plan",
+        "run",
+        "status",
+        "diff",
+        "merge",
+        "resume",
+        "agents",
+        "clean",
+        "completions",
+        "man",
     ] {
         let documented = match command {
             "refactor" => refactor_options.to_string(),
