@@ -165,6 +165,19 @@ pub fn make_tasks(files: Vec<RepoPath>, batch: usize) -> Vec<Task> {
 
 /// A deterministic, ref-safe id: a readable slug of the first file's path and a hash of all
 /// the task's files, so the same files always get the same id whatever else is in the plan.
+/// `s` in lowercase letters, digits and single `-` between them.
+fn slugify(s: &str) -> String {
+    let mut slug = String::new();
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    slug.trim_matches('-').to_string()
+}
+
 pub fn task_id(files: &[RepoPath]) -> TaskId {
     const SLUG_MAX: usize = 40;
     // FNV-1a, 64 bit: stable across Rust versions, unlike `DefaultHasher`.
@@ -176,18 +189,31 @@ pub fn task_id(files: &[RepoPath]) -> TaskId {
         }
     }
     let first = files.first().map(|f| f.display()).unwrap_or_default();
-    let mut slug = String::new();
-    for c in first.chars() {
-        if c.is_ascii_alphanumeric() {
-            slug.push(c.to_ascii_lowercase());
-        } else if !slug.ends_with('-') {
-            slug.push('-');
+    // Whole path components, from the file name up, as many as fit: the file name says more
+    // than the leading folders, and a component cut in the middle of a word says little.
+    let parts: Vec<String> = first
+        .split('/')
+        .map(slugify)
+        .filter(|p| !p.is_empty())
+        .collect();
+    let mut slug = match parts.last() {
+        // A file name longer than the whole: its end, from a word's start.
+        Some(name) if name.len() > SLUG_MAX => {
+            let cut = &name[name.len() - SLUG_MAX..];
+            match cut.find('-') {
+                Some(at) if at + 1 < cut.len() => cut[at + 1..].to_string(),
+                _ => cut.to_string(),
+            }
         }
+        Some(name) => name.clone(),
+        None => String::new(),
+    };
+    for dir in parts.iter().rev().skip(1) {
+        if slug.len() + 1 + dir.len() > SLUG_MAX {
+            break;
+        }
+        slug = format!("{dir}-{slug}");
     }
-    let slug = slug.trim_matches('-');
-    // Keep the end of the path: the file name says more than the leading directories.
-    let start = slug.len().saturating_sub(SLUG_MAX);
-    let slug = slug[start..].trim_start_matches('-');
     let short = format!("{:08x}", hash >> 32);
     TaskId::from_generated(if slug.is_empty() {
         format!("t-{short}")
@@ -218,6 +244,21 @@ mod tests {
         assert!(long.as_str().len() <= 40 + 9, "{long}");
         let odd = task_id(&[RepoPath::from_bytes(b"\xe9.txt".to_vec())]);
         assert!(odd.as_str().starts_with("txt-"), "{odd}");
+        // Long paths keep whole components, the file name first.
+        let id = |p: &str| {
+            let id = task_id(&[RepoPath::from(p)]);
+            id.as_str()[..id.as_str().len() - 9].to_string()
+        };
+        assert_eq!(
+            id("examples/complex/complex-commands/init.py"),
+            "complex-complex-commands-init-py"
+        );
+        assert_eq!(id(&format!("{}/x.rs", "d".repeat(100))), "x-rs");
+        assert_eq!(
+            id("a/an_extraordinarily_long_file_name_for_a_test_module.py"),
+            "a-long-file-name-for-a-test-module-py"
+        );
+        assert_eq!(id("src/a.py"), "src-a-py");
     }
 
     #[test]
