@@ -107,7 +107,9 @@ pub fn between(repo: &Repository, old: Oid, new: Oid) -> AppResult<Vec<FileDiff>
         Ok(commit.tree()?)
     };
     let (old_tree, new_tree) = (tree(old)?, tree(new)?);
-    let diff = repo.diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)?;
+    let mut diff = repo.diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)?;
+    // Renames as git shows them (a file removed and one added with mostly the same content).
+    diff.find_similar(Some(git2::DiffFindOptions::new().renames(true)))?;
     let mut files = Vec::new();
     for idx in 0..diff.deltas().len() {
         let Some(delta) = diff.get_delta(idx) else {

@@ -18,7 +18,8 @@ pub struct DiffArgs {
     pub run_id: RunSelector,
     /// One task of the run (an id or a unique prefix); default: the whole run.
     pub task_id: Option<String>,
-    /// Print only the changed paths with their status.
+    /// Print a diffstat instead (as `git diff --stat`): each file's added and removed lines
+    /// with a +/- bar, renames as `old => new`, then the totals.
     #[arg(long)]
     pub stat: bool,
 }
@@ -36,39 +37,70 @@ pub fn run(args: DiffArgs) -> AppResult<i32> {
     Ok(exit::SUCCESS)
 }
 
-/// A diffstat, like `git diff --stat`: one line per changed file with its added and removed
-/// lines, then the totals.
+/// The widest +/- bar of a diffstat, as git's on an 80-column terminal.
+const BAR_MAX: usize = 40;
+
+/// A diffstat, as `git diff --stat` prints it: one line per file with its changed lines and a
+/// bar of `+` and `-` (scaled down when the largest change is wider than the bar), a rename
+/// as `old => new`, binary files with their sizes, then the totals.
 pub(super) fn write_diffstat(
     files: &[FileDiff],
     out: &mut impl std::io::Write,
 ) -> std::io::Result<()> {
-    let path = |f: &FileDiff| {
-        if f.new_path.is_empty() {
-            f.old_path.clone()
-        } else {
-            f.new_path.clone()
+    let name = |f: &FileDiff| match (f.old_mode, f.new_mode) {
+        (Some(_), Some(_)) if f.old_path != f.new_path => {
+            format!("{} => {}", f.old_path, f.new_path)
         }
+        (None, _) => f.new_path.clone(),
+        _ => f.old_path.clone(),
     };
-    let width = files.iter().map(|f| path(f).len()).max().unwrap_or(0);
+    let width = files.iter().map(|f| name(f).len()).max().unwrap_or(0);
+    let most = files
+        .iter()
+        .filter_map(|f| f.lines.map(|(a, r)| a + r))
+        .max()
+        .unwrap_or(0);
+    let digits = most.to_string().len();
+    let scale = |n: usize| match most > BAR_MAX {
+        // Scaled, but a change is never shown as nothing.
+        true if n > 0 => (n * BAR_MAX / most).max(1),
+        true => 0,
+        false => n,
+    };
     let (mut added, mut removed) = (0, 0);
     for f in files {
         match f.lines {
             Some((a, r)) => {
                 added += a;
                 removed += r;
-                writeln!(out, " {:<width$} | +{a} -{r}", path(f))?;
+                let bar = format!("{}{}", "+".repeat(scale(a)), "-".repeat(scale(r)));
+                let line = format!(" {:<width$} | {:>digits$} {bar}", name(f), a + r);
+                writeln!(out, "{}", line.trim_end())?;
             }
-            None => writeln!(out, " {:<width$} | binary", path(f))?,
+            None => writeln!(
+                out,
+                " {:<width$} | Bin {} -> {} bytes",
+                name(f),
+                f.old.len(),
+                f.new.len()
+            )?,
         }
     }
-    writeln!(
-        out,
-        " {} file(s) changed, {added} insertion(s)(+), {removed} deletion(s)(-)",
-        files.len()
-    )
+    let plural = |n: usize, one: &str, many: &str| match n {
+        1 => format!("1 {one}"),
+        n => format!("{n} {many}"),
+    };
+    let mut totals = vec![plural(files.len(), "file changed", "files changed")];
+    if added > 0 {
+        totals.push(plural(added, "insertion(+)", "insertions(+)"));
+    }
+    if removed > 0 {
+        totals.push(plural(removed, "deletion(-)", "deletions(-)"));
+    }
+    writeln!(out, " {}", totals.join(", "))
 }
 
-/// A unified diff of `files` (with `stat`, only their status and path).
+/// A unified diff of `files` (with `stat`, their diffstat).
 pub(super) fn write_diff(
     files: &[FileDiff],
     stat: bool,
@@ -82,13 +114,15 @@ pub(super) fn write_diff(
             text.to_string()
         }
     };
+    if stat {
+        return write_diffstat(files, out);
+    }
     for f in files {
         let (op, np) = (&f.old_path, &f.new_path);
-        if stat {
-            writeln!(out, "{}\t{np}", f.status)?;
-            continue;
-        }
         writeln!(out, "{}", paint("1", &format!("diff --git a/{op} b/{np}")))?;
+        if f.old_mode.is_some() && f.new_mode.is_some() && op != np {
+            writeln!(out, "rename from {op}\nrename to {np}")?;
+        }
         match (f.old_mode, f.new_mode) {
             (Some(old), Some(new)) if old != new => {
                 writeln!(out, "old mode {old:o}")?;

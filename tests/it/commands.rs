@@ -317,7 +317,7 @@ fn dry_run_merges_nothing_and_merge_merges_later() {
     assert_eq!(refs(), refs_before);
     assert_eq!(repo.git(&["rev-parse", "main"]), base);
     assert_eq!(repo.read("a.txt"), "foo\n");
-    assert!(run.stdout.contains(" a.txt | +1 -1\n"), "{}", run.stdout);
+    assert!(run.stdout.contains(" a.txt | 2 +-\n"), "{}", run.stdout);
     assert!(
         run.stdout
             .contains("+++ b/a.txt\n@@ -1 +1 @@\n-foo\n+bar\n"),
@@ -448,4 +448,36 @@ fn completions_and_man_page() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
+}
+
+/// `swarm diff --stat` is git's diffstat: counts, +/- bars, renames, totals (the git CLI is
+/// the oracle).
+#[test]
+fn diff_stat_is_gits() {
+    let ten: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    let repo = TestRepo::with_files(&[
+        ("a.txt", ten.as_str()),
+        ("b.txt", "gone\n"),
+        ("old.txt", ten.as_str()),
+    ]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let edit = "sed -i 's/line 3/LINE 3/; s/line 7/LINE 7/' a.txt; rm b.txt; mv old.txt new.txt; \
+                printf 'x\\ny\\n' > c.txt";
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--scope", "any", "--exec", edit]);
+    run.assert_code(0);
+    let ours = repo.swarm(&["diff", &run.run_id(), "--stat"]);
+    ours.assert_code(0);
+    let git = repo.git(&["diff", "--stat", "-M", &base, "main"]);
+    // (the helper trims git's output, the first line's leading space too)
+    assert_eq!(
+        ours.stdout.trim(),
+        git,
+        "ours:\n{}\ngit:\n{git}",
+        ours.stdout
+    );
+    assert!(
+        ours.stdout.contains("old.txt => new.txt"),
+        "{}",
+        ours.stdout
+    );
 }

@@ -318,7 +318,7 @@ fn review_merges_the_accepted_tasks_only() {
     );
     // On the terminal (stdout of `script`): each task's diffstat, diff and the question.
     assert!(run.stdout.contains("── task 1/4"), "{}", run.stdout);
-    assert!(run.stdout.contains("f1.txt | +1 -1"), "{}", run.stdout);
+    assert!(run.stdout.contains("f1.txt | 2 +-"), "{}", run.stdout);
     assert!(run.stdout.contains("+bar 1"), "{}", run.stdout);
     assert_eq!(
         run.stdout.matches("merge this task?").count(),
