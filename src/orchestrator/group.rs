@@ -24,7 +24,7 @@ use git2::Oid;
 use super::Shared;
 use super::task::{
     Attempt, commit_attempt, commit_message, outcome, start_attempt, step, warn,
-    warn_about_new_branches, work,
+    warn_about_checkout, warn_about_new_branches, work,
 };
 use crate::env_vars;
 use crate::git::commit::{self, CommitError};
@@ -126,6 +126,7 @@ pub(super) async fn run_group(shared: Arc<Shared>, tasks: Vec<TaskIdx>) -> Group
     let started = Instant::now();
     let ran = attempt_group(&shared, &tasks).await;
     let network = shared.network.take(&shared.plan.task(tasks[0]).id);
+    warn_about_checkout(&shared, &shared.plan.task(tasks[0]).id).await;
     let unshared = match ran {
         Ok(Ok(mut attempts)) => {
             for a in &mut attempts {

@@ -34,6 +34,7 @@ mod repair;
 mod scheduler;
 mod task;
 mod verify_merged;
+mod watch;
 
 pub use mode::{Continuation, RunMode};
 use scheduler::Scheduler;
@@ -89,6 +90,8 @@ struct Shared {
     /// Connections asked of the allow-list proxy, per task.
     network: Arc<network::NetworkLog>,
     layout: Layout,
+    /// With `--sandbox off`: the user's checkout, to notice a worker writing there.
+    checkout_watch: Option<watch::CheckoutWatch>,
 }
 
 /// How the run's workers are laid out, decided once before the first one starts.
@@ -410,6 +413,10 @@ impl Shared {
             (None, Some(_)) => WorkerKind::Llm,
             (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
         };
+        let checkout_watch = match settings.sandbox.enabled {
+            true => None,
+            false => Some(watch::CheckoutWatch::new(&info.workdir)?),
+        };
         let pool = Arc::new(WorktreePool::new(
             &info.common_dir,
             &plan.run_id,
@@ -432,6 +439,7 @@ impl Shared {
             model,
             common_dir: info.common_dir.clone(),
             layout,
+            checkout_watch,
         })
     }
 }

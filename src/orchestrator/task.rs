@@ -130,6 +130,7 @@ pub(super) async fn run_task(
     }
     a.duration = started.elapsed();
     a.network = shared.network.take(&shared.plan.task(idx).id);
+    warn_about_checkout(&shared, &shared.plan.task(idx).id).await;
     if !matches!(a.status, TaskStatus::Done | TaskStatus::NoChange) {
         a.hint = diagnose::hint(
             a.output_tail.as_deref().unwrap_or(""),
@@ -308,6 +309,36 @@ pub(super) async fn work(
         context,
     )
     .await
+}
+
+/// With `--sandbox off`: paths of the user's checkout that changed while `task` ran, as a
+/// warning (a confined worker cannot write there).
+pub(super) async fn warn_about_checkout(shared: &Arc<Shared>, task: &TaskId) {
+    if shared.checkout_watch.is_none() {
+        return;
+    }
+    let changed = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || shared.checkout_watch.as_ref().map(|w| w.changed()))
+            .await
+    };
+    match changed {
+        Ok(Some(Ok(paths))) if !paths.is_empty() => {
+            let list: Vec<String> = paths.iter().take(10).map(|p| p.display()).collect();
+            warn(
+                shared,
+                task,
+                format!(
+                    "your checkout changed while this task ran (--sandbox off lets workers \
+                     write there): {}{}",
+                    list.join(", "),
+                    if paths.len() > 10 { ", …" } else { "" }
+                ),
+            );
+        }
+        Ok(Some(Err(e))) => tracing::warn!("cannot look at the checkout: {e:#}"),
+        _ => {}
+    }
 }
 
 /// Branches the worker made, whatever else it did: a warning (swarm leaves them be).

@@ -379,6 +379,6 @@ fn plan_refuses_the_options_of_running() {
             "{flag}: {}",
             run.stderr
         );
-        assert!(!repo.root().join("p.json").exists());
+        assert!(!repo.path.join("p.json").exists());
     }
 }

@@ -366,3 +366,46 @@ fn commits_without_a_git_identity_are_announced() {
     let run = run_with_b(&repo, SED_FOO_BAR, &[]);
     assert!(!run.stderr.contains("no git identity"), "{}", run.stderr);
 }
+
+/// With `--sandbox off`, a worker that writes into the user's checkout is named.
+#[test]
+fn a_worker_writing_into_the_checkout_is_reported_with_the_sandbox_off() {
+    let repo = two_files();
+    let stray = repo.path.join("stray.txt");
+    let exec = format!(
+        r#"[ "$SWARM_FILE" != b.txt ] || echo x > '{}'; {SED_FOO_BAR}"#,
+        stray.display()
+    );
+    // One at a time, so the change is the finishing task's.
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "*.txt",
+        "-j",
+        "1",
+        "--sandbox",
+        "off",
+        "--exec",
+        &exec,
+    ]);
+    run.assert_code(0);
+    let report = repo.report(&run);
+    let b = task_of(&report, "b.txt")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        run.stderr.contains(&format!(
+            "warning {b}: your checkout changed while this task ran (--sandbox off lets workers write there): stray.txt"
+        )),
+        "{}",
+        run.stderr
+    );
+    // Only that task is named.
+    assert_eq!(
+        run.stderr.matches("your checkout changed").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+}

@@ -204,7 +204,7 @@ fn a_view_is_clean_for_git_at_once() {
     for i in 0..40 {
         repo.write(&format!("dir{}/f{i}.txt", i % 7), &format!("{i}\n"));
     }
-    std::os::unix::fs::symlink("a.txt", repo.root().join("lnk")).unwrap();
+    std::os::unix::fs::symlink("a.txt", repo.path.join("lnk")).unwrap();
     repo.git(&["update-index", "--add", "--chmod=+x", "run.sh"]);
     repo.commit_all("more");
     let look =
