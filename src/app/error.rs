@@ -52,6 +52,8 @@ pub enum AppError {
     /// The selection is empty: a typo in CI must not pass as "nothing to do".
     #[error("{0}")]
     NoFiles(String),
+    #[error("--shard auto: {0}")]
+    ShardAuto(String),
     #[error("--repair needs --verify: the check whose failure the model repairs")]
     RepairWithoutVerify,
     #[error("--per-process {0}: {1}")]

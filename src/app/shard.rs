@@ -42,6 +42,89 @@ impl FromStr for Shard {
     }
 }
 
+/// `--shard`: a shard given as K/N, or `auto` (`auto/N`): the index (and count) read from
+/// the CI's own variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardSpec {
+    Given(Shard),
+    /// `auto`, with the count when the CI does not give it (a Kubernetes Indexed Job).
+    Auto(Option<usize>),
+}
+
+impl FromStr for ShardSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once('/') {
+            _ if s == "auto" => Ok(Self::Auto(None)),
+            Some(("auto", n)) => match n.trim().parse() {
+                Ok(n) if n > 0 => Ok(Self::Auto(Some(n))),
+                _ => Err(format!(
+                    "'{s}' is not a shard: use auto/N with N >= 1, e.g. auto/4"
+                )),
+            },
+            _ => s.parse().map(Self::Given),
+        }
+    }
+}
+
+impl ShardSpec {
+    /// The shard, reading `auto`'s index and count from the CI's variables (`var`): GitLab's
+    /// `CI_NODE_INDEX`/`CI_NODE_TOTAL` (`parallel:`, 1-based), Buildkite's
+    /// `BUILDKITE_PARALLEL_JOB`/`BUILDKITE_PARALLEL_JOB_COUNT` (0-based), a Kubernetes Indexed
+    /// Job's `JOB_COMPLETION_INDEX` (0-based; the count given as `auto/N`).
+    pub fn resolve(self, var: impl Fn(&str) -> Option<String>) -> Result<Shard, String> {
+        let given = match self {
+            Self::Given(shard) => return Ok(shard),
+            Self::Auto(n) => n,
+        };
+        let number = |name: &str| -> Result<Option<usize>, String> {
+            match var(name) {
+                None => Ok(None),
+                Some(v) => v
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| format!("{name}={v} is not a number")),
+            }
+        };
+        // (index, 1-based?, count)
+        let found = if let Some(k) = number("CI_NODE_INDEX")? {
+            Some((k, true, number("CI_NODE_TOTAL")?))
+        } else if let Some(k) = number("BUILDKITE_PARALLEL_JOB")? {
+            Some((k, false, number("BUILDKITE_PARALLEL_JOB_COUNT")?))
+        } else {
+            number("JOB_COMPLETION_INDEX")?.map(|k| (k, false, None))
+        };
+        let Some((index, one_based, count)) = found else {
+            return Err(
+                "no CI variable says which shard this is (GitLab's CI_NODE_INDEX, \
+                        Buildkite's BUILDKITE_PARALLEL_JOB, a Kubernetes Indexed Job's \
+                        JOB_COMPLETION_INDEX)"
+                    .into(),
+            );
+        };
+        let n = match (count, given) {
+            (Some(c), Some(n)) if c != n => {
+                return Err(format!(
+                    "the CI runs {c} shards, not the {n} of --shard auto/{n}"
+                ));
+            }
+            (Some(n), _) | (None, Some(n)) => n,
+            (None, None) => {
+                return Err("the CI does not say how many shards there are: pass \
+                            --shard auto/N"
+                    .into());
+            }
+        };
+        let k = if one_based { index } else { index + 1 };
+        if k == 0 || k > n {
+            return Err(format!("shard {k} of {n} does not exist"));
+        }
+        Ok(Shard { k, n })
+    }
+}
+
 impl Shard {
     /// Is the task at `position` (0-based) of the plan in this shard?
     pub fn has(self, position: usize) -> bool {
@@ -172,5 +255,42 @@ mod tests {
         assert!("3".parse::<Shard>().is_err());
         let all: Shard = "1/1".parse().unwrap();
         assert!((0..5).all(|i| all.has(i)));
+    }
+
+    #[test]
+    fn auto_shards_come_from_the_ci() {
+        let with = |vars: &'static [(&str, &str)], spec: &str| {
+            let spec: ShardSpec = spec.parse().unwrap();
+            spec.resolve(|name| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            })
+            .map(|s| (s.k, s.n))
+        };
+        // GitLab `parallel: 4`, 1-based.
+        let gitlab = &[("CI_NODE_INDEX", "3"), ("CI_NODE_TOTAL", "4")];
+        assert_eq!(with(gitlab, "auto"), Ok((3, 4)));
+        assert!(
+            with(gitlab, "auto/5")
+                .unwrap_err()
+                .contains("runs 4 shards")
+        );
+        // Buildkite, 0-based.
+        let buildkite = &[
+            ("BUILDKITE_PARALLEL_JOB", "0"),
+            ("BUILDKITE_PARALLEL_JOB_COUNT", "2"),
+        ];
+        assert_eq!(with(buildkite, "auto"), Ok((1, 2)));
+        // A Kubernetes Indexed Job: the index only; the count from auto/N.
+        let k8s = &[("JOB_COMPLETION_INDEX", "4")];
+        assert_eq!(with(k8s, "auto/5"), Ok((5, 5)));
+        assert!(with(k8s, "auto").unwrap_err().contains("--shard auto/N"));
+        assert!(with(k8s, "auto/4").unwrap_err().contains("does not exist"));
+        // Nothing, or nonsense.
+        assert!(with(&[], "auto").unwrap_err().contains("CI_NODE_INDEX"));
+        assert!(with(&[("CI_NODE_INDEX", "x")], "auto").is_err());
+        assert_eq!(with(&[], "2/3"), Ok((2, 3)));
+        assert!("auto/0".parse::<ShardSpec>().is_err());
     }
 }

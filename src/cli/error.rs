@@ -58,6 +58,10 @@ fn describe(e: &AppError) -> (String, Option<String>) {
             "install it ({install}), or run `swarm agents` to see which agents are found"
         )),
         AppError::PerProcess(..) => Some("pass --per-process 1, or auto".into()),
+        AppError::ShardAuto(_) => Some(
+            "pass the shard as --shard K/N (GitHub Actions: --shard \"${{ matrix.shard }}/N\")"
+                .into(),
+        ),
         AppError::NoFiles(_) => Some(
             "check the pathspecs (quoted, relative to this directory; `git ls-files` lists \
              what they match) and --grep, or pass --allow-empty if matching nothing is fine"

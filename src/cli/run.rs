@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::execute::{Output, execute};
-use crate::app::AppResult;
-use crate::app::shard::{self, Shard};
+use crate::app::shard::{self, Shard, ShardSpec};
+use crate::app::{AppError, AppResult};
 use crate::env_vars;
 use crate::error::exit;
 use crate::settings::{Layer, SandboxMode};
@@ -27,9 +27,10 @@ pub struct RunArgs {
     /// The plan file (`swarm plan -o PLAN.json`).
     #[arg(value_name = "PLAN.json")]
     pub plan: PathBuf,
-    /// Run only shard K of N (1 <= K <= N).
-    #[arg(long, value_name = "K/N")]
-    pub shard: Option<Shard>,
+    /// Run only shard K of N (1 <= K <= N); auto: K and N from the CI (GitLab parallel:,
+    /// Buildkite parallelism), auto/N: K from a Kubernetes Indexed Job's index.
+    #[arg(long, value_name = "K/N|auto")]
+    pub shard: Option<ShardSpec>,
     /// Push the task branches and the shard record to this remote (`git push --force`).
     #[arg(long, value_name = "REMOTE")]
     pub push: Option<String>,
@@ -65,7 +66,12 @@ pub async fn run(args: RunArgs) -> AppResult<i32> {
     settings.sandbox.mode = args.sandbox;
     settings.sandbox.network = args.network.then_some(true);
     settings.sandbox.allow_domains = Some(args.allow_domains.clone()).filter(|d| !d.is_empty());
-    let shard_of = args.shard.unwrap_or(Shard { k: 1, n: 1 });
+    let shard_of = match args.shard {
+        None => Shard { k: 1, n: 1 },
+        Some(spec) => spec
+            .resolve(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+            .map_err(AppError::ShardAuto)?,
+    };
     let prepared = shard::prepare(&cwd, &args.plan, shard_of, settings, args.keep).await?;
     for warning in &prepared.warnings {
         eprintln!("warning: {warning}");

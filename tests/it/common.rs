@@ -24,6 +24,10 @@ pub fn hermetic(cmd: &mut Command, home: &Path) {
             || key.starts_with("GIT_")
             || key == "CI"
             || key == "GITHUB_ACTIONS"
+            // The CI's shard variables (`--shard auto`).
+            || key.starts_with("CI_NODE_")
+            || key.starts_with("BUILDKITE_PARALLEL_")
+            || key == "JOB_COMPLETION_INDEX"
             || key == "RUST_LOG"
         {
             cmd.env_remove(&key);

@@ -229,3 +229,36 @@ fn a_plan_whose_base_is_not_here_is_refused() {
     );
     assert!(!other.swarm_dir().exists());
 }
+
+/// `--shard auto` takes the shard from the CI's variables (GitLab's here; the others are
+/// unit-tested), and without them is exit 2 with the fix.
+#[test]
+fn auto_shard_reads_the_ci_and_refuses_without_it() {
+    let repo = seven_files();
+    let (plan, _) = write_plan(&repo);
+    let plan = plan.to_str().unwrap();
+    let run = Run::from(
+        repo.swarm_cmd()
+            .args(["run", plan, "--shard", "auto"])
+            .env("CI_NODE_INDEX", "2")
+            .env("CI_NODE_TOTAL", "3")
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(0);
+    assert!(
+        run.stderr.contains("shard 2/3: 2 of the plan's 7 task(s)"),
+        "{}",
+        run.stderr
+    );
+    let refused = repo.swarm(&["run", plan, "--shard", "auto"]);
+    refused.assert_code(2);
+    assert!(
+        refused
+            .stderr
+            .contains("--shard auto: no CI variable says which shard"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stderr.contains("--shard K/N"), "{}", refused.stderr);
+}
