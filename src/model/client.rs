@@ -411,13 +411,23 @@ fn context_limit(text: &str) -> Option<u32> {
         .and_then(|m| m.as_str().parse().ok())
 }
 
-/// Did `send` fail because the pooled connection it used was already closed (hyper's
-/// "connection closed before message completed", before any answer)?
+/// Did `send` fail because the pooled connection it used was already closed, before any
+/// answer? hyper says "connection closed before message completed" when it sees the close
+/// while waiting for the answer; when the close comes first, writing the request fails
+/// with a reset or a broken pipe (which of the two depends on timing).
 fn stale(e: &reqwest::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
-        if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            return h.is_incomplete_message();
+        if let Some(h) = s.downcast_ref::<hyper::Error>()
+            && h.is_incomplete_message()
+        {
+            return true;
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            );
         }
         source = s.source();
     }

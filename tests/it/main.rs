@@ -2,6 +2,7 @@
 //! as the independent oracle.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod action;
 mod agents;
 mod attacks;
 mod bad_input;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs `swarm refactor` for the composite action (action.yml) from its inputs, passed as
+# INPUT_* variables (never spliced into the script, so an input cannot inject shell code).
+# swarm itself writes the step outputs ($GITHUB_OUTPUT) and summary. Tested by
+# tests/it/action.rs.
+set -euo pipefail
+
+: "${INPUT_INSTRUCTION:?the action needs an instruction}"
+args=(refactor "$INPUT_INSTRUCTION" -y)
+# Pathspecs, one per line.
+if [ -n "${INPUT_PATHSPECS:-}" ]; then
+  while IFS= read -r spec; do
+    [ -n "$spec" ] && args+=("$spec")
+  done <<< "$INPUT_PATHSPECS"
+fi
+add() { [ -z "$2" ] || args+=("$1" "$2"); }
+add --exec "${INPUT_EXEC:-}"
+add --agent "${INPUT_AGENT:-}"
+add --grep "${INPUT_GREP:-}"
+add --jobs "${INPUT_JOBS:-}"
+add --into "${INPUT_INTO:-}"
+add --verify "${INPUT_VERIFY:-}"
+add --verify-merged "${INPUT_VERIFY_MERGED:-}"
+add --per-process "${INPUT_PER_PROCESS:-}"
+add --on-conflict "${INPUT_ON_CONFLICT:-}"
+[ "${INPUT_ATOMIC:-false}" = true ] && args+=(--atomic)
+[ "${INPUT_ALLOW_EMPTY:-false}" = true ] && args+=(--allow-empty)
+# Anything else, as shell words (e.g. "--allow-domain api.example.com --timeout 900").
+if [ -n "${INPUT_ARGS:-}" ]; then
+  read -r -a extra <<< "$INPUT_ARGS"
+  args+=("${extra[@]}")
+fi
+exec "${SWARM_BIN:-swarm}" "${args[@]}"
