@@ -382,3 +382,17 @@ fn plan_refuses_the_options_of_running() {
         assert!(!repo.path.join("p.json").exists());
     }
 }
+
+/// A wrong type in swarm.toml names the file, the line and the key.
+#[test]
+fn a_wrong_type_in_the_settings_file_names_the_line_and_key() {
+    let repo = repo();
+    repo.write("swarm.toml", "[run]\nscope = \"task\"\njobs = \"eight\"\n");
+    repo.commit_all("settings");
+    refuses(
+        &repo,
+        &["refactor", "x", "--exec", "true"],
+        "swarm.toml: line 3, `jobs = \"eight\"`: invalid type: string \"eight\"",
+        "[run]",
+    );
+}
