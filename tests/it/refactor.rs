@@ -348,3 +348,28 @@ fn review_merges_the_accepted_tasks_only() {
         );
     }
 }
+
+/// On a terminal, the run's id comes first, and the live view shows each running worker with
+/// how long it has run.
+#[test]
+fn the_live_view_says_the_run_and_how_long_workers_run() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let run = swarm_on_a_terminal(
+        &repo,
+        &[
+            "refactor",
+            "x",
+            "a.txt",
+            "-y",
+            "--exec",
+            "sleep 2.5; sed -i s/foo/bar/ a.txt",
+        ],
+        "",
+    );
+    run.assert_code(0);
+    let screen = &run.stdout;
+    let started = screen.find("swarm: run 2").expect(screen);
+    let running = screen.find("a.txt · running (1s)").expect(screen);
+    assert!(started < running, "{screen}");
+    assert_eq!(repo.read("a.txt"), "bar\n");
+}
