@@ -16,5 +16,18 @@ fn main() -> std::process::ExitCode {
     if let Err(e) = unsafe { git2::opts::set_cache_max_size(GIT_CACHE_BYTES) } {
         eprintln!("swarm: cannot limit libgit2's object cache: {e}");
     }
+    limit_malloc_arenas();
     swarm::cli::main()
+}
+
+/// glibc gives each thread that allocates under contention an arena of its own, up to eight
+/// per core, and keeps what they freed: the blocking threads that commit and reset
+/// worktrees left swarm's peak memory at nearly twice what it uses (93 MB against 53 MB at
+/// 300 tasks on 27,000 files, the same time). Two arenas, unless MALLOC_ARENA_MAX says.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator parameter; called before other threads.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+    }
 }
