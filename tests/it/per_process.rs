@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::common::{TestRepo, count, statuses, task_of};
+use crate::common::{Run, TestRepo, count, statuses, task_of};
 
 /// A codemod over every file of its list; a file holding BAD stops it, saying which.
 const SED_LIST: &str = r#"for f in $SWARM_FILES; do
@@ -33,6 +33,31 @@ fn names(n: usize, except: &[usize]) -> Vec<String> {
         .collect()
 }
 
+/// `swarm refactor 'foo to bar' '*.txt' -y -j JOBS [--per-process N] --exec EXEC EXTRA…`.
+fn refactor(
+    repo: &TestRepo,
+    jobs: &str,
+    per_process: Option<&str>,
+    exec: &str,
+    extra: &[&str],
+) -> Run {
+    let mut args = vec!["refactor", "foo to bar", "*.txt", "-y", "-j", jobs];
+    if let Some(n) = per_process {
+        args.extend(["--per-process", n]);
+    }
+    args.extend(["--exec", exec]);
+    args.extend_from_slice(extra);
+    repo.swarm(&args)
+}
+
+/// `main`'s tree is the edit applied by git to f01…f`n` but the `except` ones.
+fn assert_main_is_the_edit_of(repo: &TestRepo, base: &str, n: usize, except: &[usize]) {
+    let files = names(n, except);
+    let files: Vec<&str> = files.iter().map(String::as_str).collect();
+    let oracle = repo.oracle_tree(base, &files, SED_ONE);
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+}
+
 fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["kind"] == kind).collect()
 }
@@ -40,12 +65,7 @@ fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
 /// The files each merge on `main` since `base` brought in (its second parent against the
 /// base), in merge order.
 fn merged_files(repo: &TestRepo, base: &str) -> Vec<Vec<String>> {
-    let mut merges = repo.lines(&[
-        "rev-list",
-        "--merges",
-        "--first-parent",
-        &format!("{base}..main"),
-    ]);
+    let mut merges = merges(repo, base);
     merges.reverse();
     merges
         .iter()
@@ -53,22 +73,21 @@ fn merged_files(repo: &TestRepo, base: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The merge commits on `main` since `base`, newest first.
+fn merges(repo: &TestRepo, base: &str) -> Vec<String> {
+    repo.lines(&[
+        "rev-list",
+        "--merges",
+        "--first-parent",
+        &format!("{base}..main"),
+    ])
+}
+
 #[test]
 fn one_process_runs_several_tasks_and_each_task_merges_on_its_own() {
     let repo = files(12, &[]);
     let base = repo.git(&["rev-parse", "HEAD"]);
-    let run = repo.swarm(&[
-        "refactor",
-        "foo to bar",
-        "*.txt",
-        "-y",
-        "-j",
-        "2",
-        "--per-process",
-        "4",
-        "--exec",
-        SED_LIST,
-    ]);
+    let run = refactor(&repo, "2", Some("4"), SED_LIST, &[]);
     run.assert_code(0);
     let report = repo.report(&run);
     assert_eq!(report["per_process"], 4);
@@ -87,26 +106,13 @@ fn one_process_runs_several_tasks_and_each_task_merges_on_its_own() {
 
     // The result is the edit of every file, and each file came in by a merge of its own,
     // whose branch holds that file's change only, on the base.
-    let oracle = repo.oracle_tree(
-        &base,
-        &names(12, &[])
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-        SED_ONE,
-    );
-    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    assert_main_is_the_edit_of(&repo, &base, 12, &[]);
     let mut merged = merged_files(&repo, &base);
     assert_eq!(merged.len(), 12);
     assert!(merged.iter().all(|files| files.len() == 1), "{merged:?}");
     merged.sort();
     assert_eq!(merged.concat(), names(12, &[]));
-    for m in repo.lines(&[
-        "rev-list",
-        "--merges",
-        "--first-parent",
-        &format!("{base}..main"),
-    ]) {
+    for m in merges(&repo, &base) {
         assert_eq!(
             repo.git(&["rev-parse", &format!("{m}^2^")]),
             base,
@@ -120,18 +126,7 @@ fn one_process_runs_several_tasks_and_each_task_merges_on_its_own() {
 fn a_failing_process_is_split_and_only_the_task_of_the_failing_file_fails() {
     let repo = files(12, &[7]);
     let base = repo.git(&["rev-parse", "HEAD"]);
-    let run = repo.swarm(&[
-        "refactor",
-        "foo to bar",
-        "*.txt",
-        "-y",
-        "-j",
-        "1",
-        "--per-process",
-        "12",
-        "--exec",
-        SED_LIST,
-    ]);
+    let run = refactor(&repo, "1", Some("12"), SED_LIST, &[]);
     run.assert_code(1);
     let report = repo.report(&run);
     let st = statuses(&report);
@@ -164,13 +159,7 @@ fn a_failing_process_is_split_and_only_the_task_of_the_failing_file_fails() {
     );
     assert_eq!(of_kind(&events, "group_started").len(), 2);
 
-    let others = names(12, &[7]);
-    let oracle = repo.oracle_tree(
-        &base,
-        &others.iter().map(String::as_str).collect::<Vec<_>>(),
-        SED_ONE,
-    );
-    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    assert_main_is_the_edit_of(&repo, &base, 12, &[7]);
     assert_eq!(merged_files(&repo, &base).len(), 11);
 }
 
@@ -180,18 +169,7 @@ fn a_process_that_fails_without_naming_a_file_is_split_in_halves() {
     let base = repo.git(&["rev-parse", "HEAD"]);
     // The same codemod, silent about why.
     let silent = SED_LIST.replace(r#"echo "error: $f is bad" >&2; "#, "");
-    let run = repo.swarm(&[
-        "refactor",
-        "foo to bar",
-        "*.txt",
-        "-y",
-        "-j",
-        "1",
-        "--per-process",
-        "8",
-        "--exec",
-        &silent,
-    ]);
+    let run = refactor(&repo, "1", Some("8"), &silent, &[]);
     run.assert_code(1);
     let report = repo.report(&run);
     let st = statuses(&report);
@@ -210,13 +188,7 @@ fn a_process_that_fails_without_naming_a_file_is_split_in_halves() {
             .iter()
             .all(|s| s["alone"].as_array().unwrap().is_empty())
     );
-    let others = names(8, &[3]);
-    let oracle = repo.oracle_tree(
-        &base,
-        &others.iter().map(String::as_str).collect::<Vec<_>>(),
-        SED_ONE,
-    );
-    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    assert_main_is_the_edit_of(&repo, &base, 8, &[3]);
 }
 
 #[test]
@@ -224,18 +196,7 @@ fn a_change_that_belongs_to_no_task_of_the_process_is_traced_to_its_task() {
     let repo = files(6, &[]);
     let base = repo.git(&["rev-parse", "HEAD"]);
     let stray = r#"for f in $SWARM_FILES; do sed -i 's/foo/bar/' "$f"; [ "$f" != f04.txt ] || echo x > extra.txt; done"#;
-    let run = repo.swarm(&[
-        "refactor",
-        "foo to bar",
-        "*.txt",
-        "-y",
-        "-j",
-        "1",
-        "--per-process",
-        "6",
-        "--exec",
-        stray,
-    ]);
+    let run = refactor(&repo, "1", Some("6"), stray, &[]);
     run.assert_code(1);
     let report = repo.report(&run);
     assert_eq!(count(&statuses(&report), "merged"), 5, "{}", run.stderr);
@@ -256,13 +217,7 @@ fn a_change_that_belongs_to_no_task_of_the_process_is_traced_to_its_task() {
             .unwrap()
             .contains("extra.txt, which is no file of its tasks")
     );
-    let others = names(6, &[4]);
-    let oracle = repo.oracle_tree(
-        &base,
-        &others.iter().map(String::as_str).collect::<Vec<_>>(),
-        SED_ONE,
-    );
-    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+    assert_main_is_the_edit_of(&repo, &base, 6, &[4]);
 }
 
 #[test]
@@ -272,20 +227,7 @@ fn a_process_that_times_out_is_split() {
   [ "$f" != f02.txt ] || { echo "error: stuck on $f"; sleep 30; }
   sed -i 's/foo/bar/' "$f"
 done"#;
-    let run = repo.swarm(&[
-        "refactor",
-        "foo to bar",
-        "*.txt",
-        "-y",
-        "-j",
-        "1",
-        "--per-process",
-        "4",
-        "--timeout",
-        "1",
-        "--exec",
-        stuck,
-    ]);
+    let run = refactor(&repo, "1", Some("4"), stuck, &["--timeout", "1"]);
     run.assert_code(1);
     let report = repo.report(&run);
     assert_eq!(count(&statuses(&report), "merged"), 3, "{}", run.stderr);
@@ -304,20 +246,13 @@ done"#;
 fn verify_merged_blames_one_task_of_a_shared_process() {
     let repo = files(16, &[]);
     let breaking = r#"for f in $SWARM_FILES; do sed -i 's/foo/bar/' "$f"; [ "$f" != f11.txt ] || echo BROKEN >> "$f"; done"#;
-    let run = repo.swarm(&[
-        "refactor",
-        "foo to bar",
-        "*.txt",
-        "-y",
-        "-j",
+    let run = refactor(
+        &repo,
         "2",
-        "--per-process",
-        "8",
-        "--exec",
+        Some("8"),
         breaking,
-        "--verify-merged",
-        "! grep -l BROKEN *.txt",
-    ]);
+        &["--verify-merged", "! grep -l BROKEN *.txt"],
+    );
     run.assert_code(1);
     let report = repo.report(&run);
     let st = statuses(&report);
@@ -337,32 +272,14 @@ fn verify_merged_blames_one_task_of_a_shared_process() {
 #[test]
 fn auto_shares_processes_only_for_commands_that_take_a_list_of_files() {
     let repo = files(12, &[]);
-    let run = repo.swarm(&[
-        "refactor",
-        "foo to bar",
-        "*.txt",
-        "-y",
-        "-j",
-        "1",
-        "--exec",
-        SED_LIST,
-    ]);
+    let run = refactor(&repo, "1", None, SED_LIST, &[]);
     run.assert_code(0);
     // 12 tasks, one job: two processes of six.
     assert_eq!(repo.report(&run)["per_process"], 6);
     assert_eq!(of_kind(&repo.events(&run), "group_started").len(), 2);
 
     let repo = files(12, &[]);
-    let run = repo.swarm(&[
-        "refactor",
-        "foo to bar",
-        "*.txt",
-        "-y",
-        "-j",
-        "1",
-        "--exec",
-        SED_ONE,
-    ]);
+    let run = refactor(&repo, "1", None, SED_ONE, &[]);
     run.assert_code(0);
     assert_eq!(repo.report(&run)["per_process"], 1);
     assert!(of_kind(&repo.events(&run), "group_started").is_empty());
