@@ -189,15 +189,19 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     serde_json::from_slice(&text).with_context(|| format!("{} is not valid", path.display()))
 }
 
+/// Unlinks `path` (a file, or a link itself, never what it points to) if it is there.
+pub fn remove_file_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Creates `path` afresh for writing: whatever is there (a file, a symbolic link a worker
 /// planted) is unlinked first, and the new file is created exclusively without following a
 /// link, so swarm never writes through a link.
 pub fn create_file(path: &Path) -> std::io::Result<File> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+    remove_file_if_present(path)?;
     File::options()
         .write(true)
         .create_new(true)

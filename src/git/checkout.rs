@@ -465,15 +465,8 @@ fn write_index(
             entry.flags_extended = old_entry.map_or(SKIP_WORKTREE, |e| e.flags_extended);
             entry.flags |= 0x4000; // extended flags present
         } else {
-            use std::os::unix::fs::MetadataExt as _;
             let meta = std::fs::symlink_metadata(workdir.join(c.path.as_path()))?;
-            entry.ctime = IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32);
-            entry.mtime = IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32);
-            entry.dev = meta.dev() as u32;
-            entry.ino = meta.ino() as u32;
-            entry.uid = meta.uid();
-            entry.gid = meta.gid();
-            entry.file_size = meta.size() as u32;
+            super::set_stat(&mut entry, &meta);
         }
         index.add(&entry)?;
     }

@@ -150,6 +150,19 @@ pub fn apply_paths(
     update.create_updated(repo, base)
 }
 
+/// Fills `entry`'s stat data from `meta` (of the file just written, not followed if a link),
+/// as git does: the index's fields are 32 bits wide and truncated the same way.
+pub fn set_stat(entry: &mut git2::IndexEntry, meta: &std::fs::Metadata) {
+    use std::os::unix::fs::MetadataExt as _;
+    entry.ctime = git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32);
+    entry.mtime = git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32);
+    entry.dev = meta.dev() as u32;
+    entry.ino = meta.ino() as u32;
+    entry.uid = meta.uid();
+    entry.gid = meta.gid();
+    entry.file_size = meta.size() as u32;
+}
+
 /// The mode of a tree entry, from its raw value.
 pub fn file_mode(raw: i32) -> git2::FileMode {
     match raw {

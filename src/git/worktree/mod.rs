@@ -296,12 +296,8 @@ impl WorktreePool {
     fn copy_base_index(&self, base: &BaseCheckout, name: &str) -> anyhow::Result<()> {
         let from = self.admin_dir(&base.name).join("index");
         let to = self.admin_dir(name).join("index");
-        match std::fs::remove_file(&to) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e).with_context(|| format!("cannot replace {}", to.display()));
-            }
-            _ => {}
-        }
+        state::remove_file_if_present(&to)
+            .with_context(|| format!("cannot replace {}", to.display()))?;
         if std::fs::hard_link(&from, &to).is_err() {
             std::fs::copy(&from, &to).with_context(|| format!("cannot write {}", to.display()))?;
         }

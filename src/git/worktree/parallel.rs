@@ -9,7 +9,6 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
 use anyhow::Context as _;
@@ -109,12 +108,8 @@ fn write_index(
     workdir: &Path,
     index_path: &Path,
 ) -> anyhow::Result<()> {
-    match std::fs::remove_file(index_path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).with_context(|| format!("cannot replace {}", index_path.display()));
-        }
-        _ => {}
-    }
+    crate::state::remove_file_if_present(index_path)
+        .with_context(|| format!("cannot replace {}", index_path.display()))?;
     let mut index = git2::Index::open(index_path)?;
     index.read_tree(&repo.find_tree(tree)?)?;
     let entries: Vec<git2::IndexEntry> = index.iter().collect();
@@ -126,14 +121,7 @@ fn write_index(
         let file = workdir.join(OsStr::from_bytes(&entry.path));
         let meta = std::fs::symlink_metadata(&file)
             .with_context(|| format!("{} was not checked out", file.display()))?;
-        // The index's fields are 32 bits wide: git truncates the same way.
-        entry.ctime = git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32);
-        entry.mtime = git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32);
-        entry.dev = meta.dev() as u32;
-        entry.ino = meta.ino() as u32;
-        entry.uid = meta.uid();
-        entry.gid = meta.gid();
-        entry.file_size = meta.len() as u32;
+        crate::git::set_stat(&mut entry, &meta);
         index.add(&entry)?;
     }
     index.write()?;
