@@ -360,11 +360,14 @@ async fn reset_branch(shared: &Arc<Shared>, branch: String) -> anyhow::Result<()
     let (common_dir, base) = (shared.common_dir.clone(), shared.base);
     tokio::task::spawn_blocking(move || {
         let repo = git2::Repository::open(&common_dir)?;
-        if repo
-            .find_reference(&crate::git::branch_ref(&branch))
-            .is_ok()
-        {
-            commit::commit_share(&repo, base, base, &[], &branch, "")?;
+        let name = crate::git::branch_ref(&branch);
+        if repo.find_reference(&name).is_ok() {
+            repo.reference(
+                &name,
+                base,
+                true,
+                "swarm: a split process's branch back at its base",
+            )?;
         }
         anyhow::Ok(())
     })
