@@ -376,7 +376,7 @@ fn capture(
     last_activity: &AtomicU64,
     started: Instant,
 ) -> (String, u64) {
-    let redactor = secrets::redactor();
+    let mut redactor = secrets::redactor().stream();
     let mut out = CappedLog {
         log: BufWriter::new(log),
         tail: Vec::with_capacity(2 * TAIL_BYTES),
@@ -384,7 +384,6 @@ fn capture(
         ok: true,
     };
     let mut buf = vec![0u8; 64 * 1024];
-    let mut pending: Vec<u8> = Vec::new();
     let mut total: u64 = 0;
     loop {
         let n = match reader.read(&mut buf) {
@@ -395,17 +394,9 @@ fn capture(
         };
         last_activity.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         total += n as u64;
-        if redactor.is_empty() {
-            out.push(&buf[..n]);
-            continue;
-        }
-        pending.extend_from_slice(&buf[..n]);
-        let mut clean = redactor.redact_bytes(&pending).into_owned();
-        let hold = redactor.partial_tail(&clean);
-        pending = clean.split_off(clean.len() - hold);
-        out.push(&clean);
+        out.push(&redactor.push(&buf[..n]));
     }
-    out.push(&redactor.redact_bytes(&pending));
+    out.push(&redactor.finish());
     out.finish(total)
 }
 

@@ -15,6 +15,10 @@ use std::sync::OnceLock;
 
 use crate::env_vars;
 
+mod redactor;
+
+pub use redactor::{MIN_SECRET_LEN, Redactor, StreamRedactor};
+
 /// Names ending in one of these (case-insensitively) are secrets: `*_KEY`, `*_TOKEN`…
 const SECRET_SUFFIXES: &[&str] = &[
     "_KEY",
@@ -43,9 +47,6 @@ const SECRET_NAMES: &[&str] = &[
     "GPG_AGENT_INFO",
 ];
 
-/// Values shorter than this are not redacted (they would match ordinary text).
-const MIN_SECRET_LEN: usize = 8;
-
 /// Is a variable of this name a secret?
 pub fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
@@ -73,96 +74,6 @@ pub fn worker_env(pass: &[String]) -> Vec<(OsString, OsString)> {
             !git_location && (!is_secret_name(name) || pass.iter().any(|p| p == name))
         })
         .collect()
-}
-
-/// Replaces every known secret value with `[redacted NAME]`.
-pub struct Redactor {
-    /// (value, what to write instead), longest first so a secret containing another is
-    /// replaced whole.
-    secrets: Vec<(String, String)>,
-}
-
-impl Redactor {
-    /// The secrets of an environment.
-    pub fn from_vars(vars: impl Iterator<Item = (OsString, OsString)>) -> Self {
-        let mut secrets: Vec<(String, String)> = vars
-            .filter_map(|(k, v)| {
-                let name = k.to_str()?;
-                let value = v.to_str()?.trim();
-                (is_secret_name(name) && value.len() >= MIN_SECRET_LEN)
-                    .then(|| (value.to_string(), format!("[redacted {name}]")))
-            })
-            .collect();
-        secrets.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
-        secrets.dedup_by(|a, b| a.0 == b.0);
-        Self { secrets }
-    }
-
-    /// The name of the first secret variable whose value is in `bytes`, if any.
-    pub fn find(&self, bytes: &[u8]) -> Option<&str> {
-        self.secrets
-            .iter()
-            .find(|(s, _)| find(bytes, s.as_bytes(), 0).is_some())
-            .map(|(_, with)| with.trim_start_matches("[redacted ").trim_end_matches(']'))
-    }
-
-    /// `text` with every secret replaced (borrowed when there is none, the usual case).
-    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        if !self.secrets.iter().any(|(s, _)| text.contains(s.as_str())) {
-            return Cow::Borrowed(text);
-        }
-        let mut out = text.to_string();
-        for (secret, with) in &self.secrets {
-            if out.contains(secret.as_str()) {
-                out = out.replace(secret.as_str(), with);
-            }
-        }
-        Cow::Owned(out)
-    }
-
-    /// Bytes with every secret replaced.
-    pub fn redact_bytes<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
-        let found = |s: &str| find(bytes, s.as_bytes(), 0).is_some();
-        if !self.secrets.iter().any(|(s, _)| found(s)) {
-            return Cow::Borrowed(bytes);
-        }
-        let mut out = bytes.to_vec();
-        for (secret, with) in &self.secrets {
-            let mut at = 0;
-            while let Some(pos) = find(&out, secret.as_bytes(), at) {
-                out.splice(pos..pos + secret.len(), with.bytes());
-                at = pos + with.len();
-            }
-        }
-        Cow::Owned(out)
-    }
-
-    /// How many bytes at the end of `bytes` could be the start of a secret (so a stream
-    /// writer holds them back until it knows).
-    pub fn partial_tail(&self, bytes: &[u8]) -> usize {
-        self.secrets
-            .iter()
-            .map(|(s, _)| {
-                let s = s.as_bytes();
-                (1..s.len().min(bytes.len() + 1))
-                    .rev()
-                    .find(|&k| bytes.ends_with(&s[..k]))
-                    .unwrap_or(0)
-            })
-            .max()
-            .unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.secrets.is_empty()
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-    if needle.is_empty() || haystack.len() < needle.len() {
-        return None;
-    }
-    (from..=haystack.len() - needle.len()).find(|&i| &haystack[i..i + needle.len()] == needle)
 }
 
 /// The redactor of this process's environment (read once).
@@ -224,30 +135,5 @@ mod tests {
         ] {
             assert!(!is_secret_name(plain), "{plain}");
         }
-    }
-
-    #[test]
-    fn redaction_replaces_every_known_value() {
-        let r = Redactor::from_vars(
-            [
-                ("OPENAI_API_KEY", "sk-test-1234567890"),
-                ("GITHUB_TOKEN", "ghp_abcdefgh"),
-                ("SHORT_KEY", "abc"),
-                ("PATH", "/usr/bin:/bin"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into())),
-        );
-        assert_eq!(
-            r.redact("key sk-test-1234567890 and ghp_abcdefgh; abc /usr/bin"),
-            "key [redacted OPENAI_API_KEY] and [redacted GITHUB_TOKEN]; abc /usr/bin"
-        );
-        assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
-        assert_eq!(
-            &*r.redact_bytes(b"x sk-test-1234567890 y"),
-            b"x [redacted OPENAI_API_KEY] y"
-        );
-        assert_eq!(r.partial_tail(b"output sk-te"), 5);
-        assert_eq!(r.partial_tail(b"output"), 0);
     }
 }
