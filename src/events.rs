@@ -78,6 +78,16 @@ pub enum Event {
         task: TaskId,
         turn: u32,
     },
+    /// A model answer's usage, metered by swarm (its gateway, or the built-in worker's own
+    /// requests): what the run's budgets count.
+    ModelUsage {
+        task: Option<TaskId>,
+        model: String,
+        prompt: u64,
+        completion: u64,
+        /// `None` when no price is set for the model.
+        cost_usd: Option<f64>,
+    },
     /// A failed model request that will be tried again.
     ModelRetry {
         task: TaskId,
@@ -234,7 +244,9 @@ impl Event {
             | Event::Merged { task, .. }
             | Event::Excluded { task, .. }
             | Event::Conflict { task, .. } => Some(task),
-            Event::Warning { task, .. } | Event::Network { task, .. } => task.as_ref(),
+            Event::Warning { task, .. }
+            | Event::Network { task, .. }
+            | Event::ModelUsage { task, .. } => task.as_ref(),
             Event::RunStarted { .. }
             | Event::WorktreeCreated { .. }
             | Event::GroupStarted { .. }

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod env_vars;
 pub mod error;
 pub mod events;
+pub mod gateway;
 pub mod git;
 pub mod ids;
 pub mod model;

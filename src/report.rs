@@ -94,13 +94,20 @@ pub struct TaskReport {
     pub merge_commit: Option<Oid>,
     pub attempts: u32,
     pub duration_ms: u64,
+    /// Model tokens, metered from the API's answers (swarm's gateway, the built-in worker).
     pub tokens: Tokens,
     /// Model round-trips (LLM worker), or the turns an `--agent` reported.
     #[serde(default)]
     pub turns: u32,
-    /// What an `--agent` reported spending, in US dollars.
+    /// What its model answers cost at your prices, in US dollars (metered).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
+    /// Model answers metered.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub requests: u32,
+    /// What an `--agent` said of its own spend: kept for comparison, never counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<Reported>,
     pub changed_files: Vec<RepoPath>,
     pub summary: Option<String>,
     pub error: Option<String>,
@@ -121,6 +128,39 @@ pub struct TaskReport {
     /// resume` runs it (with a larger budget).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub over_budget: bool,
+}
+
+/// What an agent printed about its own spend (`--agent`), checked to be plausible: a negative,
+/// NaN or absurd value is dropped, not stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reported {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Tokens>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<u32>,
+}
+
+impl Reported {
+    /// The most tokens one task plausibly uses (a trillion).
+    const MAX_TOKENS: u64 = 1_000_000_000_000;
+    /// The most dollars one task plausibly costs.
+    const MAX_COST: f64 = 1_000_000.0;
+    const MAX_TURNS: u32 = 1_000_000;
+
+    /// What an agent said, with what is not plausible left out; `None` if nothing is left.
+    pub fn plausible(tokens: Tokens, cost_usd: Option<f64>, turns: u32) -> Option<Self> {
+        let reported = Self {
+            tokens: (tokens != Tokens::default()
+                && tokens.prompt <= Self::MAX_TOKENS
+                && tokens.completion <= Self::MAX_TOKENS)
+                .then_some(tokens),
+            cost_usd: cost_usd.filter(|c| c.is_finite() && (0.0..=Self::MAX_COST).contains(c)),
+            turns: (turns > 0 && turns <= Self::MAX_TURNS).then_some(turns),
+        };
+        (reported != Self::default()).then_some(reported)
+    }
 }
 
 /// A task's use of the allow-list proxy.
@@ -197,15 +237,23 @@ pub struct Totals {
     /// Of the merged, those that needed more than one attempt (a conflict retried).
     #[serde(default)]
     pub retried: usize,
+    /// Model tokens, metered.
     pub tokens: Tokens,
-    /// What the agents reported spending (`--agent`), in US dollars.
+    /// What the model answers cost at your prices, in US dollars (metered).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
+    /// Model answers metered.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub requests: u32,
     pub duration_ms: u64,
 }
 
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
 }
 
 impl Totals {
@@ -372,9 +420,10 @@ impl Report {
                 TaskStatus::Excluded => t.excluded += 1,
                 TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done => t.unfinished += 1,
             }
-            t.tokens.prompt += task.tokens.prompt;
-            t.tokens.completion += task.tokens.completion;
+            t.tokens.prompt = t.tokens.prompt.saturating_add(task.tokens.prompt);
+            t.tokens.completion = t.tokens.completion.saturating_add(task.tokens.completion);
             t.cost_usd += task.cost_usd;
+            t.requests = t.requests.saturating_add(task.requests);
         }
         self.totals = t;
     }

@@ -16,6 +16,9 @@ pub struct Listed {
     pub version: Option<String>,
     /// The version the built-in preset was written against (none for the user's).
     pub written_against: Option<&'static str>,
+    /// Its APIs that swarm's gateway would serve with your environment as it is now (none:
+    /// it would use its own login).
+    pub gateway: Vec<crate::gateway::Binding>,
 }
 
 /// The presets (built-in and the user's config), each with its program looked up.
@@ -23,7 +26,7 @@ pub async fn list() -> AppResult<Vec<Listed>> {
     let user = Layer::load_user()?.agents;
     let mut listed = Vec::new();
     for name in agents::names(&user) {
-        let Some(settings) = agents::resolve(&name, &user, None) else {
+        let Ok(settings) = agents::resolve(&name, &user, None) else {
             continue;
         };
         let found = which(&settings.binary);
@@ -32,6 +35,7 @@ pub async fn list() -> AppResult<Vec<Listed>> {
             None => None,
         };
         listed.push(Listed {
+            gateway: crate::gateway::bindings(&settings, &|var| std::env::var(var).ok()),
             written_against: agents::preset(&name)
                 .filter(|_| !user.contains_key(&name))
                 .map(|p| p.written_against),

@@ -1,13 +1,17 @@
-//! `swarm agents`: the coding-agent presets, whether each is installed, and what it may reach.
+//! `swarm agents`: the coding-agent presets, whether each is installed, where its model
+//! requests go, and what it may read and write.
 
 use clap::Args;
 
 use crate::app::AppResult;
-use crate::app::agents;
+use crate::app::agents::{self, Listed};
 use crate::error::exit;
+use crate::settings::home::tilde;
 
 /// List the coding agents `--agent` takes: the built-in presets and your [agents.NAME], with
-/// whether each program is found, its version, and what it may reach under the sandbox.
+/// whether each program is found, its version, where its model requests go (swarm's
+/// gateway, with your environment as it is now), and what it may read and write under the
+/// sandbox.
 #[derive(Debug, Args)]
 pub struct AgentsArgs {}
 
@@ -24,10 +28,93 @@ pub async fn run(_args: AgentsArgs) -> AppResult<i32> {
             println!("  preset written against: {against}");
         }
         println!("  runs:     {}", s.exec);
-        println!("  network:  {}", s.allow_domains.join(", "));
-        let writable: Vec<String> = s.writable.iter().map(|p| p.display().to_string()).collect();
-        println!("  writes:   its worktree, TMPDIR, {}", writable.join(", "));
-        println!("  env:      {}", s.pass_env.join(", "));
+        for line in describe(&agent) {
+            println!("  {line}");
+        }
     }
     Ok(exit::SUCCESS)
+}
+
+/// Where its requests go, and what it may read and write.
+fn describe(agent: &Listed) -> Vec<String> {
+    let s = &agent.settings;
+    let mut lines = Vec::new();
+    for binding in &agent.gateway {
+        let key = match binding.credentials.is_empty() {
+            true => "no key (the endpoint needs none)".to_string(),
+            false => {
+                let vars: Vec<&str> = binding
+                    .credentials
+                    .iter()
+                    .map(|(v, _)| v.as_str())
+                    .collect();
+                format!(
+                    "key from {} (the agent sees a placeholder)",
+                    vars.join(", ")
+                )
+            }
+        };
+        lines.push(format!(
+            "model:    {} through swarm's gateway to {}, {key}; metered",
+            binding.route.name, binding.upstream
+        ));
+    }
+    let served: Vec<&String> = agent.gateway.iter().flat_map(|b| &b.route.hosts).collect();
+    let direct: Vec<&String> = s
+        .allow_domains
+        .iter()
+        .filter(|d| !served.contains(d))
+        .collect();
+    if agent.gateway.is_empty() {
+        let vars: Vec<&str> = s
+            .routes
+            .iter()
+            .flat_map(|r| &r.key_env)
+            .map(String::as_str)
+            .collect();
+        lines.push(match vars.is_empty() {
+            true => {
+                "model:    not through swarm's gateway (no api in its table): not metered".into()
+            }
+            false => format!(
+                "model:    its own login, directly (no {} in your environment): not metered",
+                vars.join(" or ")
+            ),
+        });
+    }
+    let direct: Vec<&str> = direct.iter().map(|d| d.as_str()).collect();
+    lines.push(format!(
+        "network:  {}",
+        match direct.is_empty() {
+            true => "swarm's gateway only".to_string(),
+            false => direct.join(", "),
+        }
+    ));
+    let credentials: Vec<String> = s.credentials.iter().map(|p| tilde(p)).collect();
+    if !credentials.is_empty() {
+        let how = match agent.gateway.is_empty() {
+            true => "readable (its own login)",
+            false => "hidden",
+        };
+        lines.push(format!(
+            "reads:    its credentials {}: {how}",
+            credentials.join(", ")
+        ));
+    }
+    let state: Vec<String> = s.state_dirs.iter().map(|p| tilde(p)).collect();
+    lines.push(format!(
+        "writes:   its worktree, TMPDIR{}",
+        match state.is_empty() {
+            true => String::new(),
+            false => format!(
+                "; {} copy-on-write: your files unchanged, its writes kept in \
+                 .git/swarm/runs/RUN/tasks/TASK/agent-state/",
+                state.join(", ")
+            ),
+        }
+    ));
+    if !s.pass_env.is_empty() {
+        lines.push(format!("env:      {} (as they are)", s.pass_env.join(", ")));
+    }
+    lines
 }

@@ -179,6 +179,15 @@ fn settings(e: &SettingsError) -> (String, Option<String>) {
             e.to_string(),
             "`swarm agents` lists them; define your own as [agents.NAME] in your config file",
         ),
+        SettingsError::UnknownApi { .. } => (
+            e.to_string(),
+            "name one of them, or leave api out (the agent then gets what pass_env names, as \
+             it is: docs/AGENTS.md)",
+        ),
+        SettingsError::Price => (
+            e.to_string(),
+            "write e.g. price = { prompt = 3, completion = 15 } (US dollars per million tokens)",
+        ),
         SettingsError::ToolChoice(_) => (
             e.to_string(),
             "set [model] tool_choice = \"auto\" (the default), \"required\" or \"none\"",

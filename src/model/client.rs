@@ -211,6 +211,11 @@ impl ChatClient {
             });
     }
 
+    /// The model it asks.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
     /// The `max_tokens` each request asks for, if set.
     pub fn max_output_tokens(&self) -> Option<u32> {
         self.max_output_tokens
@@ -317,12 +322,7 @@ impl ChatClient {
         })?;
         let status = response.status();
         if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .map(|s| Duration::from_secs_f64(s.clamp(0.0, 300.0)));
+            let retry_after = retry_after(response.headers());
             let text = read_capped(response, 64 * 1024).await.unwrap_or_default();
             let text = String::from_utf8_lossy(&text);
             if status.as_u16() == 400 && CONTEXT_OVERFLOW.is_match(&text) {
@@ -376,6 +376,22 @@ impl ChatClient {
     }
 }
 
+/// How long the server asked to wait: `retry-after-ms`, else `retry-after` in seconds (at
+/// most five minutes).
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let number = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite())
+    };
+    let seconds = number("retry-after-ms")
+        .map(|ms| ms / 1000.0)
+        .or_else(|| number("retry-after"))?;
+    Some(Duration::from_secs_f64(seconds.clamp(0.0, 300.0)))
+}
+
 /// The body of `response`, read up to `cap` bytes (and one byte more, so that the caller can
 /// tell a body that is too large).
 async fn read_capped(response: reqwest::Response, cap: usize) -> Result<Vec<u8>, AttemptError> {
@@ -415,7 +431,7 @@ fn context_limit(text: &str) -> Option<u32> {
 /// answer? hyper says "connection closed before message completed" when it sees the close
 /// while waiting for the answer; when the close comes first, writing the request fails
 /// with a reset or a broken pipe (which of the two depends on timing).
-fn stale(e: &reqwest::Error) -> bool {
+pub(crate) fn stale(e: &reqwest::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(h) = s.downcast_ref::<hyper::Error>()
@@ -434,7 +450,7 @@ fn stale(e: &reqwest::Error) -> bool {
     false
 }
 
-fn classify(e: reqwest::Error) -> AttemptError {
+pub(crate) fn classify(e: reqwest::Error) -> AttemptError {
     if e.is_timeout() {
         AttemptError::Timeout
     } else if e.is_connect() {
@@ -459,7 +475,7 @@ fn without_url(e: &reqwest::Error) -> String {
 }
 
 /// rustls needs a process-wide crypto provider; swarm uses ring's.
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 

@@ -229,6 +229,21 @@ async fn attempt_group(
                 })
                 .collect()));
         }
+        Verdict::OverBudget(why) => {
+            return Ok(Ok(tasks
+                .iter()
+                .enumerate()
+                .map(|(k, &idx)| {
+                    let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Skipped);
+                    a.error = Some(why.clone());
+                    a.over_budget = true;
+                    if k == 0 {
+                        a.record_spend(&result);
+                    }
+                    a
+                })
+                .collect()));
+        }
         Verdict::Failed(why) | Verdict::Timeout(why) => return unshared(why.clone()),
         Verdict::Done | Verdict::NoChange => {}
     }
@@ -290,9 +305,10 @@ async fn attempt_group(
             a.summary = result.summary.clone();
             a.worktree = Some(worktree.clone());
             a.log = result.log.clone();
-            // The process's output once, not once per task.
+            // The process's output and spend once, not once per task.
             if k == 0 {
                 a.output_tail = result.output_tail.clone().filter(|t| !t.is_empty());
+                a.record_spend(&result);
             }
             a
         })

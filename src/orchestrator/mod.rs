@@ -17,6 +17,7 @@ use git2::Oid;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, EventSink};
+use crate::gateway::{self, Binding, Gateway, GatewayOptions, Meter, Spent};
 use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::git::worktree::WorktreePool;
 use crate::ids::{RunBranch, RunId, TaskId};
@@ -92,6 +93,20 @@ struct Shared {
     layout: Layout,
     /// With `--sandbox off`: the user's checkout, to notice a worker writing there.
     checkout_watch: Option<watch::CheckoutWatch>,
+    /// The run's spend, metered from the model APIs' answers, and its budgets.
+    meter: Arc<Meter>,
+    /// The model gateway of an `--agent`'s requests, for the APIs in `agent_bindings`.
+    gateway: Option<Arc<Gateway>>,
+    agent_bindings: Vec<Binding>,
+}
+
+/// What a run's workers are given besides the plan: the model's key, where events go, the
+/// run's cancellation, its meter.
+struct Services {
+    api_key: Option<ApiKey>,
+    sink: Arc<EventSink>,
+    cancel: CancellationToken,
+    meter: Arc<Meter>,
 }
 
 /// How the run's workers are laid out, decided once before the first one starts.
@@ -160,6 +175,8 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
                 tokens: Tokens::default(),
                 turns: 0,
                 cost_usd: 0.0,
+                requests: 0,
+                reported: None,
                 changed_files: Vec::new(),
                 summary: None,
                 error: None,
@@ -229,14 +246,23 @@ pub async fn run(
             ),
         });
     }
+    let meter = Meter::new(
+        &req.plan.settings,
+        spent_before(&report),
+        Some(sink.clone()),
+    );
+    let services = Services {
+        api_key: req.api_key,
+        sink,
+        // A child token: an internal error stops the workers without looking like Ctrl-C.
+        cancel: cancel.child_token(),
+        meter,
+    };
     let shared = Arc::new(Shared::new(
         req.plan,
         &req.info,
         run_dir,
-        req.api_key,
-        sink,
-        // A child token: an internal error stops the workers without looking like Ctrl-C.
-        cancel.child_token(),
+        services,
         Layout { views, per_process },
     )?);
     let mut sched = Scheduler::new(shared.clone(), report, first_tip, req.mode);
@@ -272,6 +298,43 @@ pub async fn run(
         report,
         interrupted,
     })
+}
+
+/// What the earlier attempts of a continued run spent (nothing for a new run).
+fn spent_before(report: &Report) -> Spent {
+    let mut spent = Spent::default();
+    for t in &report.tasks {
+        spent.add(&Spent {
+            tokens: t.tokens,
+            cost_usd: t.cost_usd,
+            requests: t.requests,
+        });
+    }
+    spent
+}
+
+/// The gateway of an `--agent`'s model requests, when swarm serves any of its APIs (it holds
+/// a key for it, or the user named its endpoint); the APIs it serves.
+fn agent_gateway(
+    settings: &crate::settings::Settings,
+    meter: &Arc<Meter>,
+    sink: &Arc<EventSink>,
+) -> anyhow::Result<(Option<Arc<Gateway>>, Vec<Binding>)> {
+    let Some(agent) = &settings.agent else {
+        return Ok((None, Vec::new()));
+    };
+    let bindings = gateway::bindings(agent, &|var| std::env::var(var).ok());
+    if bindings.is_empty() {
+        return Ok((None, bindings));
+    }
+    let options = GatewayOptions {
+        jobs: settings.jobs,
+        max_retries: settings.model.max_retries,
+        connect_timeout: std::time::Duration::from_secs(settings.model.connect_timeout_secs),
+        read_timeout: std::time::Duration::from_secs(settings.model.request_timeout_secs),
+    };
+    let gateway = Gateway::new(meter.clone(), sink.clone(), options)?;
+    Ok((Some(gateway), bindings))
 }
 
 /// Do the run's workers get overlay worktrees (`--worktrees`)? Only `--exec` workers in the
@@ -384,6 +447,9 @@ impl Shared {
             view,
             on_access: Some(self.on_access(task)),
             cancel: &self.cancel,
+            gateway: None,
+            state_views: &[],
+            budget: None,
         }
     }
 
@@ -396,18 +462,28 @@ impl Shared {
         plan: Plan,
         info: &RepoInfo,
         run_dir: RunDir,
-        api_key: Option<ApiKey>,
-        sink: Arc<EventSink>,
-        cancel: CancellationToken,
+        services: Services,
         layout: Layout,
     ) -> anyhow::Result<Self> {
+        let Services {
+            api_key,
+            sink,
+            cancel,
+            meter,
+        } = services;
         let base = plan.base;
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
         let settings = &plan.settings;
         let model = match (&settings.model.name, settings.uses_model()) {
-            (Some(name), true) => Some(Arc::new(LlmShared::new(settings, name.clone(), api_key)?)),
+            (Some(name), true) => Some(Arc::new(LlmShared::new(
+                settings,
+                name.clone(),
+                api_key,
+                meter.clone(),
+            )?)),
             _ => None,
         };
+        let (gateway, agent_bindings) = agent_gateway(settings, &meter, &sink)?;
         let worker = match (&settings.exec, &model) {
             (Some(command), _) => WorkerKind::Exec(command.clone()),
             (None, Some(_)) => WorkerKind::Llm,
@@ -440,6 +516,9 @@ impl Shared {
             common_dir: info.common_dir.clone(),
             layout,
             checkout_watch,
+            meter,
+            gateway,
+            agent_bindings,
         })
     }
 }

@@ -134,15 +134,20 @@ async fn resolve_in(
         Some(&context),
     )
     .await?;
+    a.record_spend(&result);
     a.summary = result.summary;
-    a.tokens = result.tokens;
-    a.turns = result.turns;
     a.output_tail = result.output_tail.filter(|t| !t.is_empty());
     let why = match result.verdict {
         Verdict::Done | Verdict::NoChange => None,
         Verdict::Interrupted => {
             a.status = TaskStatus::Interrupted;
             a.error = Some("interrupted while repairing a merge conflict".into());
+            return Ok(());
+        }
+        Verdict::OverBudget(why) => {
+            a.status = TaskStatus::Skipped;
+            a.over_budget = true;
+            a.error = Some(why);
             return Ok(());
         }
         Verdict::Failed(why) | Verdict::Timeout(why) => Some(why),

@@ -111,12 +111,8 @@ pub(super) struct Scheduler {
     /// Why no more tasks run or merge (`--on-conflict fail`).
     pub(super) stopped: Option<String>,
     pub(super) mode: RunMode,
-    /// Why no new task starts (`--max-tokens` reached); running ones finish and merge.
+    /// Why no new task starts (`--max-tokens`, `--max-cost` reached).
     pub(super) budget_spent: Option<String>,
-    /// What finished attempts reported spending (the report's tasks, kept as a sum so the
-    /// budget check does not walk every task each time the loop turns).
-    spent_tokens: u64,
-    spent_cost: f64,
     pub(super) last_save: Instant,
     /// The merge train, back from the merge thread once every merge is done.
     pub(super) train: Option<MergeTrain>,
@@ -126,15 +122,7 @@ pub(super) struct Scheduler {
 
 impl Scheduler {
     pub(super) fn new(shared: Arc<Shared>, report: Report, tip: Oid, mode: RunMode) -> Self {
-        let spent_tokens = report
-            .tasks
-            .iter()
-            .map(|t| t.tokens.prompt + t.tokens.completion)
-            .sum();
-        let spent_cost = report.tasks.iter().map(|t| t.cost_usd).sum();
         Self {
-            spent_tokens,
-            spent_cost,
             shared,
             report,
             tip,
@@ -357,29 +345,10 @@ impl Scheduler {
         }
     }
 
-    /// Why no new task may start for lack of budget (`--max-tokens`, `--max-cost`), if so.
-    /// What is spent: the built-in worker's tokens as they are used, and what finished
-    /// attempts reported (an `--agent`'s tokens and cost, priced tokens of the built-in).
+    /// Why no new task may start for lack of budget (`--max-tokens`, `--max-cost`), if so:
+    /// the run's meter, which counts what the model APIs answered.
     fn budget_spent_now(&self) -> Option<String> {
-        let settings = &self.shared.plan.settings;
-        let live = self.shared.model.as_ref().map_or(0, |m| m.tokens_used());
-        let used = live.max(self.spent_tokens);
-        if let Some(budget) = settings.max_tokens
-            && used >= budget
-        {
-            return Some(format!(
-                "the run's token budget is spent ({used} of --max-tokens {budget} used)"
-            ));
-        }
-        let cap = settings.max_cost.as_ref()?.as_f64()?;
-        let live_cost = match (&settings.model.price, &self.shared.model) {
-            (Some(price), Some(model)) => price.of(&model.tokens()),
-            _ => 0.0,
-        };
-        let spent = self.spent_cost.max(live_cost);
-        (spent >= cap).then(|| {
-            format!("the run's cost budget is spent (${spent:.2} of --max-cost ${cap:.2})")
-        })
+        self.shared.meter.exhausted().map(str::to_string)
     }
 
     /// A process over several tasks did not succeed: its tasks wait again, in smaller
@@ -441,12 +410,15 @@ impl Scheduler {
         t.changed_files = a.changed.clone();
         t.commit = a.tip.filter(|tip| *tip != a.start);
         t.summary = a.summary.clone();
-        t.tokens.prompt += a.tokens.prompt;
-        t.tokens.completion += a.tokens.completion;
+        t.tokens.prompt = t.tokens.prompt.saturating_add(a.tokens.prompt);
+        t.tokens.completion = t.tokens.completion.saturating_add(a.tokens.completion);
         t.turns += a.turns;
         t.cost_usd += a.cost_usd;
-        self.spent_tokens += a.tokens.prompt + a.tokens.completion;
-        self.spent_cost += a.cost_usd;
+        t.requests = t.requests.saturating_add(a.requests);
+        if a.reported.is_some() {
+            t.reported = a.reported.clone();
+        }
+        t.over_budget = a.over_budget;
         t.network.add(&a.network);
         t.output_tail = a.output_tail.clone();
         t.log = a.log.clone();

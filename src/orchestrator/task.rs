@@ -5,10 +5,10 @@ use crate::git::finish;
 use crate::git::worktree::{Lease, Slot};
 use crate::ids::TaskId;
 use crate::ids::TaskIdx;
-use crate::report::Tokens;
+use crate::report::{Reported, Tokens};
 use crate::settings::Scope;
 use crate::worker::Verdict;
-use crate::worker::exec::{self, ExecTask};
+use crate::worker::exec::{self, AgentRun, ExecTask};
 use crate::worker::llm::LlmShared;
 use crate::worker::llm::agent::{self, AgentTask};
 use crate::worker::process::{self, Exit};
@@ -41,6 +41,12 @@ pub(super) struct Attempt {
     pub(super) tokens: Tokens,
     pub(super) turns: u32,
     pub(super) cost_usd: f64,
+    /// Model answers metered.
+    pub(super) requests: u32,
+    /// What an `--agent` said of its own spend.
+    pub(super) reported: Option<Reported>,
+    /// Stopped, or not started, because the run's budget was spent.
+    pub(super) over_budget: bool,
     /// Connections asked of the allow-list proxy.
     pub(super) network: crate::report::NetworkUse,
     /// The log of what ran last.
@@ -70,6 +76,9 @@ impl Attempt {
             tokens: Tokens::default(),
             turns: 0,
             cost_usd: 0.0,
+            requests: 0,
+            reported: None,
+            over_budget: false,
             network: Default::default(),
             log: None,
             worktree: None,
@@ -93,10 +102,14 @@ pub(super) struct WorkerResult {
     pub(super) output_tail: Option<String>,
     /// The log `output_tail` is the end of.
     pub(super) log: Option<PathBuf>,
-    /// What an `--agent` reported spending.
+    /// What its model answers cost (metered).
     pub(super) cost_usd: f64,
     pub(super) tokens: Tokens,
     pub(super) turns: u32,
+    /// Model answers metered.
+    pub(super) requests: u32,
+    /// What an `--agent` said of its own spend.
+    pub(super) reported: Option<Reported>,
 }
 
 impl WorkerResult {
@@ -109,6 +122,8 @@ impl WorkerResult {
             cost_usd: 0.0,
             tokens: Tokens::default(),
             turns: 0,
+            requests: 0,
+            reported: None,
         }
     }
 }
@@ -153,13 +168,11 @@ async fn attempt_task(
     a.worktree = Some(slot.path.clone());
     // On an error the lease gives the worktree back (its next task resets it).
     let result = work(shared, a.idx, &task.files, &mut slot, context).await?;
+    a.record_spend(&result);
     let verdict = result.verdict;
     a.summary = result.summary;
     a.output_tail = result.output_tail.filter(|t| !t.is_empty());
     a.log = result.log;
-    a.cost_usd = result.cost_usd;
-    a.tokens = result.tokens;
-    a.turns = result.turns;
 
     warn_about_new_branches(shared, &task.id).await?;
     // A worktree whose link to the repository the worker changed is neither committed nor
@@ -214,8 +227,20 @@ async fn attempt_task(
             ),
         );
     }
+    a.over_budget = matches!(verdict, Verdict::OverBudget(_));
     (a.status, a.error) = outcome(verdict, &a.changed, &task.files, shared.plan.settings.scope);
     Ok(())
+}
+
+impl Attempt {
+    /// What the worker spent, and what it said it spent.
+    pub(super) fn record_spend(&mut self, result: &WorkerResult) {
+        self.cost_usd = result.cost_usd;
+        self.tokens = result.tokens;
+        self.turns = result.turns;
+        self.requests = result.requests;
+        self.reported = result.reported.clone();
+    }
 }
 
 /// A coarse step of a running task, for the live view.
@@ -402,6 +427,8 @@ pub(super) fn outcome(
 ) -> (TaskStatus, Option<String>) {
     match verdict {
         Verdict::Interrupted => (TaskStatus::Interrupted, Some("interrupted".into())),
+        // Not merged; `swarm resume` runs it again (with a larger budget).
+        Verdict::OverBudget(why) => (TaskStatus::Skipped, Some(why)),
         Verdict::Timeout(why) => (TaskStatus::Timeout, Some(why)),
         Verdict::Failed(why) => (TaskStatus::Failed, Some(why)),
         Verdict::Done | Verdict::NoChange if changed.is_empty() => (TaskStatus::NoChange, None),
@@ -447,6 +474,10 @@ pub(super) async fn set_up(
             None
         }
         Exit::Cancelled => Some((Verdict::Interrupted, String::new())),
+        Exit::OverBudget => Some((
+            Verdict::OverBudget("stopped: the run's budget is spent".into()),
+            String::new(),
+        )),
         other => Some((
             Verdict::Failed(format!(
                 "worktree setup `{setup}` failed ({other:?}); see {}",
@@ -492,20 +523,32 @@ async fn run_worker(
         idle_timeout: settings.idle_timeout(),
         sandbox: &settings.sandbox,
         on_access: Some(shared.on_access(Some(&task.id))),
-        agent: settings.agent.as_ref(),
+        agent: settings.agent.as_ref().map(|agent| AgentRun {
+            settings: agent,
+            gateway: shared
+                .gateway
+                .as_ref()
+                .map(|g| (g, shared.agent_bindings.as_slice())),
+        }),
         cancel: &shared.cancel,
+        budget: shared.meter.when_exhausted(),
         context,
     })
     .await?;
     let usage = ran.usage.unwrap_or_default();
+    let spent = ran.spent.unwrap_or_default();
     let mut result = WorkerResult {
         verdict: ran.verdict,
         summary: ran.summary,
         output_tail: Some(ran.output_tail),
         log: Some(exec::log_path(task_dir)),
-        tokens: usage.tokens,
-        turns: usage.turns,
-        cost_usd: usage.cost_usd.unwrap_or(0.0),
+        tokens: spent.tokens,
+        turns: Reported::plausible(Tokens::default(), None, usage.turns)
+            .and_then(|r| r.turns)
+            .unwrap_or(0),
+        cost_usd: spent.cost_usd,
+        requests: spent.requests,
+        reported: Reported::plausible(usage.tokens, usage.cost_usd, usage.turns),
     };
     let Some(verify) = settings.verify.as_deref() else {
         return Ok(result);
@@ -566,6 +609,7 @@ async fn verify_exec(
     let verdict = match ran.exit {
         Exit::Code(0) => return Ok(None),
         Exit::Cancelled => Verdict::Interrupted,
+        Exit::OverBudget => Verdict::OverBudget("stopped: the run's budget is spent".into()),
         Exit::TimedOut => Verdict::Timeout("--verify timed out (--timeout)".into()),
         Exit::Idle => Verdict::Timeout("--verify was stale (--idle-timeout)".into()),
         Exit::Code(c) => Verdict::Failed(format!("--verify `{verify}` failed (exit status {c})")),
@@ -598,7 +642,6 @@ pub(super) async fn run_agent(
         task_dir,
         scope_task: settings.scope == Scope::Task,
         max_turns: settings.max_turns,
-        max_tokens: settings.max_tokens,
         verify: settings.verify.as_deref(),
         timeout: settings.timeout(),
         idle_timeout: settings.idle_timeout(),
@@ -614,13 +657,11 @@ pub(super) async fn run_agent(
         summary: out.summary,
         output_tail: Some(out.output_tail),
         log: Some(task_dir.join("transcript.jsonl")),
-        cost_usd: settings
-            .model
-            .price
-            .as_ref()
-            .map_or(0.0, |p| p.of(&out.tokens)),
+        cost_usd: out.cost_usd,
         tokens: out.tokens,
         turns: out.turns,
+        requests: out.requests,
+        reported: None,
     })
 }
 

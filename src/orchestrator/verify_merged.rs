@@ -118,7 +118,7 @@ impl Checker {
             return Ok(None);
         };
         let how = match ran.exit {
-            Exit::Cancelled => return Ok(None),
+            Exit::Cancelled | Exit::OverBudget => return Ok(None),
             Exit::Code(c) => format!("exit status {c}"),
             Exit::Signal(s) => format!("killed by signal {s}"),
             Exit::TimedOut => "timed out (--timeout)".into(),

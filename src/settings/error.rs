@@ -47,10 +47,20 @@ pub enum SettingsError {
     },
     #[error("no agent '{name}' (known: {known})")]
     UnknownAgent { name: String, known: String },
+    #[error(
+        "[agents.{name}] api = \"{api}\" is not an API swarm's gateway serves (known: {known})"
+    )]
+    UnknownApi {
+        name: String,
+        api: String,
+        known: String,
+    },
     #[error("[model] tool_choice = \"{0}\" is not one of auto, required, none")]
     ToolChoice(String),
     #[error("--allow-domain / [sandbox] allow_domains: {0}")]
     AllowDomain(String),
+    #[error("[model] price and [model.prices]: each rate must be a number of dollars, 0 or more")]
+    Price,
     #[error("[worktree] copy: {0}")]
     CopyPath(String),
 }

@@ -155,6 +155,9 @@ pub struct ModelTable {
     pub context_window: Option<u32>,
     /// US dollars per million tokens, for the run's cost (`--max-cost`): no price list ships.
     pub price: Option<super::policy::Price>,
+    /// Prices of named models (`[model.prices] "claude-sonnet-4" = { … }`): a model takes the
+    /// price of the longest name it starts with, else `price`.
+    pub prices: Option<BTreeMap<String, super::policy::Price>>,
 }
 
 combine_fields!(ModelTable {
@@ -170,6 +173,7 @@ combine_fields!(ModelTable {
     extra_body,
     context_window,
     price,
+    prices,
 });
 
 /// `[sandbox]`: worker confinement and the built-in worker's `run` tool.

@@ -21,6 +21,7 @@ mod allow_list;
 mod error;
 pub mod home;
 pub mod layer;
+mod limits;
 mod policy;
 mod sandbox;
 
@@ -132,10 +133,21 @@ impl Settings {
         let sandbox = sandbox::policy(&layer)?;
         let agent = match &layer.run.agent {
             Some(name) => Some(
-                agents::resolve(name, &layer.agents, layer.run.agent_model.clone()).ok_or_else(
-                    || SettingsError::UnknownAgent {
-                        name: name.clone(),
-                        known: agents::names(&layer.agents).join(", "),
+                agents::resolve(name, &layer.agents, layer.run.agent_model.clone()).map_err(
+                    |problem| match problem {
+                        agents::AgentProblem::Unknown => SettingsError::UnknownAgent {
+                            name: name.clone(),
+                            known: agents::names(&layer.agents).join(", "),
+                        },
+                        agents::AgentProblem::UnknownApi(api) => SettingsError::UnknownApi {
+                            name: name.clone(),
+                            api,
+                            known: agents::APIS
+                                .iter()
+                                .map(|r| r.name)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        },
                     },
                 )?,
             ),
@@ -182,6 +194,13 @@ impl Settings {
         {
             return Err(SettingsError::Zero(Count::MaxCost));
         }
+        let prices = model
+            .price
+            .iter()
+            .chain(model.prices.iter().flat_map(|p| p.values()));
+        if prices.clone().any(|p| !p.is_valid()) {
+            return Err(SettingsError::Price);
+        }
         if let Some(choice) = &model.tool_choice
             && !["auto", "required", "none"].contains(&choice.as_str())
         {
@@ -223,6 +242,7 @@ impl Settings {
                 extra_body: model.extra_body.unwrap_or_default(),
                 context_window: model.context_window,
                 price: model.price,
+                prices: model.prices.unwrap_or_default(),
             },
             max_turns: max_turns as u32,
             max_tokens: run.max_tokens,
@@ -249,12 +269,17 @@ fn layers(
     repo_root: &Path,
     warnings: &mut Vec<String>,
 ) -> Result<Layer, SettingsError> {
-    let repo =
+    let mut repo =
         sandbox::restrict_repository_layer(Layer::load(&repo_root.join("swarm.toml"))?, warnings);
-    Ok(command_line
+    // Its limits apply last, where they are tighter than the user's (the layer's own, since
+    // the repository's are taken out before the layers combine).
+    let repo_limits = limits::RepositoryLimits::take(&mut repo);
+    let mut layer = command_line
         .combine(Layer::from_env())
         .combine(repo)
-        .combine(Layer::load_user()?))
+        .combine(Layer::load_user()?);
+    limits::apply(&mut layer, repo_limits, warnings);
+    Ok(layer)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! for [`ApiKey`], which is not serializable); the engine reads it, the layers of
 //! [`super::layer`] produce it.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -169,6 +170,15 @@ pub const DEFAULT_HIDDEN: &[&str] = &[
     ".cargo/credentials.toml",
     ".password-store",
     ".local/share/keyrings",
+    // Coding agents' logins: a worker never reads another agent's (an agent reads its own
+    // only when it uses its own login rather than swarm's gateway).
+    ".claude/.credentials.json",
+    ".claude.json",
+    ".codex/auth.json",
+    ".gemini/oauth_creds.json",
+    ".gemini/mcp-oauth-tokens.json",
+    ".local/share/opencode/auth.json",
+    ".config/github-copilot",
 ];
 
 /// What confines worker processes in a run.
@@ -210,6 +220,16 @@ impl SandboxPolicy {
             (false, true) => NetworkAccess::None,
             (false, false) => NetworkAccess::AllowList(&self.allow_domains),
         }
+    }
+
+    /// Does the allow-list name a server on this machine's loopback (`localhost:11434`)?
+    /// Then a worker's loopback requests go through the proxy, which reaches it.
+    pub fn allows_loopback(&self) -> bool {
+        self.allow_domains.iter().any(|d| {
+            let host = super::split_host_port(d).map_or(d.as_str(), |(h, _)| h);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            host.eq_ignore_ascii_case("localhost") || host.starts_with("127.") || host == "::1"
+        })
     }
 
     /// The default hidden paths under `home`.
@@ -256,9 +276,13 @@ pub struct ModelSettings {
     /// error naming the limit), else large.
     #[serde(default)]
     pub context_window: Option<u32>,
-    /// What the model costs, for `--max-cost` (the user's price; none ships).
+    /// What a model costs, for `--max-cost` (the user's price; none ships): of models not in
+    /// `prices`.
     #[serde(default)]
     pub price: Option<Price>,
+    /// Prices of named models: a model takes the price of the longest name it starts with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, Price>,
 }
 
 /// US dollars per million tokens.
@@ -275,6 +299,20 @@ impl Price {
         let per = |n: &serde_json::Number| n.as_f64().unwrap_or(0.0) / 1e6;
         tokens.prompt as f64 * per(&self.prompt) + tokens.completion as f64 * per(&self.completion)
     }
+
+    /// Is it at least `other` on both counts (a repository may raise a price, never lower
+    /// it)?
+    pub fn at_least(&self, other: &Price) -> bool {
+        let f = |n: &serde_json::Number| n.as_f64().unwrap_or(0.0);
+        f(&self.prompt) >= f(&other.prompt) && f(&self.completion) >= f(&other.completion)
+    }
+
+    /// Both rates finite and not negative.
+    pub fn is_valid(&self) -> bool {
+        [&self.prompt, &self.completion]
+            .iter()
+            .all(|n| n.as_f64().is_some_and(|v| v.is_finite() && v >= 0.0))
+    }
 }
 
 impl ModelSettings {
@@ -282,6 +320,22 @@ impl ModelSettings {
 
     fn default_tool_choice() -> String {
         "auto".into()
+    }
+
+    /// The price of `model`: that of the longest name in `prices` it starts with, else
+    /// `price`.
+    pub fn price_of(&self, model: &str) -> Option<&Price> {
+        self.prices
+            .iter()
+            .filter(|(name, _)| model.starts_with(name.as_str()))
+            .max_by_key(|(name, _)| name.len())
+            .map(|(_, price)| price)
+            .or(self.price.as_ref())
+    }
+
+    /// Is any price set?
+    pub fn has_prices(&self) -> bool {
+        self.price.is_some() || !self.prices.is_empty()
     }
 
     /// Is the endpoint on this machine (where servers such as Ollama need no key)?

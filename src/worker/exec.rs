@@ -15,16 +15,20 @@ use anyhow::Context as _;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::process::{self, Exit, ProcessRequest, Program};
+use super::process::{self, Exit, GatewayAccess, ProcessRequest, Program};
+use crate::gateway::{Binding, Gateway, Spent};
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::settings::agents::AgentSettings;
 use crate::worker::Verdict;
 use crate::worker::agent_output::{self, AgentUsage};
 use crate::worker::sandbox::SandboxPolicy;
+use crate::worker::sandbox::jail::StateView;
+use crate::worker::sandbox::overlay;
 use crate::worker::sandbox::overlay::OverlayView;
 use crate::worker::sandbox::proxy::OnAccess;
 use crate::{env_vars, state};
+use std::sync::Arc;
 
 pub struct ExecTask<'a> {
     pub command: &'a str,
@@ -42,11 +46,22 @@ pub struct ExecTask<'a> {
     pub sandbox: &'a SandboxPolicy,
     /// Told of the connections it asks the allow-list proxy for.
     pub on_access: Option<OnAccess>,
-    /// `--agent`: the coding agent the command runs (its sandbox needs, its output format).
-    pub agent: Option<&'a AgentSettings>,
+    /// `--agent`: the coding agent the command runs (its sandbox needs, its output format),
+    /// and the gateway of its model requests.
+    pub agent: Option<AgentRun<'a>>,
     pub cancel: &'a CancellationToken,
+    /// Cancelled when the run's budget is spent.
+    pub budget: &'a CancellationToken,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
+}
+
+/// An `--agent` worker: the preset, and where its model requests go.
+#[derive(Clone, Copy)]
+pub struct AgentRun<'a> {
+    pub settings: &'a AgentSettings,
+    /// The run's gateway, and the agent's APIs it serves (none: its own login).
+    pub gateway: Option<(&'a Arc<Gateway>, &'a [Binding])>,
 }
 
 #[derive(Debug)]
@@ -54,8 +69,10 @@ pub struct ExecOutcome {
     pub verdict: Verdict,
     pub summary: Option<String>,
     pub output_tail: String,
-    /// What an `--agent` reported of its work (turns, tokens, cost).
+    /// What an `--agent` reported of its work (turns, tokens, cost): kept, never counted.
     pub usage: Option<AgentUsage>,
+    /// What its model requests spent, metered by the gateway.
+    pub spent: Option<Spent>,
 }
 
 #[derive(Deserialize)]
@@ -111,10 +128,18 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
             result_file.clone().into(),
         ),
     ];
-    let agent_sandbox = task.agent.map(|agent| {
-        env.extend(agent_env(agent));
-        agent_policy(task.sandbox, agent)
-    });
+    let agent_sandbox = match task.agent {
+        Some(agent) => {
+            env.extend(agent_env(agent.settings));
+            let served = agent.gateway.is_some_and(|(_, b)| !b.is_empty());
+            Some(agent_policy(task.sandbox, agent.settings, served))
+        }
+        None => None,
+    };
+    let state_views = match (task.agent, task.sandbox.enabled) {
+        (Some(agent), true) => state_views(agent.settings, task.task_dir)?,
+        _ => Vec::new(),
+    };
     let log = log_path(task.task_dir);
     let outcome = process::run(ProcessRequest {
         program: Program::Shell(task.command),
@@ -129,14 +154,28 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         view: task.view,
         on_access: task.on_access.clone(),
         cancel: task.cancel,
+        gateway: task
+            .agent
+            .and_then(|a| a.gateway)
+            .map(|(gateway, bindings)| GatewayAccess {
+                gateway,
+                task: task.task_id,
+                bindings,
+            }),
+        state_views: &state_views,
+        budget: task.agent.map(|_| task.budget),
     })
-    .await?;
+    .await;
+    for view in &state_views {
+        overlay::open_work_dir(&view.work);
+    }
+    let outcome = outcome?;
 
     let reported: Option<ResultFile> =
         read_result(&result_file).and_then(|b| serde_json::from_slice(&b).ok());
     let usage = task.agent.and_then(|agent| {
         let text = std::fs::read(&log).ok()?;
-        agent_output::parse(agent.output, &String::from_utf8_lossy(&text))
+        agent_output::parse(agent.settings.output, &String::from_utf8_lossy(&text))
     });
     let summary = reported
         .as_ref()
@@ -152,6 +191,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
             task.idle_timeout.as_secs()
         )),
         Exit::Cancelled => Verdict::Interrupted,
+        Exit::OverBudget => Verdict::OverBudget("stopped: the run's budget is spent".into()),
         Exit::Signal(sig) => Verdict::Failed(format!("the worker was killed by signal {sig}")),
         Exit::Code(0) => match reported.as_ref().map(|r| r.status.as_str()) {
             Some("failed") => Verdict::Failed(format!(
@@ -175,6 +215,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         summary,
         output_tail: outcome.output_tail,
         usage,
+        spent: outcome.spent,
     })
 }
 
@@ -192,22 +233,60 @@ fn agent_env(agent: &AgentSettings) -> Vec<(OsString, OsString)> {
     env
 }
 
-/// The sandbox of the agent's own process: the run's, plus the agent's domains, state
-/// directories (created if missing, so it can start) and credential variables. Other
-/// processes of the task (`--verify`, setup) keep the run's sandbox.
-fn agent_policy(base: &SandboxPolicy, agent: &AgentSettings) -> SandboxPolicy {
+/// The sandbox of the agent's own process: the run's, plus the agent's domains (but its
+/// APIs' own hosts while the gateway stands in for them: `served`), its state directories
+/// (created if missing, so they can be mounted on), its own credential stores only when it
+/// uses its own login, and the variables its table passes. Other processes of the task
+/// (`--verify`, setup) keep the run's sandbox.
+fn agent_policy(base: &SandboxPolicy, agent: &AgentSettings, served: bool) -> SandboxPolicy {
     let mut policy = base.clone();
-    policy
-        .allow_domains
-        .extend(agent.allow_domains.iter().cloned());
-    for dir in &agent.writable {
+    let gatewayed: Vec<&String> = match served {
+        true => agent.routes.iter().flat_map(|r| &r.hosts).collect(),
+        false => Vec::new(),
+    };
+    policy.allow_domains.extend(
+        agent
+            .allow_domains
+            .iter()
+            .filter(|d| !gatewayed.contains(d))
+            .cloned(),
+    );
+    for dir in &agent.state_dirs {
         if !dir.exists() && dir.extension().is_none() {
             let _ = std::fs::create_dir_all(dir);
         }
         policy.writable.push(dir.clone());
     }
+    match served {
+        // Its own credentials stay hidden, as they are from every worker.
+        true => policy.hide.extend(agent.credentials.iter().cloned()),
+        false => policy.hide.retain(|p| !agent.credentials.contains(p)),
+    }
     policy.env.extend(agent.pass_env.iter().cloned());
     policy
+}
+
+/// A copy-on-write view of each of the agent's state directories (those that are
+/// directories), its writes kept in the task's directory (`agent-state/NAME/upper`).
+fn state_views(agent: &AgentSettings, task_dir: &Path) -> anyhow::Result<Vec<StateView>> {
+    let mut views = Vec::new();
+    for dir in agent.state_dirs.iter().filter(|d| d.is_dir()) {
+        let name = crate::settings::home::tilde(dir)
+            .trim_start_matches("~/")
+            .trim_start_matches('.')
+            .replace(['/', '.'], "-");
+        let layer = task_dir.join("agent-state").join(name);
+        let (upper, work) = (layer.join("upper"), layer.join("work"));
+        for d in [&upper, &work] {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+        }
+        views.push(StateView {
+            dir: dir.clone(),
+            upper,
+            work,
+        });
+    }
+    Ok(views)
 }
 
 /// The worker's result file: a regular file (no link followed, no FIFO waited on), at most

@@ -21,6 +21,8 @@ pub enum Verdict {
     Failed(String),
     Timeout(String),
     Interrupted,
+    /// Stopped because the run's budget was spent (why).
+    OverBudget(String),
 }
 
 impl Verdict {
@@ -29,7 +31,7 @@ impl Verdict {
         match self {
             Verdict::Done => "done".into(),
             Verdict::NoChange => "no change".into(),
-            Verdict::Failed(why) | Verdict::Timeout(why) => why.clone(),
+            Verdict::Failed(why) | Verdict::Timeout(why) | Verdict::OverBudget(why) => why.clone(),
             Verdict::Interrupted => "interrupted".into(),
         }
     }

@@ -24,8 +24,11 @@ use anyhow::Context as _;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
+use super::sandbox::jail::{JailSpec, StateView};
 use super::sandbox::proxy::{self, OnAccess, Proxy};
-use super::sandbox::{self, SandboxPolicy, jail::JailSpec, overlay::OverlayView};
+use super::sandbox::{self, SandboxPolicy, overlay::OverlayView};
+use crate::gateway::{Binding, GATEWAY_PORT, Gateway, Listener, Place, Spent};
+use crate::ids::TaskId;
 use crate::settings::{AllowList, NetworkAccess};
 use crate::{env_vars, secrets, state};
 
@@ -77,6 +80,21 @@ pub struct ProcessRequest<'a> {
     /// Told of each connection the process asks swarm's proxy for (with an allow-list).
     pub on_access: Option<OnAccess>,
     pub cancel: &'a CancellationToken,
+    /// An agent's process: its model requests go through swarm's gateway.
+    pub gateway: Option<GatewayAccess<'a>>,
+    /// Copy-on-write views of directories outside the worktree (an agent's state).
+    pub state_views: &'a [StateView],
+    /// Cancelled when the run's budget is spent: the process is stopped
+    /// ([`Exit::OverBudget`]).
+    pub budget: Option<&'a CancellationToken>,
+}
+
+/// The gateway an agent's process reaches, for which of its APIs.
+#[derive(Clone, Copy)]
+pub struct GatewayAccess<'a> {
+    pub gateway: &'a Arc<Gateway>,
+    pub task: &'a TaskId,
+    pub bindings: &'a [Binding],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +105,8 @@ pub enum Exit {
     /// Killed at the idle limit (no output, no file change).
     Idle,
     Cancelled,
+    /// Stopped because the run's budget was spent.
+    OverBudget,
 }
 
 #[derive(Debug)]
@@ -95,14 +115,16 @@ pub struct ProcessOutcome {
     pub output_tail: String,
     pub output_bytes: u64,
     pub duration: Duration,
+    /// What its model requests through the gateway spent (an agent's process).
+    pub spent: Option<Spent>,
 }
 
 pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
     let started = Instant::now();
     let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
     let writer_err = writer.try_clone()?;
-    // Kept until the process is gone: its temporary directory, its network proxy.
-    let (mut cmd, _keep) = command(&req)?;
+    // Kept until the process is gone: its temporary directory, its proxy, its gateway.
+    let (mut cmd, keep) = command(&req)?;
     cmd.stdout(writer).stderr(writer_err);
     let log = state::create_file(req.log)
         .with_context(|| format!("cannot create {}", req.log.display()))?;
@@ -138,15 +160,17 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
         output_tail,
         output_bytes,
         duration: started.elapsed(),
+        spent: keep.gateway.as_ref().map(Listener::spent),
     })
 }
 
-/// What a confined process needs while it runs: its private temporary directory, and with
-/// an allow-list, its network proxy.
+/// What a process needs while it runs: its private temporary directory, with an allow-list
+/// its network proxy, for an agent its door to the model gateway.
 #[derive(Default)]
 struct Confinement {
     tmp: Option<tempfile::TempDir>,
     proxy: Option<Proxy>,
+    gateway: Option<Listener>,
 }
 
 /// The command for `req`, but for its output: in a jail when confined (with what the jail
@@ -154,38 +178,31 @@ struct Confinement {
 /// swarm's environment without its secrets.
 fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Confinement)> {
     let argv = req.program.argv();
-    let (mut cmd, keep) = match req.sandbox.filter(|p| p.enabled) {
-        Some(policy) => {
-            let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
-            let mut writable = vec![req.cwd.to_path_buf(), tmp.path().to_path_buf()];
-            writable.extend(req.also_writable.iter().map(|p| p.to_path_buf()));
-            writable.extend(policy.writable.iter().cloned());
-            let mut spec = JailSpec::new(&argv, req.cwd, &writable, &policy.hide, policy.network)
-                .with_overlay(req.view);
-            let proxy = match policy.network_access() {
-                NetworkAccess::AllowList(domains) => {
-                    let allow = AllowList::parse(domains).map_err(anyhow::Error::msg)?;
-                    Some(Proxy::start(allow, req.on_access.clone())?)
-                }
-                NetworkAccess::None | NetworkAccess::Full => None,
-            };
-            if let Some(proxy) = &proxy {
-                spec = spec.with_proxy(&proxy.socket());
-            }
-            let keep = Confinement {
-                tmp: Some(tmp),
-                proxy,
-            };
-            (spec.command()?, keep)
-        }
+    let confined = req.sandbox.filter(|p| p.enabled);
+    // In a jail with a network of its own, the gateway is a socket forwarded to its loopback;
+    // elsewhere, a port of the host's loopback.
+    let place = match confined {
+        Some(policy) if !policy.network => Place::Jail,
+        _ => Place::Host,
+    };
+    let gateway = req
+        .gateway
+        .map(|g| g.gateway.listen(g.task.clone(), g.bindings, place))
+        .transpose()?;
+    let (mut cmd, keep) = match confined {
+        Some(policy) => jailed(req, policy, &argv, gateway)?,
         None => {
             anyhow::ensure!(
-                req.view.is_none(),
-                "an overlay worktree needs the sandbox's jail"
+                req.view.is_none() && req.state_views.is_empty(),
+                "overlay views need the sandbox's jail"
             );
             let mut cmd = Command::new(&argv[0]);
             cmd.args(&argv[1..]);
-            (cmd, Confinement::default())
+            let keep = Confinement {
+                gateway,
+                ..Confinement::default()
+            };
+            (cmd, keep)
         }
     };
     cmd.current_dir(req.cwd)
@@ -202,7 +219,8 @@ fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Confinement)> {
         }
     }
     if keep.proxy.is_some() {
-        cmd.envs(proxy::worker_env());
+        let loopback_allowed = req.sandbox.is_some_and(|p| p.allows_loopback());
+        cmd.envs(proxy::worker_env(!loopback_allowed));
     }
     for (k, v) in no_background_git() {
         cmd.env(k, v);
@@ -210,7 +228,51 @@ fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Confinement)> {
     for (k, v) in &req.env {
         cmd.env(k, v);
     }
+    if let Some(gateway) = &keep.gateway {
+        cmd.envs(gateway.agent_env().iter().map(|(k, v)| (k, v)));
+    }
     Ok((cmd, keep))
+}
+
+/// The command in a jail for `policy`: its private temporary directory, its views, its
+/// forwards to the proxy and the gateway.
+fn jailed(
+    req: &ProcessRequest<'_>,
+    policy: &SandboxPolicy,
+    argv: &[OsString],
+    gateway: Option<Listener>,
+) -> anyhow::Result<(Command, Confinement)> {
+    let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
+    let mut writable = vec![req.cwd.to_path_buf(), tmp.path().to_path_buf()];
+    writable.extend(req.also_writable.iter().map(|p| p.to_path_buf()));
+    writable.extend(policy.writable.iter().cloned());
+    let mut spec = JailSpec::new(argv, req.cwd, &writable, &policy.hide, policy.network)
+        .with_overlay(req.view)
+        .with_state_views(req.state_views);
+    let gateway_socket = gateway.as_ref().and_then(Listener::socket);
+    let proxy = match policy.network_access() {
+        NetworkAccess::AllowList(domains) => {
+            let allow = AllowList::parse(domains).map_err(anyhow::Error::msg)?;
+            Some(Proxy::start(
+                allow,
+                req.on_access.clone(),
+                gateway_socket.clone(),
+            )?)
+        }
+        NetworkAccess::None | NetworkAccess::Full => None,
+    };
+    if let Some(proxy) = &proxy {
+        spec = spec.with_forward(proxy::FORWARD_PORT, &proxy.socket());
+    }
+    if let Some(socket) = &gateway_socket {
+        spec = spec.with_forward(GATEWAY_PORT, socket);
+    }
+    let keep = Confinement {
+        tmp: Some(tmp),
+        proxy,
+        gateway,
+    };
+    Ok((spec.command()?, keep))
 }
 
 /// Waits for the process to exit, or stops its group at the timeout, when it goes stale, or
@@ -242,7 +304,19 @@ async fn wait(
             stop_group(child, pgid, grace).await;
             Exit::Cancelled
         }
+        () = over_budget(req.budget) => {
+            stop_group(child, pgid, grace).await;
+            Exit::OverBudget
+        }
     })
+}
+
+/// Resolves when the run's budget is spent (never without a budget to watch).
+async fn over_budget(budget: Option<&CancellationToken>) {
+    match budget {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves when the process has shown no sign of life for `idle`: no output (tracked by

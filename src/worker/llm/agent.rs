@@ -11,7 +11,6 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -58,7 +57,6 @@ pub struct AgentTask<'a> {
     pub task_dir: &'a Path,
     pub scope_task: bool,
     pub max_turns: u32,
-    pub max_tokens: Option<u64>,
     pub verify: Option<&'a str>,
     pub timeout: Duration,
     pub idle_timeout: Duration,
@@ -77,6 +75,10 @@ pub struct AgentOutcome {
     pub summary: Option<String>,
     pub tokens: Tokens,
     pub turns: u32,
+    /// What its answers cost at the model's price (0 without one).
+    pub cost_usd: f64,
+    /// Answers that said what they used.
+    pub requests: u32,
     /// The last tool results (at most 12, at most 8,000 characters).
     pub output_tail: String,
 }
@@ -85,6 +87,8 @@ pub struct AgentOutcome {
 struct LoopState {
     tokens: Tokens,
     turns: u32,
+    cost_usd: f64,
+    requests: u32,
     tail: VecDeque<String>,
     summary: Option<String>,
 }
@@ -120,6 +124,8 @@ pub async fn run(task: AgentTask<'_>) -> anyhow::Result<AgentOutcome> {
         summary: state.summary,
         tokens: state.tokens,
         turns: state.turns,
+        cost_usd: state.cost_usd,
+        requests: state.requests,
         output_tail,
     })
 }
@@ -147,6 +153,10 @@ async fn run_loop(
     let mut verify_failure: Option<String> = None;
     let mut cut_off = 0;
     while state.turns < task.max_turns {
+        // The run's budget (`--max-tokens`, `--max-cost`), metered by the run's meter.
+        if let Some(why) = task.shared.meter.exhausted() {
+            return Ok(Verdict::OverBudget(format!("stopped: {why}")));
+        }
         state.turns += 1;
         let turn = state.turns;
         let reply = match ask(task, state, &mut talk, &definitions, turn).await {
@@ -179,14 +189,6 @@ async fn run_loop(
             continue;
         }
         let finished = call_tools(task, &workspace, state, &mut talk, &reply, turn).await?;
-        if let Some(budget) = task.max_tokens
-            && task.shared.tokens_used() >= budget
-            && finished.is_none()
-        {
-            return Ok(Verdict::Failed(format!(
-                "stopped: the run's token budget (--max-tokens {budget}) is spent"
-            )));
-        }
         let Some((status, summary)) = finished else {
             continue;
         };
@@ -326,12 +328,16 @@ async fn ask_once(
     if let Some(usage) = reply.usage {
         state.tokens.prompt += usage.prompt;
         state.tokens.completion += usage.completion;
-        task.shared
-            .completion_used
-            .fetch_add(usage.completion, Ordering::Relaxed);
-        task.shared
-            .tokens_used
-            .fetch_add(usage.prompt + usage.completion, Ordering::Relaxed);
+        state.requests += 1;
+        let tokens = Tokens {
+            prompt: usage.prompt,
+            completion: usage.completion,
+        };
+        let cost = task
+            .shared
+            .meter
+            .record(Some(task.task_id), task.shared.client.model(), tokens);
+        state.cost_usd += cost.unwrap_or(0.0);
     }
     if !reply.cut_off {
         talk.push(reply.to_message());
@@ -432,6 +438,9 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<Ou
         view: None,
         on_access: task.on_access.clone(),
         cancel: task.cancel,
+        gateway: None,
+        state_views: &[],
+        budget: None,
     })
     .await?;
     let output: String = ran
@@ -460,6 +469,9 @@ pub async fn run_verify(command: &str, task: &AgentTask<'_>) -> anyhow::Result<O
         view: None,
         on_access: task.on_access.clone(),
         cancel: task.cancel,
+        gateway: None,
+        state_views: &[],
+        budget: None,
     })
     .await?;
     Ok(match ran.exit {
@@ -479,6 +491,7 @@ fn describe(exit: Exit) -> String {
         Exit::TimedOut => "timed out".into(),
         Exit::Idle => "stale (no output, no file change)".into(),
         Exit::Cancelled => "interrupted".into(),
+        Exit::OverBudget => "stopped: the run's budget is spent".into(),
     }
 }
 

@@ -104,13 +104,13 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
     );
     // With an allow-list, the loopback and the forwarder are part of the jail.
     let proxy = match policy.network_access() {
-        crate::settings::NetworkAccess::AllowList(_) => {
-            Some(proxy::Proxy::start(Default::default(), None).map_err(|e| format!("{e:#}"))?)
-        }
+        crate::settings::NetworkAccess::AllowList(_) => Some(
+            proxy::Proxy::start(Default::default(), None, None).map_err(|e| format!("{e:#}"))?,
+        ),
         _ => None,
     };
     if let Some(proxy) = &proxy {
-        spec = spec.with_proxy(&proxy.socket());
+        spec = spec.with_forward(proxy::FORWARD_PORT, &proxy.socket());
     }
     run_probe(&spec).await
 }

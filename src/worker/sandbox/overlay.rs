@@ -55,7 +55,7 @@ pub fn open_work_dir(work: &Path) {
 
 /// Escapes the characters the overlay option parser splits on (`,` between options, `:`
 /// between lower layers) and its escape character.
-fn escape(path: &str) -> String {
+pub(super) fn escape(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     for c in path.chars() {
         if matches!(c, '\\' | ',' | ':') {

@@ -54,21 +54,31 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Starts a proxy for `allow` on a Unix socket in a private directory.
-    pub fn start(allow: AllowList, on_access: Option<OnAccess>) -> anyhow::Result<Self> {
+    /// Starts a proxy for `allow` on a Unix socket in a private directory. A request for the
+    /// model gateway's address in the jail goes to `gateway`'s socket (clients that send
+    /// even loopback requests through the proxy).
+    pub fn start(
+        allow: AllowList,
+        on_access: Option<OnAccess>,
+        gateway: Option<PathBuf>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("swarm-net-")
             .tempdir()
             .context("cannot create a directory for the network proxy")?;
         let listener = UnixListener::bind(dir.path().join("proxy.sock"))
             .context("cannot start the network proxy")?;
-        let shared = Arc::new((allow, on_access, test_resolve()));
+        let shared = Arc::new(Rules {
+            allow,
+            on_access,
+            resolve: test_resolve(),
+            gateway,
+        });
         let task = tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    let (allow, on_access, resolve) = &*shared;
-                    let _ = serve(conn, allow, on_access.as_ref(), resolve).await;
+                    let _ = serve(conn, &shared).await;
                 });
             }
         });
@@ -87,26 +97,50 @@ impl Drop for Proxy {
     }
 }
 
-/// The proxy variables a worker behind it gets.
-pub fn worker_env() -> Vec<(&'static str, String)> {
+/// The proxy variables a worker behind it gets. `direct_loopback`: loopback addresses are
+/// the namespace's own (`NO_PROXY`); without it (the allow-list names a server on the host's
+/// loopback, such as `localhost:11434`), every request goes to the proxy, which reaches the
+/// host's.
+pub fn worker_env(direct_loopback: bool) -> Vec<(&'static str, String)> {
     let url = format!("http://127.0.0.1:{FORWARD_PORT}");
-    let local = "localhost,127.0.0.1,::1".to_string();
-    vec![
+    let mut env = vec![
         ("HTTPS_PROXY", url.clone()),
         ("https_proxy", url.clone()),
         ("HTTP_PROXY", url.clone()),
         ("http_proxy", url.clone()),
         ("ALL_PROXY", url.clone()),
         ("all_proxy", url),
-        ("NO_PROXY", local.clone()),
-        ("no_proxy", local),
-    ]
+    ];
+    let local = match direct_loopback {
+        true => "localhost,127.0.0.1,::1".to_string(),
+        false => String::new(),
+    };
+    env.extend([("NO_PROXY", local.clone()), ("no_proxy", local)]);
+    env
+}
+
+/// What a proxy decides with.
+struct Rules {
+    allow: AllowList,
+    on_access: Option<OnAccess>,
+    resolve: Vec<(String, std::net::IpAddr)>,
+    /// The model gateway's socket, for requests to its address in the jail.
+    gateway: Option<PathBuf>,
+}
+
+impl Rules {
+    /// Is `host:port` the model gateway as the jail sees it?
+    fn is_gateway(&self, host: &str, port: u16) -> bool {
+        self.gateway.is_some()
+            && port == crate::gateway::GATEWAY_PORT
+            && matches!(host, "127.0.0.1" | "localhost")
+    }
 }
 
 /// Test-only name resolution (`SWARM_TEST_PROXY_RESOLVE=name=addr,…`), so the tests can
 /// allow a domain and serve it from a local fake. Read from swarm's own environment, which
 /// neither workers nor repositories set.
-fn test_resolve() -> Vec<(String, std::net::IpAddr)> {
+pub(crate) fn test_resolve() -> Vec<(String, std::net::IpAddr)> {
     std::env::var(env_vars::SWARM_TEST_PROXY_RESOLVE)
         .unwrap_or_default()
         .split(',')
@@ -125,19 +159,22 @@ struct Request {
     forward: Option<Vec<u8>>,
 }
 
-async fn serve(
-    mut conn: UnixStream,
-    allow: &AllowList,
-    on_access: Option<&OnAccess>,
-    resolve: &[(String, std::net::IpAddr)],
-) -> anyhow::Result<()> {
+async fn serve(mut conn: UnixStream, rules: &Rules) -> anyhow::Result<()> {
     let (head_len, buf) = read_head(&mut conn).await?;
     let request = match parse_request(&buf[..head_len]) {
         Ok(r) => r,
         Err(why) => return respond(&mut conn, "400 Bad Request", &why).await,
     };
-    let allowed = allow.allows(&request.host, request.port);
-    if let Some(tell) = on_access {
+    if let Some(gateway) = rules
+        .gateway
+        .as_ref()
+        .filter(|_| rules.is_gateway(&request.host, request.port))
+    {
+        let upstream = UnixStream::connect(gateway).await?;
+        return pass_on(conn, upstream, &request, &buf, head_len).await;
+    }
+    let allowed = rules.allow.allows(&request.host, request.port);
+    if let Some(tell) = &rules.on_access {
         tell(&Access {
             host: request.host.clone(),
             port: request.port,
@@ -152,13 +189,27 @@ async fn serve(
         );
         return respond(&mut conn, "403 Forbidden", &why).await;
     }
-    let mut upstream = match connect(&request.host, request.port, resolve).await {
+    let upstream = match connect(&request.host, request.port, &rules.resolve).await {
         Ok(s) => s,
         Err(e) => {
             let why = format!("swarm: cannot reach {}:{}: {e}", request.host, request.port);
             return respond(&mut conn, "502 Bad Gateway", &why).await;
         }
     };
+    pass_on(conn, upstream, &request, &buf, head_len).await
+}
+
+/// Opens the tunnel, or sends the request on, then copies both ways.
+async fn pass_on<S>(
+    mut conn: UnixStream,
+    mut upstream: S,
+    request: &Request,
+    buf: &[u8],
+    head_len: usize,
+) -> anyhow::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     match &request.forward {
         None => {
             conn.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")

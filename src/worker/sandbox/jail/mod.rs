@@ -8,13 +8,18 @@
 //!            └─ init (PID 1 of the new PID namespace; dies with the jail)
 //!                 │ /proc remounted (only this namespace's processes), credential stores
 //!                 │ hidden (empty mounts), Landlock (writes, signals, abstract sockets)
-//!                 ├─ with an allow-list: the forwarder, 127.0.0.1:3128 → swarm's proxy
+//!                 ├─ the forwarder: 127.0.0.1:3128 → swarm's proxy (with an allow-list),
+//!                 │   127.0.0.1:3129 → swarm's model gateway (an agent's process)
 //!                 └─ the worker: `sh -c CMD` (or an argv), and everything it starts
 //! ```
 //!
-//! With an allow-list (`--allow-domain`), the network namespace gets its loopback up and init
-//! forks a forwarder that passes each connection to `127.0.0.1:`[`super::proxy::FORWARD_PORT`]
-//! on to the Unix socket of swarm's proxy ([`super::proxy`]), which decides.
+//! With an allow-list (`--allow-domain`), or for an agent whose model requests go through
+//! swarm's gateway, the network namespace gets its loopback up and init forks a forwarder
+//! that passes each connection to `127.0.0.1:`[`super::proxy::FORWARD_PORT`] on to the Unix
+//! socket of swarm's proxy ([`super::proxy`]), which decides, and `127.0.0.1:`
+//! [`crate::gateway::GATEWAY_PORT`] to the gateway's ([`crate::gateway`]). An agent's state
+//! directories are copy-on-write views ([`StateView`]): it reads the user's settings, and
+//! what it writes stays in its task's layer.
 //!
 //! When the worker exits, init exits, and the kernel kills every process left in the PID
 //! namespace, daemons that left the process group with `setsid` included, before init's exit
@@ -37,6 +42,13 @@ use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
 use super::overlay::OverlayView;
+
+mod forward;
+mod mounts;
+
+use forward::start_forwarders;
+pub use mounts::StateView;
+use mounts::{hide, loopback_up, mount, mount_state_view, mount_view};
 
 /// The argument that makes swarm a jail.
 pub const ARG: &str = "__swarm-jail";
@@ -79,14 +91,19 @@ pub struct JailSpec {
     pub hide: Vec<Bytes>,
     /// Keep the network (no network namespace).
     pub network: bool,
-    /// The Unix socket of swarm's allow-list proxy, forwarded from the namespace's loopback.
+    /// Ports of the namespace's loopback forwarded to Unix sockets of swarm's: its
+    /// allow-list proxy, its model gateway.
     #[serde(default)]
-    pub proxy: Option<Bytes>,
+    pub forwards: Vec<(u16, Bytes)>,
     /// swarm's pid: if the jail's parent is not swarm any more, swarm has died.
     pub parent: u32,
     /// Mounted on the worktree before anything runs: the worker's view of it.
     #[serde(default)]
     pub overlay: Option<OverlayView>,
+    /// Copy-on-write views of directories outside the worktree (an agent's state): the
+    /// directory as it is below, the writes in a layer of swarm's.
+    #[serde(default)]
+    pub state_views: Vec<StateView>,
 }
 
 impl JailSpec {
@@ -103,9 +120,10 @@ impl JailSpec {
             writable: writable.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
             hide: hide.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
             network,
-            proxy: None,
+            forwards: Vec::new(),
             parent: std::process::id(),
             overlay: None,
+            state_views: Vec::new(),
         }
     }
 
@@ -115,9 +133,15 @@ impl JailSpec {
         self
     }
 
-    /// Forwards `127.0.0.1:`[`super::proxy::FORWARD_PORT`] in the namespace to `socket`.
-    pub fn with_proxy(mut self, socket: &Path) -> Self {
-        self.proxy = Some(Bytes::of(socket.as_os_str()));
+    /// Forwards `127.0.0.1:port` in the namespace to `socket`.
+    pub fn with_forward(mut self, port: u16, socket: &Path) -> Self {
+        self.forwards.push((port, Bytes::of(socket.as_os_str())));
+        self
+    }
+
+    /// Shows each of `views` on its directory, copy-on-write.
+    pub fn with_state_views(mut self, views: &[StateView]) -> Self {
+        self.state_views = views.to_vec();
         self
     }
 
@@ -184,7 +208,7 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
         .context("an argument contains a NUL byte")?;
     anyhow::ensure!(!argv.is_empty(), "nothing to run");
     enter_namespaces(spec.network)?;
-    if spec.proxy.is_some() && !spec.network {
+    if !spec.forwards.is_empty() && !spec.network {
         loopback_up()?;
     }
     let status = pipe()?;
@@ -280,8 +304,8 @@ fn init_main(
         }
     }
     confine(spec)?;
-    if let Some(socket) = &spec.proxy {
-        start_forwarder(&path(socket), &[status_fd, lifeline_fd])?;
+    if !spec.forwards.is_empty() {
+        start_forwarders(&spec.forwards, &[status_fd, lifeline_fd])?;
     }
     // SAFETY: handlers only store the signal number in an atomic.
     unsafe {
@@ -314,87 +338,14 @@ fn confine(spec: &JailSpec) -> anyhow::Result<()> {
     if let Some(view) = &spec.overlay {
         mount_view(view)?;
     }
+    for view in &spec.state_views {
+        mount_state_view(view)?;
+    }
     for p in &spec.hide {
         hide(&path(p))?;
     }
     let writable: Vec<PathBuf> = spec.writable.iter().map(path).collect();
     super::restrict_writes(&writable).context("Landlock")
-}
-
-/// Brings up the loopback of the new network namespace (for the forwarder).
-fn loopback_up() -> anyhow::Result<()> {
-    // SAFETY: a socket for the ioctl, an ifreq on the stack, the socket closed after.
-    unsafe {
-        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if sock < 0 {
-            return Err(errno("socket"));
-        }
-        let mut req: libc::ifreq = std::mem::zeroed();
-        for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-            *dst = *src as libc::c_char;
-        }
-        req.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as i16;
-        let rc = libc::ioctl(sock, libc::SIOCSIFFLAGS, &req);
-        libc::close(sock);
-        if rc != 0 {
-            return Err(errno(
-                "cannot bring up the loopback of the network namespace",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Forks the forwarder: it listens on the namespace's loopback before the worker starts,
-/// and passes each connection on to swarm's proxy at `socket`, one thread per direction.
-/// It dies with init, like every process of the namespace.
-fn start_forwarder(socket: &Path, close: &[i32]) -> anyhow::Result<()> {
-    let listener =
-        std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, super::proxy::FORWARD_PORT))
-            .context("cannot listen on the namespace's loopback")?;
-    // SAFETY: init is single-threaded; the child runs only the forwarding loop and _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(errno("fork"));
-    }
-    if pid > 0 {
-        return Ok(());
-    }
-    // SAFETY: closing fds this process owns.
-    unsafe {
-        for fd in close {
-            libc::close(*fd);
-        }
-    }
-    for conn in listener.incoming() {
-        let Ok(conn) = conn else { continue };
-        // Small writes (a CONNECT, its answer) must not wait for delayed acknowledgements.
-        let _ = conn.set_nodelay(true);
-        let socket = socket.to_path_buf();
-        std::thread::spawn(move || {
-            if let Ok(upstream) = std::os::unix::net::UnixStream::connect(&socket) {
-                splice(conn, upstream);
-            }
-        });
-    }
-    // SAFETY: leaving without the parent's destructors.
-    unsafe { libc::_exit(0) }
-}
-
-/// Copies both ways until each side has finished sending.
-fn splice(client: std::net::TcpStream, upstream: std::os::unix::net::UnixStream) {
-    use std::net::Shutdown;
-    let (Ok(mut client_w), Ok(mut upstream_r)) = (client.try_clone(), upstream.try_clone()) else {
-        return;
-    };
-    let (mut client_r, mut upstream_w) = (client, upstream);
-    let up = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut client_r, &mut upstream_w);
-        let _ = upstream_w.shutdown(Shutdown::Write);
-    });
-    let _ = std::io::copy(&mut upstream_r, &mut client_w);
-    let _ = client_w.shutdown(Shutdown::Write);
-    let _ = up.join();
 }
 
 /// Forks the worker: default signal handling, `close` closed, in the task's directory, then
@@ -475,84 +426,6 @@ static PENDING: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     PENDING.store(sig, Ordering::SeqCst);
-}
-
-/// Hides `p` from the worker: an empty read-only directory over a directory, the empty
-/// `/dev/null` over a file. A missing path needs nothing.
-fn hide(p: &Path) -> anyhow::Result<()> {
-    let meta = match std::fs::metadata(p) {
-        Ok(meta) => meta,
-        // Nothing there, or nothing this user could read anyway.
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
-            ) =>
-        {
-            return Ok(());
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot hide {}", p.display())),
-    };
-    let target = p.to_str().context("a path to hide that is not UTF-8")?;
-    let mounted = if meta.is_dir() {
-        mount(
-            Some("tmpfs"),
-            target,
-            Some("tmpfs"),
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some("size=4k,mode=0700"),
-        )
-    } else {
-        mount(Some("/dev/null"), target, None, libc::MS_BIND, None)
-    };
-    mounted.with_context(|| format!("cannot hide {}", p.display()))
-}
-
-/// Mounts the overlay `view` on its worktree (before Landlock, which then lets the worker
-/// write beneath the mount point: into the upper layer, never the shared base).
-fn mount_view(view: &OverlayView) -> anyhow::Result<()> {
-    let options = view
-        .options()
-        .context("the worktree's overlay paths are not UTF-8")?;
-    let target = view
-        .mount_point
-        .to_str()
-        .context("the worktree's path is not UTF-8")?;
-    mount(
-        Some("overlay"),
-        target,
-        Some("overlay"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some(&options),
-    )
-    .context("cannot mount the worktree's overlay view")
-}
-
-fn mount(
-    source: Option<&str>,
-    target: &str,
-    fstype: Option<&str>,
-    flags: libc::c_ulong,
-    data: Option<&str>,
-) -> anyhow::Result<()> {
-    let c = |s: &str| CString::new(s).context("NUL byte");
-    let (source, target) = (source.map(c).transpose()?, c(target)?);
-    let (fstype, data) = (fstype.map(c).transpose()?, data.map(c).transpose()?);
-    let ptr = |s: &Option<CString>| s.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
-    // SAFETY: valid C strings or null pointers.
-    let rc = unsafe {
-        libc::mount(
-            ptr(&source),
-            target.as_ptr(),
-            ptr(&fstype),
-            flags,
-            ptr(&data).cast(),
-        )
-    };
-    if rc != 0 {
-        return Err(errno(&format!("mount {}", target.to_string_lossy())));
-    }
-    Ok(())
 }
 
 fn pipe() -> anyhow::Result<[i32; 2]> {
