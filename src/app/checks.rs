@@ -77,6 +77,39 @@ pub fn endpoint_and_key(
     Ok(key)
 }
 
+/// The run's budgets can be enforced: its spend is metered (an `--agent`'s through swarm's
+/// gateway), and priced for `--max-cost`.
+pub fn budgets(settings: &Settings) -> AppResult<()> {
+    if settings.max_cost.is_none() && settings.max_tokens.is_none() {
+        return Ok(());
+    }
+    if let Some(agent) = &settings.agent
+        && crate::gateway::bindings(agent, &|var| std::env::var(var).ok()).is_empty()
+    {
+        let vars: Vec<&str> = agent
+            .routes
+            .iter()
+            .flat_map(|r| &r.key_env)
+            .map(String::as_str)
+            .collect();
+        return Err(AppError::BudgetUnmetered {
+            agent: agent.name.clone(),
+            why: match vars.is_empty() {
+                true => "it declares no api for swarm's gateway".into(),
+                false => format!(
+                    "none of {} is set: it would use its own login",
+                    vars.join(", ")
+                ),
+            },
+        });
+    }
+    let spends = settings.agent.is_some() || settings.uses_model();
+    if settings.max_cost.is_some() && spends && !settings.model.has_prices() {
+        return Err(AppError::BudgetUnpriced);
+    }
+    Ok(())
+}
+
 /// `--worktrees overlay` can be used by this run: an `--exec` worker (the built-in worker's
 /// file tools, and `--repair`'s, run in swarm, outside the jail that mounts a view), and a
 /// view mounts here.

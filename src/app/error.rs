@@ -49,6 +49,12 @@ pub enum AppError {
         binary: String,
         install: String,
     },
+    /// A budget with an agent whose spend swarm cannot meter (its own login, or no API
+    /// declared).
+    #[error("--max-cost / --max-tokens: the spend of --agent {agent} cannot be metered ({why})")]
+    BudgetUnmetered { agent: String, why: String },
+    #[error("--max-cost: no price is set, so the run's cost cannot be counted")]
+    BudgetUnpriced,
     /// The selection is empty: a typo in CI must not pass as "nothing to do".
     #[error("{0}")]
     NoFiles(String),

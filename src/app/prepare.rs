@@ -117,6 +117,7 @@ pub async fn prepare(
         Purpose::Run => {
             let key = checks::worker(&settings)?;
             super::agents::installed(&settings)?;
+            super::checks::budgets(&settings)?;
             checks::sandbox(&settings.sandbox).await?;
             checks::worktrees(&settings, &info.common_dir).await?;
             key

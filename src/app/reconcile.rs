@@ -177,6 +177,7 @@ async fn check_for_continuing(
     };
     if !merge_only || repairs || settings.verify_merged.is_some() {
         super::agents::installed(settings)?;
+        super::checks::budgets(settings)?;
         checks::sandbox(&settings.sandbox).await?;
     }
     Ok(api_key)

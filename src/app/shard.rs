@@ -177,6 +177,7 @@ pub async fn prepare(
     }
     let api_key = checks::worker(&plan.settings)?;
     super::agents::installed(&plan.settings)?;
+    super::checks::budgets(&plan.settings)?;
     repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
     checks::sandbox(&plan.settings.sandbox).await?;
     let into = IntoTarget {

@@ -58,6 +58,17 @@ fn describe(e: &AppError) -> (String, Option<String>) {
             "install it ({install}), or run `swarm agents` to see which agents are found"
         )),
         AppError::PerProcess(..) => Some("pass --per-process 1, or auto".into()),
+        AppError::BudgetUnmetered { .. } => Some(
+            "set its API key in your environment, so swarm's gateway meters its requests \
+             (`swarm agents` shows which variables), or declare the api of your [agents.NAME]; \
+             or drop the budget"
+                .into(),
+        ),
+        AppError::BudgetUnpriced => Some(
+            "set [model] price = { prompt = …, completion = … } (US dollars per million tokens) \
+             or [model.prices] per model in your config: swarm ships no price list"
+                .into(),
+        ),
         AppError::ShardAuto(_) => Some(
             "pass the shard as --shard K/N (GitHub Actions: --shard \"${{ matrix.shard }}/N\")"
                 .into(),

@@ -139,8 +139,16 @@ impl Live {
     fn settle(&self, task: &crate::ids::TaskId, status: &'static str) {
         self.drop_line(task);
         self.overall.inc(1);
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        *counts.entry(status).or_default() += 1;
+        {
+            let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+            *counts.entry(status).or_default() += 1;
+        }
+        self.refresh_overall();
+    }
+
+    /// The overall line: tasks by status, and what the run has spent so far.
+    fn refresh_overall(&self) {
+        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let mut parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
         parts.sort();
         let (tokens, cost) = *self.spent.lock().unwrap_or_else(|e| e.into_inner());
@@ -153,10 +161,10 @@ impl Live {
         self.overall.set_message(parts.join(", "));
     }
 
-    /// What a finished attempt spent, for the overall line.
+    /// What a metered model answer spent, for the overall line.
     fn add_spent(&self, tokens: u64, cost_usd: f64) {
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
-        spent.0 += tokens;
+        spent.0 = spent.0.saturating_add(tokens);
         spent.1 += cost_usd;
     }
 
@@ -234,33 +242,37 @@ impl Live {
                     line.0.set_message(format!("{} · {step}", line.1));
                 }
             }
+            Event::ModelUsage {
+                prompt,
+                completion,
+                cost_usd,
+                ..
+            } => {
+                self.add_spent(prompt.saturating_add(*completion), cost_usd.unwrap_or(0.0));
+                self.refresh_overall();
+            }
             Event::TaskFinished {
                 task,
                 status,
                 error,
-                tokens,
-                cost_usd,
                 ..
-            } => {
-                self.add_spent(*tokens, *cost_usd);
-                match status {
-                    TaskStatus::Done => {
-                        if let Some(line) = self.lock_workers().get(task) {
-                            line.0.set_message(format!("{} · merging", line.1));
-                        }
-                    }
-                    other => {
-                        if !other.is_success() {
-                            let _ = self.multi.println(format!(
-                                "  {} {task}: {}",
-                                other.as_str(),
-                                error.as_deref().unwrap_or("")
-                            ));
-                        }
-                        self.settle(task, other.as_str());
+            } => match status {
+                TaskStatus::Done => {
+                    if let Some(line) = self.lock_workers().get(task) {
+                        line.0.set_message(format!("{} · merging", line.1));
                     }
                 }
-            }
+                other => {
+                    if !other.is_success() {
+                        let _ = self.multi.println(format!(
+                            "  {} {task}: {}",
+                            other.as_str(),
+                            error.as_deref().unwrap_or("")
+                        ));
+                    }
+                    self.settle(task, other.as_str());
+                }
+            },
             Event::Merged { task, .. } => self.settle(task, "merged"),
             Event::Conflict {
                 task,

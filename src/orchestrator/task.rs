@@ -531,7 +531,7 @@ async fn run_worker(
                 .map(|g| (g, shared.agent_bindings.as_slice())),
         }),
         cancel: &shared.cancel,
-        budget: shared.meter.when_exhausted(),
+        meter: &shared.meter,
         context,
     })
     .await?;

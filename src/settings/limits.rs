@@ -1,8 +1,13 @@
-//! The limits a repository's `swarm.toml` may tighten but never loosen: the run's budgets
-//! (`max_tokens`, `max_cost`), the prices they are counted at, and `jobs`, `timeout`,
-//! `idle_timeout`, `max_turns`. A limit you set (command line, `SWARM_*`, your config) stands
-//! unless the repository asks for less; a repository that asks for more is ignored with a
-//! warning. Where you set none, the repository's applies.
+//! The limits a repository's `swarm.toml` may tighten but never loosen.
+//!
+//! - The run's budgets (`max_tokens`, `max_cost`) and the prices they are counted at: a
+//!   budget you set (command line, `SWARM_*`, your config) stands unless the repository asks
+//!   for less, a price unless it asks for more.
+//! - `jobs`, `timeout`, `idle_timeout`, `max_turns`: the command line and `SWARM_*` beat the
+//!   repository as always; the repository's value beats your config file only when lower.
+//!
+//! What the repository asks for beyond that is ignored with a warning; where you set
+//! nothing, its value applies.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -39,9 +44,36 @@ impl RepositoryLimits {
     }
 }
 
+/// Which counts the command line or `SWARM_*` gave: those the repository does not touch.
+pub struct Given {
+    jobs: bool,
+    timeout: bool,
+    idle_timeout: bool,
+    max_turns: bool,
+}
+
+impl Given {
+    pub fn by(command_line: &Layer) -> Self {
+        let run = &command_line.run;
+        Self {
+            jobs: run.jobs.is_some(),
+            timeout: run.timeout.is_some(),
+            idle_timeout: run.idle_timeout.is_some(),
+            max_turns: run.max_turns.is_some(),
+        }
+    }
+}
+
 /// `mine` (every layer but the repository's, combined) with the repository's limits where
 /// they are tighter than, or in place of, the user's.
-pub fn apply(mine: &mut Layer, repo: RepositoryLimits, warnings: &mut Vec<String>) {
+pub fn apply(mine: &mut Layer, repo: RepositoryLimits, given: &Given, warnings: &mut Vec<String>) {
+    let repo = RepositoryLimits {
+        jobs: repo.jobs.filter(|_| !given.jobs),
+        timeout: repo.timeout.filter(|_| !given.timeout),
+        idle_timeout: repo.idle_timeout.filter(|_| !given.idle_timeout),
+        max_turns: repo.max_turns.filter(|_| !given.max_turns),
+        ..repo
+    };
     let mut warn = |key: &str, asked: String, kept: String| {
         warnings.push(format!(
             "swarm.toml sets {key} = {asked}; ignored: a repository may only lower a limit you \
@@ -150,7 +182,13 @@ mod tests {
         repo.run.max_tokens = Some(5000);
         repo.model.price = Some(price(0.0, 0.0));
         let mut warnings = Vec::new();
-        apply(&mut mine, RepositoryLimits::take(&mut repo), &mut warnings);
+        let given = Given::by(&Layer::default());
+        apply(
+            &mut mine,
+            RepositoryLimits::take(&mut repo),
+            &given,
+            &mut warnings,
+        );
         assert_eq!(mine.run.max_cost.and_then(|n| n.as_f64()), Some(1.0));
         assert_eq!(mine.run.jobs, Some(2));
         assert_eq!(mine.run.max_tokens, Some(5000));

@@ -274,11 +274,10 @@ fn layers(
     // Its limits apply last, where they are tighter than the user's (the layer's own, since
     // the repository's are taken out before the layers combine).
     let repo_limits = limits::RepositoryLimits::take(&mut repo);
-    let mut layer = command_line
-        .combine(Layer::from_env())
-        .combine(repo)
-        .combine(Layer::load_user()?);
-    limits::apply(&mut layer, repo_limits, warnings);
+    let upper = command_line.combine(Layer::from_env());
+    let given = limits::Given::by(&upper);
+    let mut layer = upper.combine(repo).combine(Layer::load_user()?);
+    limits::apply(&mut layer, repo_limits, &given, warnings);
     Ok(layer)
 }
 

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::process::{self, Exit, GatewayAccess, ProcessRequest, Program};
-use crate::gateway::{Binding, Gateway, Spent};
+use crate::gateway::{Binding, Gateway, Meter, Spent};
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::settings::agents::AgentSettings;
@@ -50,8 +50,8 @@ pub struct ExecTask<'a> {
     /// and the gateway of its model requests.
     pub agent: Option<AgentRun<'a>>,
     pub cancel: &'a CancellationToken,
-    /// Cancelled when the run's budget is spent.
-    pub budget: &'a CancellationToken,
+    /// The run's meter: its agent is stopped once a budget is spent.
+    pub meter: &'a Meter,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
 }
@@ -163,7 +163,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
                 bindings,
             }),
         state_views: &state_views,
-        budget: task.agent.map(|_| task.budget),
+        budget: task.agent.map(|_| task.meter.when_exhausted()),
     })
     .await;
     for view in &state_views {
@@ -191,7 +191,12 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
             task.idle_timeout.as_secs()
         )),
         Exit::Cancelled => Verdict::Interrupted,
-        Exit::OverBudget => Verdict::OverBudget("stopped: the run's budget is spent".into()),
+        Exit::OverBudget => Verdict::OverBudget(format!(
+            "stopped: {}",
+            task.meter
+                .exhausted()
+                .unwrap_or("the run's budget is spent")
+        )),
         Exit::Signal(sig) => Verdict::Failed(format!("the worker was killed by signal {sig}")),
         Exit::Code(0) => match reported.as_ref().map(|r| r.status.as_str()) {
             Some("failed") => Verdict::Failed(format!(

@@ -1,6 +1,7 @@
 //! The `--agent` presets with the real agent CLIs, under the default sandbox, pointed at a
-//! local fake of their API through swarm's proxy (`fake_agents.rs`): the edit is merged,
-//! tokens, turns and cost are in the report, and the API key is in no file swarm wrote.
+//! local fake of their API through swarm's model gateway (`fake_agents.rs`): the edit is
+//! merged, the metered tokens and cost are in the report, the real key reached the API (the
+//! agent only had a placeholder), and the key is in no file swarm wrote.
 //!
 //! The CLIs come from npm: `.ci/run` installs them (pinned versions) and sets
 //! `SWARM_TEST_AGENTS` to their `bin` directory, with `SWARM_REQUIRE_AGENT_TESTS=1` so that
@@ -112,15 +113,33 @@ fn assert_agent_run(repo: &TestRepo, run: &Run, fake: &FakeAgentApi, key_header:
         "{task}"
     );
     assert!(task["turns"].as_u64().unwrap() >= 1, "{task}");
-    assert!(task["network"]["allowed"].as_u64().unwrap() >= 1, "{task}");
+    // Every answer metered by the gateway: the fake's usage is 1,000 in and 50 out each.
+    let metered = task["requests"].as_u64().unwrap();
+    assert!(metered >= 1, "{task}");
+    assert_eq!(
+        task["tokens"]["prompt"].as_u64().unwrap(),
+        1000 * metered,
+        "{task}"
+    );
+    assert_eq!(
+        task["tokens"]["completion"].as_u64().unwrap(),
+        50 * metered,
+        "{task}"
+    );
     assert_eq!(task["summary"], "Renamed foo to bar.", "{task}");
-    // The key reached the agent's API, and nothing swarm wrote holds it.
-    let requests = fake.requests();
+    // The real key reached the API in every model request (the gateway put it in place of
+    // the agent's placeholder), and nothing swarm wrote holds it.
+    let requests: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.body != Value::Null)
+        .collect();
+    assert!(!requests.is_empty());
     assert!(
         requests
             .iter()
-            .any(|r| r.header(key_header).is_some_and(|v| v.contains(KEY))),
-        "the key did not reach the API: {:?}",
+            .all(|r| r.header(key_header).is_some_and(|v| v.contains(KEY))),
+        "a request without the real key: {:?}",
         requests.iter().map(|r| &r.headers).collect::<Vec<_>>()
     );
     assert_eq!(
@@ -140,6 +159,7 @@ fn claude_code_edits_through_the_proxy_under_the_default_sandbox() {
     };
     let fake = FakeAgentApi::start(Api::AnthropicMessages);
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    repo.user_config("[model.prices]\n\"claude-\" = { prompt = 3, completion = 15 }\n");
     let env = [
         (
             "ANTHROPIC_BASE_URL",
@@ -173,16 +193,37 @@ fn claude_code_edits_through_the_proxy_under_the_default_sandbox() {
             .map(|r| (&r.path, &r.body["model"]))
             .collect::<Vec<_>>()
     );
+    // The cost is the metered tokens at the user's price; what Claude Code says it spent is
+    // kept beside it.
     let report = repo.report(&run);
+    let task = &report["tasks"][0];
+    let tokens = |k: &str| task["tokens"][k].as_f64().unwrap();
+    let priced = tokens("prompt") * 3e-6 + tokens("completion") * 15e-6;
     assert!(
-        report["tasks"][0]["cost_usd"].as_f64().unwrap() > 0.0,
-        "{report}"
+        (task["cost_usd"].as_f64().unwrap() - priced).abs() < 1e-9,
+        "{task}"
     );
-    assert!(
-        report["totals"]["cost_usd"].as_f64().unwrap() > 0.0,
-        "{report}"
-    );
+    assert!(task["reported"]["cost_usd"].as_f64().is_some(), "{task}");
+    assert!((report["totals"]["cost_usd"].as_f64().unwrap() - priced).abs() < 1e-9);
     assert!(run.stderr.contains(" spent"), "{}", run.stderr);
+    // Claude Code's own files went to the task's layer, not to ~/.claude.
+    let layer = repo
+        .swarm_dir()
+        .join("runs")
+        .join(run.run_id())
+        .join("tasks");
+    assert!(
+        !files_containing(&layer, "").is_empty()
+            && files_containing(&layer, "")
+                .iter()
+                .any(|p| p.to_string_lossy().contains("agent-state/claude/upper")),
+        "nothing in the task's copy-on-write layer"
+    );
+    assert_eq!(
+        files_containing(&repo.home.join(".claude"), ""),
+        Vec::<PathBuf>::new(),
+        "the agent wrote into the user's ~/.claude"
+    );
 }
 
 #[test]
@@ -274,94 +315,6 @@ fn the_repository_cannot_choose_or_define_an_agent() {
     assert!(run.stderr.contains("no agent 'evil'"), "{}", run.stderr);
 }
 
-/// A user-defined agent that speaks Claude Code's stream-json: edits its file and reports 40
-/// cents and 1,500 tokens.
-const PRICED_AGENT: &str = r#"
-[agents.priced]
-exec = '''sed -i s/foo/bar/ "$SWARM_FILE"; echo '{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"done","total_cost_usd":0.40,"usage":{"input_tokens":1000,"output_tokens":500}}' '''
-binary = "sed"
-output = "claude-stream-json"
-"#;
-
-#[test]
-fn the_run_stops_starting_tasks_at_its_cost_budget_and_resume_finishes_them() {
-    let files: Vec<(String, &str)> = (0..5).map(|i| (format!("f{i}.txt"), "foo\n")).collect();
-    let repo = TestRepo::with_files(&files);
-    repo.user_config(PRICED_AGENT);
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        "--agent",
-        "priced",
-        "-j",
-        "1",
-        "--max-cost",
-        "1",
-        "-y",
-    ]);
-    run.assert_code(1);
-    let report = repo.report(&run);
-    let tasks = report["tasks"].as_array().unwrap();
-    let merged = tasks.iter().filter(|t| t["status"] == "merged").count();
-    // $0.40, $0.80, $1.20: the third task ends past the cap; no fourth starts.
-    assert_eq!(merged, 3, "{report}");
-    let skipped: Vec<&Value> = tasks.iter().filter(|t| t["status"] == "skipped").collect();
-    assert_eq!(skipped.len(), 2);
-    for t in &skipped {
-        assert_eq!(t["over_budget"], true, "{t}");
-        let error = t["error"].as_str().unwrap();
-        assert!(
-            error.contains("cost budget is spent ($1.20 of --max-cost $1.00)"),
-            "{error}"
-        );
-    }
-    assert!((report["totals"]["cost_usd"].as_f64().unwrap() - 1.2).abs() < 1e-9);
-    assert!(run.stderr.contains("$1.20 spent"), "{}", run.stderr);
-    assert!(run.stderr.contains("4.5k tokens"), "{}", run.stderr);
-
-    // A larger budget finishes the rest.
-    let again = repo.swarm(&["resume", &run.run_id(), "--max-cost", "5"]);
-    again.assert_code(0);
-    let report = repo.report(&again);
-    assert!(
-        report["tasks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|t| t["status"] == "merged")
-    );
-    for i in 0..5 {
-        assert_eq!(repo.git(&["show", &format!("HEAD:f{i}.txt")]), "bar");
-    }
-}
-
-#[test]
-fn the_run_stops_at_its_token_budget_too() {
-    let files: Vec<(String, &str)> = (0..4).map(|i| (format!("f{i}.txt"), "foo\n")).collect();
-    let repo = TestRepo::with_files(&files);
-    repo.user_config(PRICED_AGENT);
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        "--agent",
-        "priced",
-        "-j",
-        "1",
-        "--max-run-tokens",
-        "3000",
-        "-y",
-    ]);
-    run.assert_code(1);
-    let report = repo.report(&run);
-    let merged = report["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["status"] == "merged")
-        .count();
-    assert_eq!(merged, 2, "{report}");
-}
-
 /// Gemini CLI and Aider were not installed here: scripts printing their documented output
 /// formats stand in (the preset's own command replaced in the user's config), so the
 /// parsing of each format is tested end to end.
@@ -381,17 +334,21 @@ binary = "sed"
     );
     let run = repo.swarm(&["refactor", "x", "a.txt", "--agent", "gemini", "-y"]);
     run.assert_code(0);
+    // What an agent says it spent is kept as `reported`; the metered counts (none here: the
+    // stand-ins call no API) are the task's tokens.
     let task = &repo.report(&run)["tasks"][0];
     assert_eq!(task["summary"], "Renamed.", "{task}");
     assert_eq!(task["turns"], 2);
-    assert_eq!(task["tokens"]["prompt"], 900);
-    assert_eq!(task["tokens"]["completion"], 80);
+    assert_eq!(task["reported"]["tokens"]["prompt"], 900);
+    assert_eq!(task["reported"]["tokens"]["completion"], 80);
+    assert_eq!(task["tokens"]["prompt"], 0);
     let run = repo.swarm(&["refactor", "x", "a.txt", "--agent", "aider", "-y"]);
     run.assert_code(0);
     let task = &repo.report(&run)["tasks"][0];
-    assert_eq!(task["tokens"]["prompt"], 2100, "{task}");
-    assert_eq!(task["tokens"]["completion"], 312);
-    assert_eq!(task["cost_usd"], 0.03);
+    assert_eq!(task["reported"]["tokens"]["prompt"], 2100, "{task}");
+    assert_eq!(task["reported"]["tokens"]["completion"], 312);
+    assert_eq!(task["reported"]["cost_usd"], 0.03);
+    assert_eq!(task.get("cost_usd"), None, "{task}");
     assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "baz");
 }
 
@@ -473,8 +430,10 @@ fn aider_edits_through_the_proxy_under_the_default_sandbox() {
     );
     let report = repo.report(&run);
     let task = &report["tasks"][0];
-    assert!(task["tokens"]["prompt"].as_u64().unwrap() > 0, "{task}");
-    assert!(task["network"]["allowed"].as_u64().unwrap() >= 1, "{task}");
+    // Metered by the gateway: the fake's usage, once per answer.
+    let metered = task["requests"].as_u64().unwrap();
+    assert!(metered >= 1, "{task}");
+    assert_eq!(task["tokens"]["prompt"].as_u64().unwrap(), 1000 * metered);
     let requests = fake.requests();
     assert!(!requests.is_empty());
     assert!(

@@ -21,6 +21,13 @@ pub fn hermetic(cmd: &mut Command, home: &Path) {
         let key = key.to_string_lossy().into_owned();
         if key.starts_with("SWARM_")
             || key.starts_with("OPENAI_")
+            // The agents' keys and endpoints (swarm's gateway reads them).
+            || key.starts_with("ANTHROPIC_")
+            || key.starts_with("CLAUDE_CODE_")
+            || key.starts_with("CODEX_")
+            || key.starts_with("GEMINI_")
+            || key.starts_with("GOOGLE_")
+            || key.starts_with("OPENROUTER_")
             || key.starts_with("GIT_")
             || key == "CI"
             || key == "GITHUB_ACTIONS"

@@ -36,6 +36,11 @@ impl Seen {
 pub enum Api {
     AnthropicMessages,
     OpenAiResponses,
+    /// Refuses every request with a 401 whose body echoes the key it was sent, as is and in
+    /// base64 (as some servers and proxies do).
+    RejectsKey,
+    /// Anthropic Messages, but the first `n` requests get a 429 with `retry-after: 1`.
+    Throttled(usize),
 }
 
 pub struct FakeAgentApi {
@@ -49,11 +54,15 @@ impl FakeAgentApi {
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
+        let throttle = Arc::new(Mutex::new(match api {
+            Api::Throttled(n) => n,
+            _ => 0,
+        }));
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let log = log.clone();
+                let (log, throttle) = (log.clone(), throttle.clone());
                 std::thread::spawn(move || {
-                    let _ = serve(stream, api, &log);
+                    let _ = serve(stream, api, &log, &throttle);
                 });
             }
         });
@@ -65,7 +74,12 @@ impl FakeAgentApi {
     }
 }
 
-fn serve(stream: TcpStream, api: Api, log: &Mutex<Vec<Seen>>) -> std::io::Result<()> {
+fn serve(
+    stream: TcpStream,
+    api: Api,
+    log: &Mutex<Vec<Seen>>,
+    throttle: &Mutex<usize>,
+) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut out = stream;
     loop {
@@ -92,9 +106,30 @@ fn serve(stream: TcpStream, api: Api, log: &Mutex<Vec<Seen>>) -> std::io::Result
         if path.contains("count_tokens") {
             return json_reply(&mut out, &json!({"input_tokens": 10}));
         }
+        {
+            let mut left = throttle.lock().unwrap();
+            if *left > 0 {
+                *left -= 1;
+                let body =
+                    r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
+                return write!(
+                    out,
+                    "HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        }
         let events = match api {
-            Api::AnthropicMessages => anthropic(&body),
+            Api::AnthropicMessages | Api::Throttled(_) => anthropic(&body),
             Api::OpenAiResponses => responses(&body),
+            Api::RejectsKey => {
+                let key = log
+                    .lock()
+                    .unwrap()
+                    .last()
+                    .and_then(|r| r.header("x-api-key").map(str::to_string));
+                return reject(&mut out, &key.unwrap_or_default());
+            }
         };
         out.write_all(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
@@ -105,6 +140,19 @@ fn serve(stream: TcpStream, api: Api, log: &Mutex<Vec<Seen>>) -> std::io::Result
         out.flush()?;
         return Ok(());
     }
+}
+
+fn reject(out: &mut TcpStream, key: &str) -> std::io::Result<()> {
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("key:{key}"));
+    let body = json!({"type": "error", "error": {"type": "authentication_error",
+        "message": format!("invalid x-api-key {key} (Basic {encoded})")}})
+    .to_string();
+    write!(
+        out,
+        "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 fn json_reply(out: &mut TcpStream, value: &Value) -> std::io::Result<()> {

@@ -410,20 +410,24 @@ fn the_token_budget_stops_new_tasks() {
     let agent = rename_agent("foo", "bar");
     let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
     // Each turn costs 120 tokens: the first task's loop stops after its second turn (240 of
-    // 200), and no other task starts.
+    // 200), its work not merged (`swarm resume` runs it again), and no other task starts.
     let run = llm_run(&repo, &fake, &["src", "-j", "1", "--max-tokens", "200"]);
     run.assert_code(1);
     let report = repo.report(&run);
     let s = statuses(&report);
-    assert_eq!(s[0], ("src/m0.py".to_string(), "failed".to_string()));
-    assert_eq!(count(&s, "skipped"), 3, "{s:?}");
+    assert_eq!(count(&s, "skipped"), 4, "{s:?}");
     let tasks = report["tasks"].as_array().unwrap();
-    let first = tasks.iter().find(|t| t["status"] == "failed").unwrap();
+    let first = &tasks[0];
+    assert_eq!(first["over_budget"], true, "{first}");
     assert!(
-        first["error"].as_str().unwrap().contains("token budget"),
+        first["error"]
+            .as_str()
+            .unwrap()
+            .contains("stopped: the run's token budget is spent (240 of --max-tokens 200 used)"),
         "{first}"
     );
-    let skipped = tasks.iter().find(|t| t["status"] == "skipped").unwrap();
+    assert!(tasks.iter().all(|t| t["over_budget"] == true));
+    let skipped = &tasks[1];
     assert!(
         skipped["error"]
             .as_str()
@@ -433,6 +437,7 @@ fn the_token_budget_stops_new_tasks() {
     );
     assert_eq!(fake.requests().len(), 2);
     assert_eq!(report["totals"]["tokens"]["prompt"], 200);
+    assert_eq!(report["totals"]["requests"], 2);
 }
 
 #[test]
@@ -621,7 +626,8 @@ fn run_commands_need_approval_and_every_decision_is_audited() {
 #[test]
 fn the_built_in_workers_tokens_are_priced_for_the_cost_budget() {
     let repo = foo_repo(4);
-    // $1 a token: each task's 3 turns of 120 tokens cost $360.
+    // $1 a token: each task's 3 turns of 120 tokens cost $360. The second task reaches $600
+    // of $500 after its second turn: it stops there, and no third starts.
     repo.user_config("[model]\nprice = { prompt = 1000000, completion = 1000000 }\n");
     let agent = rename_agent("foo", "bar");
     let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
@@ -629,11 +635,12 @@ fn the_built_in_workers_tokens_are_priced_for_the_cost_budget() {
     run.assert_code(1);
     let report = repo.report(&run);
     let s = statuses(&report);
-    assert_eq!(count(&s, "merged"), 2, "{s:?}");
-    assert_eq!(count(&s, "skipped"), 2, "{s:?}");
+    assert_eq!(count(&s, "merged"), 1, "{s:?}");
+    assert_eq!(count(&s, "skipped"), 3, "{s:?}");
     let tasks = report["tasks"].as_array().unwrap();
     let first = tasks.iter().find(|t| t["status"] == "merged").unwrap();
     assert_eq!(first["cost_usd"], 360.0);
-    assert_eq!(report["totals"]["cost_usd"], 720.0);
-    assert!(run.stderr.contains("$720.00 spent"), "{}", run.stderr);
+    assert_eq!(tasks[1]["cost_usd"], 240.0);
+    assert_eq!(report["totals"]["cost_usd"], 600.0);
+    assert!(run.stderr.contains("$600.00 spent"), "{}", run.stderr);
 }

@@ -7,6 +7,7 @@
 //! directory, the test's HOME, the test repository), so a regression cannot damage the
 //! machine running the tests.
 
+mod agent_keys;
 mod confinement;
 mod data_loss;
 mod integrity;

@@ -26,10 +26,15 @@ pub(super) fn start_forwarders(forwards: &[(u16, Bytes)], close: &[i32]) -> anyh
     if pid > 0 {
         return Ok(());
     }
-    // SAFETY: closing fds this process owns.
+    // SAFETY: closing fds this process owns; ignoring the signals that stop the worker, so a
+    // worker stopped gracefully can still reach swarm while it ends (the forwarder dies with
+    // init, which the kernel ends with the namespace).
     unsafe {
         for fd in close {
             libc::close(*fd);
+        }
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            libc::signal(sig, libc::SIG_IGN);
         }
     }
     let loops: Vec<_> = listeners
