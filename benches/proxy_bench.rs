@@ -1,16 +1,20 @@
-//! What the allow-list proxy costs: the same fleet of fake agents with `--network` and with
-//! `--allow-domain`, in the same run.
+//! What the allow-list proxy and the model gateway cost: the same fleet of fake agents with
+//! `--network` (straight to the API), with `--allow-domain` (through the proxy) and as an
+//! `--agent` (through the gateway), in the same run.
 //!
 //! ```text
 //! cargo bench --bench proxy_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--latency-ms 500] [--rounds 3]
 //! ```
 //!
 //! Each task is a fake agent: `--requests` HTTP calls to a local fake API that answers 64 KiB
-//! after `--latency-ms` (as a model API would), then a `sed` edit. With `--network` the calls
-//! go straight to 127.0.0.1; with `--allow-domain` they go through the worker's forwarder and
-//! swarm's proxy as a `CONNECT` tunnel (`curl --proxytunnel`, the way HTTPS clients use it).
-//! Rounds alternate between the two; the bench prints each wall time, the medians and the
-//! proxy's overhead (target: under 5 %). See docs/BENCHMARKS.md for recorded figures.
+//! of JSON with a `usage` after `--latency-ms` (as a model API would), then a `sed` edit.
+//! With `--network` the calls go straight to 127.0.0.1; with `--allow-domain` they go through
+//! the worker's forwarder and swarm's proxy as a `CONNECT` tunnel (`curl --proxytunnel`, the
+//! way HTTPS clients use it); as `--agent` (an `[agents.bench]` with `api = "anthropic"`) they
+//! go to swarm's gateway with a placeholder key, which puts the real one in, forwards,
+//! streams the answer back and meters it. Rounds rotate between the three; the bench prints
+//! each wall time, the medians and the overheads (target: under 5 % each). See
+//! docs/BENCHMARKS.md for recorded figures.
 
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -38,7 +42,12 @@ fn fake_api(latency: Duration) -> u16 {
                     head.push(byte[0]);
                 }
                 std::thread::sleep(latency);
-                let body = vec![b'x'; 64 * 1024];
+                let body = format!(
+                    "{{\"type\":\"message\",\"model\":\"bench\",\"usage\":{{\"input_tokens\":1000,\
+                     \"output_tokens\":50}},\"content\":\"{}\"}}",
+                    "x".repeat(64 * 1024)
+                )
+                .into_bytes();
                 let _ = stream.write_all(
                     format!(
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -65,13 +74,28 @@ fn fleet(dir: &Path, tasks: u64, round: usize) -> std::path::PathBuf {
     repo
 }
 
-fn run(repo: &Path, jobs: u64, agent: &str, sandbox: &[&str]) -> Duration {
+/// How the fleet's calls leave the jail.
+enum Way<'a> {
+    /// `--exec CMD` with these flags (`--network`, `--allow-domain`).
+    Exec(&'a str, &'a [&'a str]),
+    /// `--agent bench`, with its API at this port.
+    Agent(u16),
+}
+
+fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> Duration {
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_swarm"))
-        .current_dir(repo)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_swarm"));
+    cmd.current_dir(repo)
         .args(["refactor", "bench", "src", "-y", "-j", &jobs.to_string()])
-        .args(sandbox)
-        .args(["--exec", agent])
+        .env("SWARM_CONFIG", config);
+    match way {
+        Way::Exec(agent, sandbox) => cmd.args(*sandbox).args(["--exec", agent]),
+        Way::Agent(port) => cmd
+            .args(["--agent", "bench"])
+            .env("ANTHROPIC_API_KEY", "sk-bench-key-0123456789")
+            .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}")),
+    };
+    let out = cmd
         .env("SWARM_TEST_PROXY_RESOLVE", "api.bench.test=127.0.0.1")
         .env("GIT_AUTHOR_NAME", "bench")
         .env("GIT_AUTHOR_EMAIL", "bench@example.com")
@@ -109,32 +133,45 @@ fn main() {
     );
     let allow = format!("api.bench.test:{port}");
     let dir = tempfile::tempdir().unwrap();
-    let (mut open, mut listed) = (Vec::new(), Vec::new());
+    // The fleet as an agent: the same calls, to the gateway, with its placeholder key.
+    let config = dir.path().join("config.toml");
+    let gatewayed = calls(
+        "\"$ANTHROPIC_BASE_URL/v1/messages\"",
+        "-H \"x-api-key: $ANTHROPIC_API_KEY\"",
+    );
+    std::fs::write(
+        &config,
+        format!(
+            "[agents.bench]\nexec = '''{gatewayed}'''\nbinary = \"curl\"\napi = \"anthropic\"\n"
+        ),
+    )
+    .unwrap();
+    let ways = [
+        ("--network", Way::Exec(&direct, &["--network"])),
+        (
+            "--allow-domain",
+            Way::Exec(&proxied, &["--allow-domain", &allow]),
+        ),
+        ("--agent (gateway)", Way::Agent(port)),
+    ];
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); ways.len()];
     for round in 0..rounds {
-        let t = run(
-            &fleet(dir.path(), tasks, 2 * round),
-            jobs,
-            &direct,
-            &["--network"],
-        );
-        println!("round {round}: --network        {:>7.2} s", t.as_secs_f64());
-        open.push(t);
-        let t = run(
-            &fleet(dir.path(), tasks, 2 * round + 1),
-            jobs,
-            &proxied,
-            &["--allow-domain", &allow],
-        );
-        println!("round {round}: --allow-domain   {:>7.2} s", t.as_secs_f64());
-        listed.push(t);
+        for (k, (name, way)) in ways.iter().enumerate() {
+            let repo = fleet(dir.path(), tasks, ways.len() * round + k);
+            let t = run(&repo, jobs, way, &config);
+            println!("round {round}: {name:<18} {:>7.2} s", t.as_secs_f64());
+            times[k].push(t);
+        }
     }
-    let (open, listed) = (median(open), median(listed));
+    let medians: Vec<f64> = times.into_iter().map(|t| median(t).as_secs_f64()).collect();
     println!(
         "{tasks} tasks, -j {jobs}, {requests} requests of {} ms each: median --network {:.2} s, \
-         --allow-domain {:.2} s, proxy overhead {:+.1} %",
+         --allow-domain {:.2} s ({:+.1} %), --agent through the gateway {:.2} s ({:+.1} %)",
         latency.as_millis(),
-        open.as_secs_f64(),
-        listed.as_secs_f64(),
-        (listed.as_secs_f64() / open.as_secs_f64() - 1.0) * 100.0
+        medians[0],
+        medians[1],
+        (medians[1] / medians[0] - 1.0) * 100.0,
+        medians[2],
+        (medians[2] / medians[0] - 1.0) * 100.0,
     );
 }

@@ -153,7 +153,7 @@ fn assert_agent_run(repo: &TestRepo, run: &Run, fake: &FakeAgentApi, key_header:
 }
 
 #[test]
-fn claude_code_edits_through_the_proxy_under_the_default_sandbox() {
+fn claude_code_edits_through_the_gateway_under_the_default_sandbox() {
     let Some(dir) = agent_dir("claude") else {
         return;
     };
@@ -260,7 +260,7 @@ fn a_missing_agent_is_refused_before_anything_starts() {
 }
 
 #[test]
-fn codex_edits_through_the_proxy_under_the_default_sandbox() {
+fn codex_edits_through_the_gateway_under_the_default_sandbox() {
     let Some(dir) = agent_dir("codex") else {
         return;
     };
@@ -388,7 +388,7 @@ fn swarm_agents_shows_what_is_installed_and_what_each_may_reach() {
 }
 
 #[test]
-fn aider_edits_through_the_proxy_under_the_default_sandbox() {
+fn aider_edits_through_the_gateway_under_the_default_sandbox() {
     let Some(dir) = agent_dir("aider") else {
         return;
     };

@@ -93,3 +93,42 @@ fn every_option_of_help_is_in_usage() {
         missing.join("\n")
     );
 }
+
+/// Every test or function the docs name (`` `file.rs::name` ``, a test under `tests/it/` or a
+/// function under `src/`) exists: a threat table that points at a renamed or deleted test
+/// promises a check nobody runs.
+#[test]
+fn every_test_the_docs_name_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let docs = std::fs::read_dir(root.join("docs")).unwrap();
+    let name = regex::Regex::new(r"`((?:[a-z_]+/)?[a-z_]+\.rs)::([a-z0-9_]+)`").unwrap();
+    let mut missing = Vec::new();
+    let mut named = 0;
+    for doc in docs.map(|d| d.unwrap().path()) {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for cap in name.captures_iter(&text) {
+            let source = std::fs::read_to_string(root.join("tests/it").join(&cap[1]))
+                .or_else(|_| std::fs::read_to_string(root.join("src").join(&cap[1])));
+            let Ok(source) = source else {
+                missing.push(format!("{}: {} (no such file)", doc.display(), &cap[0]));
+                continue;
+            };
+            named += 1;
+            if !["(", "<"]
+                .iter()
+                .any(|after| source.contains(&format!("fn {}{after}", &cap[2])))
+            {
+                missing.push(format!("{}: {}", doc.display(), &cap[0]));
+            }
+        }
+    }
+    assert!(
+        named > 40,
+        "the docs name only {named} tests: is the pattern right?"
+    );
+    assert!(
+        missing.is_empty(),
+        "tests and functions named in docs/ that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
