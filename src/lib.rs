@@ -19,6 +19,7 @@ pub mod orchestrator;
 pub mod plan;
 pub mod repo_path;
 pub mod report;
+pub mod scratch;
 pub mod secrets;
 pub mod settings;
 pub mod state;

@@ -37,6 +37,9 @@ pub async fn execute(
     cancel: CancellationToken,
     sink: Arc<EventSink>,
 ) -> AppResult<RunOutcome> {
+    // What runs killed with `kill -9` left in the temporary directory (their sockets, their
+    // workers' temporary files): nobody else cleans it.
+    tokio::task::spawn_blocking(|| crate::scratch::sweep(&std::env::temp_dir()));
     Ok(orchestrator::run(request, cancel, sink).await?)
 }
 

@@ -81,6 +81,8 @@ pub struct Cleaned {
     pub branches: usize,
     pub records: usize,
     pub busy: Vec<RunId>,
+    /// Temporary directories of swarm processes that were killed (sockets, workers' files).
+    pub scratch: usize,
 }
 
 /// Removes a run's (or every run's) worktrees, `swarm/<RUN-ID>/*` branches and state,
@@ -142,5 +144,6 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
         branches: deleted,
         records,
         busy,
+        scratch: crate::scratch::sweep(&std::env::temp_dir()),
     })
 }

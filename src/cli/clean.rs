@@ -30,8 +30,17 @@ pub fn run(args: CleanArgs) -> AppResult<i32> {
         eprintln!("swarm: run {id} is in progress; left alone");
     }
     eprintln!(
-        "swarm: removed {} worktree(s), {} branch(es) and {} run record(s)",
-        cleaned.worktrees, cleaned.branches, cleaned.records
+        "swarm: removed {} worktree(s), {} branch(es) and {} run record(s){}",
+        cleaned.worktrees,
+        cleaned.branches,
+        cleaned.records,
+        match cleaned.scratch {
+            0 => String::new(),
+            n => format!(
+                ", and {n} temporary folder(s) of killed runs in {}",
+                std::env::temp_dir().display()
+            ),
+        }
     );
     Ok(exit::SUCCESS)
 }

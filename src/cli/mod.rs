@@ -116,6 +116,7 @@ pub fn main() -> ExitCode {
     // Blocking threads still reading the pipe of a worker that escaped its process group
     // must not keep swarm alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    crate::scratch::close();
     let code = match result {
         Ok(code) => code,
         Err(e) => error::report(&e),

@@ -3,7 +3,6 @@
 //! network, on a port of the host's loopback), the placeholders of its credentials, and what
 //! its requests spent.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
@@ -15,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::forward::{self, BoundRoute, ListenerState};
 use super::{Binding, GATEWAY_PORT, Gateway, Spent};
 use crate::ids::TaskId;
+use crate::worker::sandbox::door::{self, Door, DoorAddress};
 
 /// Where the agent process reaches its listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +28,8 @@ pub enum Place {
 
 /// A running listener; it stops (and its socket goes) when dropped.
 pub struct Listener {
-    dir: Option<tempfile::TempDir>,
+    /// The door the jail's forwarder uses ([`Place::Jail`]).
+    door: Option<Door>,
     /// `http://127.0.0.1:PORT` as the agent sees it.
     url: String,
     /// What the agent's environment gets: each base URL variable, each placeholder.
@@ -67,21 +68,24 @@ impl Gateway {
             routes,
             spent: spent.clone(),
         });
-        let (dir, url, server) = match place {
+        let (door, url, server) = match place {
             Place::Jail => {
-                let dir = tempfile::Builder::new()
-                    .prefix("swarm-gw-")
-                    .tempdir()
-                    .context("cannot create a directory for the model gateway")?;
-                let listener = tokio::net::UnixListener::bind(dir.path().join("gateway.sock"))
-                    .context("cannot start the model gateway")?;
+                let (door, listener) =
+                    Door::bind("gw-").context("cannot start the model gateway")?;
+                let key = door.key().clone();
                 let server = tokio::spawn(async move {
                     while let Ok((conn, _)) = listener.accept().await {
-                        serve(conn, state.clone());
+                        let (state, key) = (state.clone(), key.clone());
+                        tokio::spawn(async move {
+                            let mut conn = conn;
+                            if door::admit(&mut conn, &key).await {
+                                serve(conn, state);
+                            }
+                        });
                     }
                 });
                 (
-                    Some(dir),
+                    Some(door),
                     format!("http://127.0.0.1:{GATEWAY_PORT}"),
                     server,
                 )
@@ -107,7 +111,7 @@ impl Gateway {
             }
         }
         Ok(Listener {
-            dir,
+            door,
             url,
             env,
             spent,
@@ -130,9 +134,9 @@ where
 }
 
 impl Listener {
-    /// The socket the jail forwards to ([`Place::Jail`]).
-    pub fn socket(&self) -> Option<PathBuf> {
-        self.dir.as_ref().map(|d| d.path().join("gateway.sock"))
+    /// The door the jail forwards to ([`Place::Jail`]).
+    pub fn door(&self) -> Option<DoorAddress> {
+        self.door.as_ref().map(Door::address)
     }
 
     /// The gateway's address as the agent sees it.

@@ -17,7 +17,6 @@
 //! dropped with the lock), so the checkout, index and branch are exactly as they were, and
 //! the caller says where the result is.
 
-use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
@@ -346,7 +345,7 @@ impl<'a> Swap<'a> {
                 self.create_parents(parent)
                     .with_context(|| format!("cannot make the folder of {}", c.path))?;
             }
-            rename_noreplace(&self.staging.join(c.path.as_path()), &at)
+            crate::state::rename_noreplace(&self.staging.join(c.path.as_path()), &at)
                 .with_context(|| format!("cannot put {} in place", c.path))?;
             self.placed.push(at);
         }
@@ -394,27 +393,6 @@ impl<'a> Swap<'a> {
         for (at, aside) in self.moved_away.drain(..).rev() {
             let _ = std::fs::rename(&aside, &at);
         }
-    }
-}
-
-/// `rename(from, to)` that fails if `to` exists.
-fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
-    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
-    let (from, to) = (c(from)?, c(to)?);
-    // SAFETY: valid C strings; renameat2 only renames.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 

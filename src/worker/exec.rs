@@ -98,10 +98,8 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         crate::secrets::redact(&task_markdown(&task)).as_bytes(),
     )
     .with_context(|| format!("cannot write {}", task_file.display()))?;
-    let result_dir = tempfile::Builder::new()
-        .prefix("swarm-result-")
-        .tempdir()
-        .context("cannot create a directory for the result file")?;
+    let result_dir =
+        crate::scratch::dir("result-").context("cannot create a directory for the result file")?;
     let result_file = result_dir.path().join("result.json");
 
     let first = task

@@ -205,10 +205,11 @@ fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Confinement)> {
             (cmd, keep)
         }
     };
-    cmd.current_dir(req.cwd)
-        .stdin(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true);
+    // A jail's standard input carries its doors' keys; the worker gets /dev/null.
+    if confined.is_none() {
+        cmd.stdin(Stdio::null());
+    }
+    cmd.current_dir(req.cwd).process_group(0).kill_on_drop(true);
     // Swarm's environment without its secrets, nor the variables that would point the
     // worker's git at another repository.
     let pass = req.sandbox.map(|p| p.env.as_slice()).unwrap_or_default();
@@ -249,23 +250,23 @@ fn jailed(
     let mut spec = JailSpec::new(argv, req.cwd, &writable, &policy.hide, policy.network)
         .with_overlay(req.view)
         .with_state_views(req.state_views);
-    let gateway_socket = gateway.as_ref().and_then(Listener::socket);
+    let gateway_door = gateway.as_ref().and_then(Listener::door);
     let proxy = match policy.network_access() {
         NetworkAccess::AllowList(domains) => {
             let allow = AllowList::parse(domains).map_err(anyhow::Error::msg)?;
             Some(Proxy::start(
                 allow,
                 req.on_access.clone(),
-                gateway_socket.clone(),
+                gateway_door.clone(),
             )?)
         }
         NetworkAccess::None | NetworkAccess::Full => None,
     };
     if let Some(proxy) = &proxy {
-        spec = spec.with_forward(proxy::FORWARD_PORT, &proxy.socket());
+        spec = spec.with_forward(proxy::FORWARD_PORT, &proxy.address());
     }
-    if let Some(socket) = &gateway_socket {
-        spec = spec.with_forward(GATEWAY_PORT, socket);
+    if let Some(door) = &gateway_door {
+        spec = spec.with_forward(GATEWAY_PORT, door);
     }
     let keep = Confinement {
         tmp: Some(tmp),

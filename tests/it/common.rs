@@ -40,7 +40,11 @@ pub fn hermetic(cmd: &mut Command, home: &Path) {
             cmd.env_remove(&key);
         }
     }
+    // swarm's sockets and workers' temporary files, inside the test's directory too.
+    let tmp = home.with_file_name("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     cmd.env("HOME", home)
+        .env("TMPDIR", &tmp)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")

@@ -25,6 +25,7 @@
 //! through such a link fails instead of landing outside.
 
 pub mod diagnose;
+pub mod door;
 pub mod jail;
 pub mod overlay;
 pub mod proxy;
@@ -94,7 +95,7 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
     if !cfg!(target_os = "linux") {
         return Err("worker confinement needs Linux (Landlock and namespaces)".into());
     }
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = crate::scratch::dir("probe-").map_err(|e| e.to_string())?;
     let mut spec = jail::JailSpec::new(
         &["true".into()],
         dir.path(),
@@ -110,7 +111,7 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
         _ => None,
     };
     if let Some(proxy) = &proxy {
-        spec = spec.with_forward(proxy::FORWARD_PORT, &proxy.socket());
+        spec = spec.with_forward(proxy::FORWARD_PORT, &proxy.address());
     }
     run_probe(&spec).await
 }
@@ -118,8 +119,7 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
 /// Runs a probe's jail to its end: `Err` says why it failed, in the jail's words.
 async fn run_probe(spec: &jail::JailSpec) -> Result<(), String> {
     let mut cmd = spec.command().map_err(|e| e.to_string())?;
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+    cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
     let out = cmd.output().await.map_err(|e| e.to_string())?;
     if out.status.success() {
@@ -196,5 +196,5 @@ async fn probe_overlay_in(policy: &SandboxPolicy, layers: &std::path::Path) -> R
 
 /// A private temporary directory for one worker process, deleted when dropped.
 pub fn private_tmp() -> std::io::Result<tempfile::TempDir> {
-    tempfile::Builder::new().prefix("swarm-tmp-").tempdir()
+    crate::scratch::dir("tmp-")
 }

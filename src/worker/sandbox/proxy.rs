@@ -7,8 +7,10 @@
 //! ```
 //!
 //! The proxy runs in swarm, in the host's network, and listens on a Unix socket in a
-//! directory of its own (the worker cannot write there). Inside the jail, init forwards
-//! `127.0.0.1:`[`FORWARD_PORT`] to that socket ([`super::jail`]). The proxy reads one
+//! directory of its own (the worker cannot write there), a [`Door`] that serves only the
+//! connections presenting its key. Inside the jail, init forwards
+//! `127.0.0.1:`[`FORWARD_PORT`] to that socket with the key ([`super::jail`]); a worker of
+//! another jail that finds the socket cannot use it. The proxy reads one
 //! request head: `CONNECT host:port` is a tunnel, an absolute-form `GET http://host/…` is
 //! passed on as origin-form; either is allowed only when the host matches the allow-list
 //! (and the port is the rule's, else 443 or 80), and refused with a 403 naming the domain
@@ -19,14 +21,14 @@
 //! and the task's counts in the report).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpStream, UnixStream};
 
+use super::door::{self, Door, DoorAddress};
 use crate::env_vars;
 use crate::settings::{AllowList, split_host_port};
 
@@ -49,7 +51,7 @@ pub type OnAccess = Arc<dyn Fn(&Access) + Send + Sync>;
 
 /// A running proxy; it stops (and its socket goes) when dropped.
 pub struct Proxy {
-    dir: tempfile::TempDir,
+    door: Door,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -60,14 +62,10 @@ impl Proxy {
     pub fn start(
         allow: AllowList,
         on_access: Option<OnAccess>,
-        gateway: Option<PathBuf>,
+        gateway: Option<DoorAddress>,
     ) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("swarm-net-")
-            .tempdir()
-            .context("cannot create a directory for the network proxy")?;
-        let listener = UnixListener::bind(dir.path().join("proxy.sock"))
-            .context("cannot start the network proxy")?;
+        let (door, listener) = Door::bind("net-").context("cannot start the network proxy")?;
+        let key = door.key().clone();
         let shared = Arc::new(Rules {
             allow,
             on_access,
@@ -75,19 +73,21 @@ impl Proxy {
             gateway,
         });
         let task = tokio::spawn(async move {
-            while let Ok((conn, _)) = listener.accept().await {
-                let shared = shared.clone();
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let (shared, key) = (shared.clone(), key.clone());
                 tokio::spawn(async move {
-                    let _ = serve(conn, &shared).await;
+                    if door::admit(&mut conn, &key).await {
+                        let _ = serve(conn, &shared).await;
+                    }
                 });
             }
         });
-        Ok(Self { dir, task })
+        Ok(Self { door, task })
     }
 
-    /// The socket the jail's forwarder connects to.
-    pub fn socket(&self) -> PathBuf {
-        self.dir.path().join("proxy.sock")
+    /// Where the jail's forwarder connects to.
+    pub fn address(&self) -> DoorAddress {
+        self.door.address()
     }
 }
 
@@ -124,8 +124,8 @@ struct Rules {
     allow: AllowList,
     on_access: Option<OnAccess>,
     resolve: Vec<(String, std::net::IpAddr)>,
-    /// The model gateway's socket, for requests to its address in the jail.
-    gateway: Option<PathBuf>,
+    /// The model gateway's door, for requests to its address in the jail.
+    gateway: Option<DoorAddress>,
 }
 
 impl Rules {
@@ -170,7 +170,7 @@ async fn serve(mut conn: UnixStream, rules: &Rules) -> anyhow::Result<()> {
         .as_ref()
         .filter(|_| rules.is_gateway(&request.host, request.port))
     {
-        let upstream = UnixStream::connect(gateway).await?;
+        let upstream = gateway.connect().await?;
         return pass_on(conn, upstream, &request, &buf, head_len).await;
     }
     let allowed = rules.allow.allows(&request.host, request.port);

@@ -10,6 +10,7 @@
 mod agent_keys;
 mod confinement;
 mod data_loss;
+mod doors;
 mod integrity;
 mod limits;
 mod model;

@@ -6,17 +6,22 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use super::{Bytes, errno, path};
+use crate::worker::sandbox::door::{self, DoorKey};
 
 /// Forks the forwarder: it listens on the namespace's loopback, at each port of `forwards`,
 /// before the worker starts, and passes each connection on to the Unix socket of that port
 /// (swarm's proxy, swarm's gateway), a thread per direction. It dies with init, like every
 /// process of the namespace.
-pub(super) fn start_forwarders(forwards: &[(u16, Bytes)], close: &[i32]) -> anyhow::Result<()> {
+pub(super) fn start_forwarders(
+    forwards: &[(u16, Bytes)],
+    keys: &[DoorKey],
+    close: &[i32],
+) -> anyhow::Result<()> {
     let mut listeners = Vec::new();
-    for (port, socket) in forwards {
+    for ((port, socket), key) in forwards.iter().zip(keys) {
         let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, *port))
             .with_context(|| format!("cannot listen on the namespace's loopback, port {port}"))?;
-        listeners.push((listener, path(socket)));
+        listeners.push((listener, path(socket), key.clone()));
     }
     // SAFETY: init is single-threaded; the child runs only the forwarding loops and _exit.
     let pid = unsafe { libc::fork() };
@@ -39,7 +44,9 @@ pub(super) fn start_forwarders(forwards: &[(u16, Bytes)], close: &[i32]) -> anyh
     }
     let loops: Vec<_> = listeners
         .into_iter()
-        .map(|(listener, socket)| std::thread::spawn(move || forward(&listener, &socket)))
+        .map(|(listener, socket, key)| {
+            std::thread::spawn(move || forward(&listener, &socket, &key))
+        })
         .collect();
     for handle in loops {
         let _ = handle.join();
@@ -48,15 +55,15 @@ pub(super) fn start_forwarders(forwards: &[(u16, Bytes)], close: &[i32]) -> anyh
     unsafe { libc::_exit(0) }
 }
 
-/// Passes each connection to `listener` on to `socket`.
-fn forward(listener: &std::net::TcpListener, socket: &Path) {
+/// Passes each connection to `listener` on to `socket`, presenting `key` first.
+fn forward(listener: &std::net::TcpListener, socket: &Path, key: &DoorKey) {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         // Small writes (a CONNECT, its answer) must not wait for delayed acknowledgements.
         let _ = conn.set_nodelay(true);
-        let socket = socket.to_path_buf();
+        let (socket, key) = (socket.to_path_buf(), key.clone());
         std::thread::spawn(move || {
-            if let Ok(upstream) = std::os::unix::net::UnixStream::connect(&socket) {
+            if let Ok(upstream) = door::knock(&socket, &key.0) {
                 splice(conn, upstream);
             }
         });

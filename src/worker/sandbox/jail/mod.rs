@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
+use super::door::{DoorAddress, DoorKey, KEY_LEN};
 use super::overlay::OverlayView;
 
 mod forward;
@@ -95,6 +96,10 @@ pub struct JailSpec {
     /// allow-list proxy, its model gateway.
     #[serde(default)]
     pub forwards: Vec<(u16, Bytes)>,
+    /// The key of each of `forwards`' doors, in their order: sent on the jail's standard
+    /// input by [`JailSpec::command`], never on its command line.
+    #[serde(skip)]
+    pub keys: Vec<DoorKey>,
     /// swarm's pid: if the jail's parent is not swarm any more, swarm has died.
     pub parent: u32,
     /// Mounted on the worktree before anything runs: the worker's view of it.
@@ -121,6 +126,7 @@ impl JailSpec {
             hide: hide.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
             network,
             forwards: Vec::new(),
+            keys: Vec::new(),
             parent: std::process::id(),
             overlay: None,
             state_views: Vec::new(),
@@ -133,9 +139,11 @@ impl JailSpec {
         self
     }
 
-    /// Forwards `127.0.0.1:port` in the namespace to `socket`.
-    pub fn with_forward(mut self, port: u16, socket: &Path) -> Self {
-        self.forwards.push((port, Bytes::of(socket.as_os_str())));
+    /// Forwards `127.0.0.1:port` in the namespace to `door`.
+    pub fn with_forward(mut self, port: u16, door: &DoorAddress) -> Self {
+        self.forwards
+            .push((port, Bytes::of(door.socket.as_os_str())));
+        self.keys.push(door.key.clone());
         self
     }
 
@@ -145,10 +153,17 @@ impl JailSpec {
         self
     }
 
-    /// The command that runs this spec in a jail.
+    /// The command that runs this spec in a jail. Its standard input is set: a pipe holding
+    /// the doors' keys (the worker's is `/dev/null`).
     pub fn command(&self) -> anyhow::Result<tokio::process::Command> {
+        use std::io::Write as _;
+        let (keys, mut sender) = std::io::pipe().context("cannot create a pipe for the jail")?;
+        for key in &self.keys {
+            sender.write_all(&key.0)?;
+        }
+        drop(sender);
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
-        cmd.arg(ARG).arg(serde_json::to_string(self)?);
+        cmd.arg(ARG).arg(serde_json::to_string(self)?).stdin(keys);
         Ok(cmd)
     }
 }
@@ -164,12 +179,43 @@ pub fn main_if_jail() -> Option<ExitCode> {
         .next()
         .map(|a| serde_json::from_slice::<JailSpec>(a.as_bytes()))
     {
-        Some(Ok(spec)) => run(&spec),
+        Some(Ok(mut spec)) => match read_keys(&mut spec) {
+            Ok(()) => run(&spec),
+            Err(e) => e,
+        },
         Some(Err(e)) => anyhow::anyhow!("unreadable jail spec: {e}"),
         None => anyhow::anyhow!("no jail spec"),
     };
     eprintln!("swarm: cannot confine the worker process: {error:#}");
     Some(ExitCode::from(JAIL_FAILED))
+}
+
+/// Reads the doors' keys from standard input (to its end), then makes `/dev/null` the
+/// standard input the worker inherits.
+fn read_keys(spec: &mut JailSpec) -> anyhow::Result<()> {
+    use std::io::Read as _;
+    let mut keys = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take((KEY_LEN * spec.forwards.len() + 1) as u64)
+        .read_to_end(&mut keys)
+        .context("cannot read the jail's keys")?;
+    anyhow::ensure!(
+        keys.len() == KEY_LEN * spec.forwards.len(),
+        "the jail got {} bytes of keys for {} forwards",
+        keys.len(),
+        spec.forwards.len()
+    );
+    spec.keys = keys
+        .chunks(KEY_LEN)
+        .map(|c| DoorKey(c.try_into().unwrap_or([0; KEY_LEN])))
+        .collect();
+    let null = std::fs::File::open("/dev/null").context("/dev/null")?;
+    // SAFETY: dup2 onto our own standard input; `null` is closed when dropped.
+    if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) } < 0 {
+        return Err(errno("dup2"));
+    }
+    Ok(())
 }
 
 fn path(bytes: &Bytes) -> PathBuf {
@@ -208,6 +254,13 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
         .context("an argument contains a NUL byte")?;
     anyhow::ensure!(!argv.is_empty(), "nothing to run");
     enter_namespaces(spec.network)?;
+    // Not dumpable from here on (uid_map is written): the worker, which runs as the same
+    // user, cannot read the doors' keys from the memory of init or the forwarder, nor trace
+    // them. Its own exec makes it dumpable again.
+    // SAFETY: prctl has no memory effects.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } != 0 {
+        return Err(errno("prctl(PR_SET_DUMPABLE)"));
+    }
     if !spec.forwards.is_empty() && !spec.network {
         loopback_up()?;
     }
@@ -305,7 +358,7 @@ fn init_main(
     }
     confine(spec)?;
     if !spec.forwards.is_empty() {
-        start_forwarders(&spec.forwards, &[status_fd, lifeline_fd])?;
+        start_forwarders(&spec.forwards, &spec.keys, &[status_fd, lifeline_fd])?;
     }
     // SAFETY: handlers only store the signal number in an atomic.
     unsafe {
