@@ -11,9 +11,10 @@ use crate::settings::{Count, SettingsError};
 /// Prints `e` on stderr and gives the exit code.
 pub fn report(e: &AppError) -> i32 {
     let (message, hint) = describe(e);
-    eprintln!("error: {message}");
+    // Messages quote paths and output that may hold control characters.
+    eprintln!("error: {}", super::visible::text(&message));
     if let Some(hint) = hint {
-        eprintln!("hint: {hint}");
+        eprintln!("hint: {}", super::visible::text(&hint));
     }
     match e {
         AppError::Internal(_) => exit::FAILED,

@@ -58,12 +58,15 @@ pub async fn on_terminal(
 pub async fn execute(request: RunRequest, out: &Output) -> AppResult<i32> {
     let merges = request.mode.merges();
     let common_dir = request.info.common_dir.clone();
+    // The live lines and the summary quote workers: no workflow commands among them.
+    let stopped = super::github::Stopped::start();
     let outcome = on_terminal(request, out.events.as_deref()).await?;
     let show_diffs = !merges && out.show_diffs;
     if show_diffs && !out.json {
         print_task_diffs(&common_dir, &outcome.report)?;
     }
     render::print_summary(&outcome.report, outcome.interrupted);
+    drop(stopped);
     if super::github::enabled() {
         super::github::publish(&outcome.report);
     }

@@ -1,6 +1,13 @@
 //! GitHub Actions (`GITHUB_ACTIONS=true`): workflow commands on stderr (a `::group::` per task
 //! log, `::error` annotations), a Markdown summary appended to `$GITHUB_STEP_SUMMARY`, and
 //! step outputs appended to `$GITHUB_OUTPUT`.
+//!
+//! The runner treats a log line starting with `::` as a command (`::add-mask::`, `::error
+//! file=…::`, `::stop-commands::`), even after leading spaces. Workers' and models' text
+//! reaches the log in the live lines, the summary and the task groups, so every such
+//! stretch is between `::stop-commands::TOKEN` and `::TOKEN::` (GitHub's documented way),
+//! with a random token no worker can know in advance ([`Stopped`]); swarm's own commands are
+//! written outside them, their properties and messages escaped.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -14,8 +21,39 @@ pub(super) fn enabled() -> bool {
     std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true")
 }
 
+/// A token for `::stop-commands::` that no worker can guess.
+fn token() -> String {
+    let random = crate::secrets::random_hex::<16>()
+        .unwrap_or_else(|_| format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..)));
+    format!("swarm-{random}")
+}
+
+/// Log lines in which the runner runs no workflow command, until dropped.
+pub(super) struct Stopped {
+    token: String,
+}
+
+impl Stopped {
+    /// Stops the runner's commands (in GitHub Actions; elsewhere there is nothing to stop).
+    pub(super) fn start() -> Option<Self> {
+        enabled().then(|| {
+            let token = token();
+            eprintln!("::stop-commands::{token}");
+            Self { token }
+        })
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        eprintln!("::{}::", self.token);
+    }
+}
+
 /// Publishes `report` to the workflow: groups, annotations, summary, outputs.
 pub(super) fn publish(report: &Report) {
+    let shown = super::visible::value(report);
+    let report = shown.as_ref().unwrap_or(report);
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(commands(report).as_bytes());
     for (var, text) in [
@@ -51,15 +89,13 @@ fn commands(report: &Report) -> String {
             t.id,
             escape_data(&files.join(", "))
         );
+        // The worker's own "::" lines must not become commands.
+        let token = token();
+        let _ = writeln!(out, "::stop-commands::{token}");
         for line in tail.lines() {
-            // A worker's own "::" lines must not become commands.
-            let line = line.replace('\r', "");
-            if line.starts_with("::") {
-                let _ = writeln!(out, " {line}");
-            } else {
-                let _ = writeln!(out, "{line}");
-            }
+            let _ = writeln!(out, "{line}");
         }
+        let _ = writeln!(out, "::{token}::");
         let _ = writeln!(out, "::endgroup::");
     }
     for t in &report.tasks {

@@ -15,6 +15,7 @@ mod resume;
 mod review;
 mod run;
 mod status;
+mod visible;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;

@@ -77,6 +77,8 @@ struct Handle(Arc<TerminalReporter>);
 
 impl Reporter for Handle {
     fn on_event(&self, event: &Event) {
+        let shown = super::visible::value(event);
+        let event = shown.as_ref().unwrap_or(event);
         match &*self.0 {
             TerminalReporter::Live(live) => live.on_event(event),
             TerminalReporter::Plain(plain) => plain.on_event(event),
@@ -445,6 +447,8 @@ fn short_list(tasks: &[crate::ids::TaskId]) -> String {
 
 /// The table printed after a run (stderr).
 pub fn print_summary(report: &Report, interrupted: bool) {
+    let shown = super::visible::value(report);
+    let report = shown.as_ref().unwrap_or(report);
     let t = &report.totals;
     let secs = t.duration_ms as f64 / 1000.0;
     let mut counts = t.describe();

@@ -47,6 +47,10 @@ fn state_word(state: RunState) -> &'static str {
 }
 
 fn print_list(listed: &[runs::Listed]) {
+    let shown: Vec<Option<Report>> = listed
+        .iter()
+        .map(|l| l.report.as_ref().and_then(super::visible::value))
+        .collect();
     if listed.is_empty() {
         println!("no swarm runs in this repository");
         return;
@@ -55,8 +59,8 @@ fn print_list(listed: &[runs::Listed]) {
         "{:<22} {:<11} {:>5} {:>6} {:>9}  {:<20} OTHER",
         "RUN", "STATE", "TASKS", "MERGED", "NO-CHANGE", "INTO"
     );
-    for l in listed {
-        match &l.report {
+    for (l, shown) in listed.iter().zip(&shown) {
+        match shown.as_ref().or(l.report.as_ref()) {
             Some(r) => {
                 let t = &r.totals;
                 let other = t.problem_words();
@@ -77,6 +81,8 @@ fn print_list(listed: &[runs::Listed]) {
 }
 
 fn print_run(report: &Report) {
+    let shown = super::visible::value(report);
+    let report = shown.as_ref().unwrap_or(report);
     println!(
         "run {}: {}, into {}, base {}",
         report.run_id,

@@ -165,11 +165,6 @@ impl Drop for Listener {
 /// A placeholder credential: random, so that only the process it was given to can use the
 /// listener, and worthless anywhere else.
 fn placeholder() -> anyhow::Result<String> {
-    use std::io::Read as _;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("cannot read /dev/urandom")?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::secrets::random_hex::<16>().context("cannot read /dev/urandom")?;
     Ok(format!("sk-swarm-placeholder-{hex}"))
 }

@@ -19,6 +19,22 @@ mod redactor;
 
 pub use redactor::{MIN_SECRET_LEN, Redactor, StreamRedactor};
 
+/// `N` bytes from the kernel's random source: keys, placeholders and tokens nobody can guess.
+pub fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`random_bytes`] in hex.
+pub fn random_hex<const N: usize>() -> std::io::Result<String> {
+    Ok(random_bytes::<N>()?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
 /// Names ending in one of these (case-insensitively) are secrets: `*_KEY`, `*_TOKEN`…
 const SECRET_SUFFIXES: &[&str] = &[
     "_KEY",

@@ -40,10 +40,14 @@ fn github_actions_gets_groups_annotations_a_summary_and_outputs() {
     };
     let (a, b) = (id_of("a.txt"), id_of("b.txt"));
     // The failed task's log in a group, and an annotation on its file (escaped).
+    let group = format!("::group::failed {b} (b.txt)\n::stop-commands::");
+    let at = run
+        .stderr
+        .find(&group)
+        .unwrap_or_else(|| panic!("no {group} in:\n{}", run.stderr));
+    let after = &run.stderr[at + group.len()..];
     assert!(
-        run.stderr.contains(&format!(
-            "::group::failed {b} (b.txt)\ncannot edit b.txt: 50% done\n"
-        )),
+        after.contains("\ncannot edit b.txt: 50% done\n::swarm-"),
         "{}",
         run.stderr
     );
@@ -134,5 +138,90 @@ fn events_to_a_path_that_cannot_be_written_is_bad_input() {
         run.stderr.contains("cannot write --events"),
         "{}",
         run.stderr
+    );
+}
+
+/// The commands a GitHub Actions runner would run from `log`: lines starting with `::`
+/// (after leading spaces), except between `::stop-commands::TOKEN` and `::TOKEN::`.
+fn runner_commands(log: &str) -> Vec<String> {
+    let mut stopped: Option<String> = None;
+    let mut commands = Vec::new();
+    for line in log.lines() {
+        let line = line.trim_start();
+        if let Some(token) = &stopped {
+            if line == format!("::{token}::") {
+                stopped = None;
+            }
+            continue;
+        }
+        if let Some(token) = line.strip_prefix("::stop-commands::") {
+            stopped = Some(token.to_string());
+        } else if line.starts_with("::") {
+            commands.push(line.to_string());
+        }
+    }
+    commands
+}
+
+/// The attack: a worker prints workflow commands (to mask, to annotate, to stop commands
+/// itself) and terminal escapes (a window title, a cleared screen), and reports a summary
+/// with a raw ESC. The runner sees only swarm's own commands; nothing reaches the terminal,
+/// the log or the step summary raw.
+#[test]
+fn worker_output_cannot_forge_workflow_commands_or_drive_the_terminal() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let summary = repo.home.join("step_summary.md");
+    let hostile = r#"printf '::add-mask::foo\n  ::error file=README::forged\n::stop-commands::x\n::warning::forged too\n::x::\n::notice::forged\n\033]0;pwned\007\033[2Jcleared\n'; sed -i s/foo/bar/ "$SWARM_FILE"; printf '{"status":"failed","summary":"sum \\u001b[31mred\\u001b[0m\\n::warning::forged in a summary"}' > "$SWARM_RESULT_FILE""#;
+    let run = Run::from(
+        repo.swarm_cmd()
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_STEP_SUMMARY", &summary)
+            .args(["refactor", "x", "-y", "--exec", hostile])
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(1);
+    let commands = runner_commands(&run.stderr);
+    assert!(!commands.is_empty(), "{}", run.stderr);
+    for command in &commands {
+        // swarm's own: groups, and annotations whose message quotes the worker escaped.
+        let own = command.starts_with("::group::")
+            || command == "::endgroup::"
+            || command.starts_with("::error file=a.txt,title=swarm")
+            || command.starts_with("::error file=b.txt,title=swarm");
+        assert!(own, "{command}\n{}", run.stderr);
+    }
+    let md = std::fs::read_to_string(&summary).unwrap();
+    for text in [&run.stderr, &md] {
+        assert!(
+            !text.contains('\x1b') && !text.contains('\x07'),
+            "raw: {text:?}"
+        );
+    }
+    assert!(
+        run.stderr.contains("^[]0;pwned^G^[[2Jcleared"),
+        "{}",
+        run.stderr
+    );
+
+    // Outside Actions, with --color never: the failure's last lines are shown made visible.
+    repo.write("a.txt", "foo\n");
+    let run = repo.swarm(&[
+        "refactor", "x", "a.txt", "-y", "--color", "never", "--exec", hostile,
+    ]);
+    run.assert_code(1);
+    assert!(!run.stderr.contains('\x1b') && !run.stderr.contains('\x07'));
+    assert!(
+        run.stderr.contains("│ ^[]0;pwned^G^[[2Jcleared"),
+        "{}",
+        run.stderr
+    );
+    // report.json keeps the text as it was (JSON escapes it).
+    let report = repo.report(&run);
+    assert!(
+        report["tasks"][0]["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("\x1b[2J")
     );
 }

@@ -33,10 +33,7 @@ impl std::fmt::Debug for DoorKey {
 impl DoorKey {
     /// A new random key.
     pub fn random() -> io::Result<Self> {
-        use std::io::Read as _;
-        let mut key = [0u8; KEY_LEN];
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
-        Ok(Self(key))
+        crate::secrets::random_bytes().map(Self)
     }
 }
 
