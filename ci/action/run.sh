@@ -1,19 +1,15 @@
 #!/usr/bin/env bash
 # Runs `swarm refactor` for the composite action (action.yml) from its inputs, passed as
 # INPUT_* variables (never spliced into the script, so an input cannot inject shell code).
+# No input but `args` can become an option: each option's value is joined to it
+# (`--exec=VALUE`), and the instruction and the pathspecs come after `--`.
 # swarm itself writes the step outputs ($GITHUB_OUTPUT) and summary. Tested by
 # tests/it/action.rs.
 set -euo pipefail
 
 : "${INPUT_INSTRUCTION:?the action needs an instruction}"
-args=(refactor "$INPUT_INSTRUCTION" -y)
-# Pathspecs, one per line.
-if [ -n "${INPUT_PATHSPECS:-}" ]; then
-  while IFS= read -r spec; do
-    [ -n "$spec" ] && args+=("$spec")
-  done <<< "$INPUT_PATHSPECS"
-fi
-add() { [ -z "$2" ] || args+=("$1" "$2"); }
+args=(refactor -y)
+add() { [ -z "$2" ] || args+=("$1=$2"); }
 add --exec "${INPUT_EXEC:-}"
 add --agent "${INPUT_AGENT:-}"
 add --grep "${INPUT_GREP:-}"
@@ -29,5 +25,12 @@ add --on-conflict "${INPUT_ON_CONFLICT:-}"
 if [ -n "${INPUT_ARGS:-}" ]; then
   read -r -a extra <<< "$INPUT_ARGS"
   args+=("${extra[@]}")
+fi
+args+=(-- "$INPUT_INSTRUCTION")
+# Pathspecs, one per line.
+if [ -n "${INPUT_PATHSPECS:-}" ]; then
+  while IFS= read -r spec; do
+    [ -n "$spec" ] && args+=("$spec")
+  done <<< "$INPUT_PATHSPECS"
 fi
 exec "${SWARM_BIN:-swarm}" "${args[@]}"

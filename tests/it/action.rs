@@ -46,6 +46,60 @@ fn the_run_script_passes_inputs_as_arguments() {
     assert_eq!(report["instruction"], "foo to bar $(touch pwned)");
 }
 
+/// The attack: inputs a workflow fills from a pull request or an issue (pathspecs, the
+/// instruction, grep, into) that look like options. None becomes one: the sandbox stays on
+/// (the worker cannot write into HOME) and the network off.
+#[test]
+fn the_run_script_lets_no_input_become_an_option() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let victim = repo.home.join("escaped");
+    let worker = format!("touch {} 2>/dev/null; {SED_FOO_BAR}", victim.display());
+    let mut cmd = Command::new("bash");
+    hermetic(&mut cmd, &repo.home);
+    let run = Run::from(
+        cmd.arg(script("run.sh"))
+            .current_dir(&repo.path)
+            .env("SWARM_BIN", env!("CARGO_BIN_EXE_swarm"))
+            .env("INPUT_INSTRUCTION", "--sandbox=off")
+            .env("INPUT_PATHSPECS", "--sandbox=off\n--network\na.txt\n")
+            .env("INPUT_GREP", "--sandbox=off")
+            .env("INPUT_EXEC", &worker)
+            .env("INPUT_ALLOW_EMPTY", "true")
+            .output()
+            .unwrap(),
+    );
+    // --grep is a regular expression that no file matches: nothing to do, and it says so.
+    run.assert_code(0);
+    assert!(
+        !victim.exists(),
+        "the sandbox was turned off: {}",
+        run.stderr
+    );
+    assert_eq!(repo.read("a.txt"), "foo\n");
+
+    let mut cmd = Command::new("bash");
+    hermetic(&mut cmd, &repo.home);
+    let run = Run::from(
+        cmd.arg(script("run.sh"))
+            .current_dir(&repo.path)
+            .env("SWARM_BIN", env!("CARGO_BIN_EXE_swarm"))
+            .env("INPUT_INSTRUCTION", "--sandbox=off")
+            .env("INPUT_PATHSPECS", "--sandbox=off\n--network\na.txt\n")
+            .env("INPUT_EXEC", &worker)
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(0);
+    assert!(
+        !victim.exists(),
+        "the sandbox was turned off: {}",
+        run.stderr
+    );
+    assert_eq!(repo.read("a.txt"), "bar\n");
+    assert_eq!(repo.read("b.txt"), "foo\n", "only the pathspecs given");
+    assert_eq!(repo.report(&run)["instruction"], "--sandbox=off");
+}
+
 /// The release file name for this machine, as ci/action/install.sh computes it.
 fn archive() -> String {
     format!("swarm-{}-unknown-linux-musl.tar.gz", std::env::consts::ARCH)
