@@ -36,6 +36,9 @@ pub enum AppError {
     /// The run's plan.json and report.json do not describe the same run (edited by hand?).
     #[error("the records of run {run} disagree: report.json {problem}")]
     RunRecords { run: RunId, problem: String },
+    /// The run was stopped (killed) before it wrote its first report: nothing ran.
+    #[error("run {0} was stopped before it started any task: there is nothing to resume")]
+    NeverStarted(RunId),
     #[error("which run should be cleaned?")]
     CleanWhat,
     #[error("nothing to clean for run '{0}'")]

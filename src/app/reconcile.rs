@@ -70,6 +70,7 @@ pub async fn continue_run(
             doing: Busy::Resume,
         });
     }
+    let recovered = runs::recover_killed(&info, &id, Busy::Resume)?;
     let mut plan: Plan = state::read_json(&run_dir.plan())?;
     if let Some(check) = overrides.verify_merged {
         plan.settings.verify_merged = Some(check);
@@ -86,6 +87,9 @@ pub async fn continue_run(
         }
         plan.settings.max_cost = serde_json::Number::from_f64(usd);
     }
+    if !run_dir.report().exists() {
+        return Err(AppError::NeverStarted(id));
+    }
     let mut report = run_dir.load_report()?;
     if let Err(problem) = plan.check_report(&report) {
         return Err(AppError::RunRecords { run: id, problem });
@@ -100,6 +104,11 @@ pub async fn continue_run(
     let tip = repo
         .refname_to_id(&crate::git::branch_ref(&result_branch(&id)))
         .unwrap_or(into_start);
+    // A run killed just after it moved the target (its update finished by the recovery).
+    let into_start = match repo.refname_to_id(&crate::git::branch_ref(&report.into)) {
+        Ok(at) if at == tip => tip,
+        _ => into_start,
+    };
     let run_start = report.into_start;
     mark_merged_from_git(&repo, &mut report, run_start, tip)?;
     let merge_only = !mode.runs_workers();
@@ -140,7 +149,11 @@ pub async fn continue_run(
             keep,
             api_key,
             mode,
-            continuation: Some(Continuation { report, tip }),
+            continuation: Some(Continuation {
+                report,
+                tip,
+                recovered,
+            }),
         }),
         to_do,
     })
@@ -254,6 +267,7 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
             continuation: Some(Continuation {
                 report,
                 tip: into_start,
+                recovered: Vec::new(),
             }),
         }),
         records,

@@ -69,6 +69,38 @@ pub fn show(cwd: &Path, wanted: &RunSelector) -> AppResult<Report> {
     Ok(report)
 }
 
+/// Puts right what a swarm process killed while it held run `id` left: locks on the run's
+/// branches, a final update of the checkout cut off half way ([`crate::git::interrupted`]).
+/// Takes the run's lock for it; says what it did.
+pub fn recover_killed(info: &repo::RepoInfo, id: &RunId, doing: Busy) -> AppResult<Vec<String>> {
+    use crate::git::interrupted;
+    let run_dir = RunDir::new(&info.common_dir, id);
+    let Some(_lock) = (match run_dir.path.is_dir() {
+        true => state::RunLock::try_acquire(&run_dir)?,
+        false => return Ok(Vec::new()),
+    }) else {
+        return Err(AppError::RunBusy {
+            run: id.clone(),
+            doing,
+        });
+    };
+    let mut said: Vec<String> = interrupted::clear_branch_locks(&info.common_dir, id)
+        .into_iter()
+        .map(|lock| {
+            format!(
+                "removed {}, left by a swarm that was killed",
+                lock.strip_prefix(&info.common_dir)
+                    .unwrap_or(&lock)
+                    .display()
+            )
+        })
+        .collect();
+    let repo = info.open()?;
+    let staging = run_dir.path.join("checkout");
+    said.extend(interrupted::recover_update(&repo, &info.git_dir, &staging)?);
+    Ok(said)
+}
+
 /// Which runs to clean.
 pub enum CleanTarget {
     One(RunSelector),
@@ -83,6 +115,8 @@ pub struct Cleaned {
     pub busy: Vec<RunId>,
     /// Temporary directories of swarm processes that were killed (sockets, workers' files).
     pub scratch: usize,
+    /// What killed runs left in the repository and was put right.
+    pub recovered: Vec<String>,
 }
 
 /// Removes a run's (or every run's) worktrees, `swarm/<RUN-ID>/*` branches and state,
@@ -111,6 +145,11 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
             run: id.clone(),
             doing: Busy::Clean,
         });
+    }
+    // A checkout a killed run left half updated is put back before its records go.
+    let mut recovered = Vec::new();
+    for id in &runs {
+        recovered.extend(recover_killed(&info, id, Busy::Clean)?);
     }
     let (worktrees, branches) = match &run_id {
         Some(id) => (
@@ -145,5 +184,6 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
         records,
         busy,
         scratch: crate::scratch::sweep(&std::env::temp_dir()),
+        recovered,
     })
 }

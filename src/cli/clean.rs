@@ -26,6 +26,9 @@ pub fn run(args: CleanArgs) -> AppResult<i32> {
         _ => return Err(AppError::CleanWhat),
     };
     let cleaned = runs::clean(&std::env::current_dir()?, target)?;
+    for said in &cleaned.recovered {
+        eprintln!("swarm: {said}");
+    }
     for id in &cleaned.busy {
         eprintln!("swarm: run {id} is in progress; left alone");
     }

@@ -46,6 +46,9 @@ fn describe(e: &AppError) -> (String, Option<String>) {
              are intact (`git branch --list 'swarm/{run}/*'`), and `swarm clean {run}` removes \
              the run"
         )),
+        AppError::NeverStarted(run) => Some(format!(
+            "remove it with `swarm clean {run}` and start the run again"
+        )),
         AppError::CleanWhat => Some("pass a RUN-ID (see `swarm status`) or --all".into()),
         AppError::NoWorker { for_plan: true } => {
             Some("pass --exec CMD or --model NAME; the plan records it for swarm run".into())

@@ -54,6 +54,9 @@ pub struct MergeArgs {
     /// Also append every event to FILE as a JSON line while the run goes.
     #[arg(long, value_name = "FILE")]
     pub events: Option<std::path::PathBuf>,
+    /// Do not ask before running a plan file's checks (swarm asks only on a terminal).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
 }
 
 pub async fn run(args: MergeArgs) -> AppResult<i32> {
@@ -109,6 +112,20 @@ async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> AppResult<i32> 
     .await?;
     for warning in &merge.warnings {
         eprintln!("warning: {warning}");
+    }
+    // Merging runs no worker: only the checks and the repairs of the merged result.
+    let commands: Vec<_> = merge
+        .request
+        .plan
+        .settings
+        .commands()
+        .into_iter()
+        .filter(|(role, _)| matches!(*role, "verify-merged" | "repair" | "run"))
+        .collect();
+    let intro = format!("swarm: merging {} runs:", args.target);
+    if !super::confirm::commands_then_ask(&intro, &commands, args.yes)? {
+        eprintln!("swarm: nothing done");
+        return Ok(exit::SUCCESS);
     }
     let request = &merge.request;
     let done = request

@@ -3,6 +3,7 @@
 mod agents;
 mod clean;
 mod completions;
+mod confirm;
 mod diff;
 mod error;
 mod execute;

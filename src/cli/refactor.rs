@@ -1,6 +1,6 @@
 //! `swarm refactor`: plan, run the workers, merge, clean up.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::{IsTerminal as _, Write as _};
 use std::path::Path;
 
 use clap::Args;
@@ -314,7 +314,7 @@ pub async fn run(args: RefactorArgs) -> AppResult<i32> {
     let Some(ready) = prepared(&args.planning, Purpose::Run).await? else {
         return Ok(exit::SUCCESS);
     };
-    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let interactive = super::confirm::interactive();
     if interactive && !args.yes && !confirm(&ready.plan, ready.file_count, &ready.skipped)? {
         eprintln!("swarm: nothing done");
         return Ok(exit::SUCCESS);
@@ -431,18 +431,17 @@ fn confirm(plan: &Plan, files: usize, skipped: &str) -> AppResult<bool> {
     writeln!(
         err,
         "swarm will run {} task(s) over {files} file(s) with {} worker(s) at a time,\n\
-         each with: {}\nand merge them into '{}'.",
+         running:",
         plan.tasks.len(),
         plan.settings.jobs,
-        plan.settings.exec.as_deref().unwrap_or_default(),
-        plan.into
     )?;
+    for line in super::confirm::command_lines(&plan.settings) {
+        writeln!(err, "{line}")?;
+    }
+    writeln!(err, "and merge them into '{}'.", plan.into)?;
     if !skipped.is_empty() {
         writeln!(err, "(skipped {skipped})")?;
     }
-    write!(err, "Proceed? [Y/n] ")?;
-    err.flush()?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    Ok(matches!(line.trim(), "" | "y" | "Y" | "yes"))
+    drop(err);
+    Ok(super::confirm::ask()?)
 }

@@ -40,6 +40,10 @@ pub struct ResumeArgs {
     /// Also append every event to FILE as a JSON line while the run goes.
     #[arg(long, value_name = "FILE")]
     pub events: Option<std::path::PathBuf>,
+    /// Accepted for scripts that pass it to every command: resume does not ask (it runs the
+    /// run's own plan).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
 }
 
 pub async fn run(args: ResumeArgs) -> AppResult<i32> {

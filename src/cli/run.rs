@@ -57,6 +57,9 @@ pub struct RunArgs {
     /// Also append every event to FILE as a JSON line while the run goes.
     #[arg(long, value_name = "FILE")]
     pub events: Option<std::path::PathBuf>,
+    /// Do not ask before running the plan's commands (swarm asks only on a terminal).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
 }
 
 pub async fn run(args: RunArgs) -> AppResult<i32> {
@@ -77,6 +80,11 @@ pub async fn run(args: RunArgs) -> AppResult<i32> {
         eprintln!("warning: {warning}");
     }
     let request = prepared.request;
+    let intro = format!("swarm: {} runs:", args.plan.display());
+    if !super::confirm::commands_then_ask(&intro, &request.plan.settings.commands(), args.yes)? {
+        eprintln!("swarm: nothing done");
+        return Ok(exit::SUCCESS);
+    }
     let (run_id, info) = (request.plan.run_id.clone(), request.info.clone());
     eprintln!(
         "swarm: run {run_id}: shard {}/{}: {} of the plan's {} task(s), -j {}",

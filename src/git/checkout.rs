@@ -47,12 +47,12 @@ impl NotMoved {
 }
 
 /// One path the result changes.
-struct Change {
-    path: RepoPath,
-    old: Option<(Oid, u32)>,
-    new: Option<(Oid, u32)>,
+pub(super) struct Change {
+    pub(super) path: RepoPath,
+    pub(super) old: Option<(Oid, u32)>,
+    pub(super) new: Option<(Oid, u32)>,
     /// Outside a sparse checkout: only the index entry changes.
-    sparse: bool,
+    pub(super) sparse: bool,
 }
 
 /// `index.lock`, held from the start of the update; removed when dropped unless renamed into
@@ -98,6 +98,10 @@ pub fn update_checkout(
         Ok(lock) => lock,
         Err(not_moved) => return Ok(Err(not_moved)),
     };
+    // Should swarm be killed from here on, the next swarm to hold the run finishes or undoes
+    // the update from this record ([`super::interrupted`]).
+    super::interrupted::record(staging, &lock.path, into_ref, old, new)?;
+    let _forget = Forget(staging);
     match repo.refname_to_id(into_ref) {
         Ok(now) if now == old => {}
         _ => {
@@ -134,6 +138,10 @@ pub fn update_checkout(
         .map_err(|e| format!("cannot update your checkout: {e:#}"))
         .and_then(|()| {
             write_index(git_dir, &lock.path, workdir, &changes, repo, new)
+                .and_then(|()| {
+                    // The lock is a new file now: what a recovery must recognise.
+                    super::interrupted::record(staging, &lock.path, into_ref, old, new)
+                })
                 .map_err(|e| format!("cannot write the index: {e:#}"))
         })
         .and_then(|()| {
@@ -151,6 +159,15 @@ pub fn update_checkout(
     // The update stands; the old files moved aside go with `staging`, which the caller
     // removes (`state::remove_owned`).
     Ok(Ok(()))
+}
+
+/// Forgets the update's record when the update ends, however it ends.
+struct Forget<'a>(&'a Path);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        super::interrupted::forget(self.0);
+    }
 }
 
 /// Takes the checkout's index lock, unless a git operation (a merge, a rebase…) is under way
@@ -241,7 +258,7 @@ pub fn operation_in_progress(repo: &Repository) -> Option<&'static str> {
 }
 
 /// The paths that differ between the two commits' trees.
-fn changes(
+pub(super) fn changes(
     repo: &Repository,
     index: &git2::Index,
     old: Oid,

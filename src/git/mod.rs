@@ -6,11 +6,13 @@
 //! - [`merge`]: the merge train, in memory, onto the integration branch.
 //! - [`finish`]: moving the target branch once, and cleanup; [`checkout`]: the user's
 //!   checkout moving with it, all or nothing.
+//! - [`interrupted`]: what a run killed with `kill -9` left (locks, a checkout half updated).
 //! - [`shard`]: shard records, and `git fetch`/`git push` (the only git processes).
 
 pub mod checkout;
 pub mod commit;
 pub mod finish;
+pub mod interrupted;
 pub mod merge;
 pub mod repo;
 pub mod shard;

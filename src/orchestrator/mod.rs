@@ -212,7 +212,15 @@ pub async fn run(
             req.into_start,
             Vec::new(),
         ),
-        Some(continuation) => continuation.prepare(req.mode),
+        Some(continuation) => {
+            for message in &continuation.recovered {
+                sink.emit(Event::Warning {
+                    task: None,
+                    message: message.clone(),
+                });
+            }
+            continuation.prepare(req.mode)
+        }
     };
     report.worktrees = Some(if views { "overlay" } else { "pool" }.to_string());
     let to_run = report

@@ -52,6 +52,8 @@ pub struct Continuation {
     pub report: Report,
     /// The integration tip so far (`swarm/<RUN-ID>/result`, else where the target started).
     pub tip: Oid,
+    /// What an earlier process of the run, killed, left and was put right (said as warnings).
+    pub recovered: Vec<String>,
 }
 
 impl Continuation {

@@ -107,6 +107,45 @@ impl Settings {
         self.exec.is_none() || self.repair || self.on_conflict == OnConflict::Repair
     }
 
+    /// What a run with these settings runs, by role: its worker, `[worktree] setup`, its
+    /// checks, the built-in agent and the commands it may run. What `swarm run PLAN.json`
+    /// shows before it runs a plan file's.
+    pub fn commands(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        match (&self.agent, &self.exec) {
+            (Some(agent), _) => out.push(("agent", format!("{}: {}", agent.name, agent.exec))),
+            (None, Some(exec)) => out.push(("exec", exec.clone())),
+            (None, None) => {}
+        }
+        if self.uses_model() {
+            let model = self.model.name.as_deref().unwrap_or("(no --model)");
+            let role = match self.exec {
+                None => "model",
+                Some(_) => "repair",
+            };
+            out.push((role, format!("the built-in agent, model {model}")));
+        }
+        if self.uses_model() && self.run_tool.enabled() {
+            out.push((
+                "run",
+                match self.run_tool.allow_all {
+                    true => "any command the model asks for (--allow-run)".to_string(),
+                    false => self.run_tool.patterns.join(", "),
+                },
+            ));
+        }
+        for (role, command) in [
+            ("setup", &self.worktree.setup),
+            ("verify", &self.verify),
+            ("verify-merged", &self.verify_merged),
+        ] {
+            if let Some(command) = command {
+                out.push((role, command.clone()));
+            }
+        }
+        out
+    }
+
     /// Resolves the command line's layer over the environment, the repository's
     /// `swarm.toml` (in `repo_root`, restricted) and the user's config file.
     pub fn resolve(command_line: Layer, repo_root: &Path) -> Result<Resolved, SettingsError> {

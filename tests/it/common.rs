@@ -485,3 +485,30 @@ impl Snapshot {
         );
     }
 }
+
+/// Runs swarm with `args` on a pseudo-terminal (util-linux `script`), typing `input`.
+pub fn swarm_on_a_terminal(repo: &TestRepo, args: &[&str], input: &str) -> Run {
+    use std::io::Write as _;
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let command: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_swarm"))
+        .chain(args.iter().copied())
+        .map(quote)
+        .collect();
+    let mut cmd = std::process::Command::new("script");
+    hermetic(&mut cmd, &repo.home);
+    cmd.args(["-q", "-e", "-c", &command.join(" "), "/dev/null"])
+        .current_dir(&repo.path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .expect("util-linux `script` runs swarm on a pseudo-terminal for this test");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    Run::from(child.wait_with_output().unwrap())
+}

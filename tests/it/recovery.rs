@@ -303,3 +303,112 @@ fn resume_failed_continues_from_the_target_the_run_moved() {
     assert_finished_like_an_uninterrupted_run(&repo, &base);
     assert_eq!(repo.report(&first)["into_updated"], true);
 }
+
+/// A repository of `n` files `f0000.txt`… holding `foo`.
+fn many_files(n: usize) -> TestRepo {
+    let files: Vec<(String, &str)> = (0..n).map(|i| (format!("f{i:04}.txt"), "foo\n")).collect();
+    TestRepo::with_files(&files)
+}
+
+/// Starts a run whose one task changes all `n` files, and kills it with `kill -9` once the
+/// final update has put the first new file into the checkout (half way through its swap).
+/// Returns the run id.
+fn kill_during_the_final_update(repo: &TestRepo, n: usize) -> String {
+    let mut child = repo
+        .swarm_cmd()
+        .args(["refactor", "x", "f0000.txt", "-y", "--scope", "any"])
+        .args(["--exec", "sed -i s/foo/bar/ *.txt"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let first = repo.path.join("f0000.txt");
+    let started = Instant::now();
+    loop {
+        if std::fs::read_to_string(&first).is_ok_and(|s| s == "bar\n") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60) && child.try_wait().unwrap().is_none(),
+            "the run ended before its update could be cut off"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let lock = repo.path.join(".git/index.lock");
+    assert!(lock.exists(), "killed after the update ended");
+    // The old files are moved aside first, then the new ones put in place: the last one is
+    // not in place yet.
+    let last = std::fs::read_to_string(repo.path.join(format!("f{:04}.txt", n - 1)));
+    assert!(
+        last.is_err(),
+        "killed after the swap ended, not half way: {last:?}"
+    );
+    let runs = std::fs::read_dir(repo.swarm_dir().join("runs")).unwrap();
+    runs.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .next()
+        .unwrap()
+}
+
+/// `kill -9` half way through moving the user's checkout: `resume` undoes the half update,
+/// removes the lock the killed process held, and moves the checkout to the result whole.
+#[test]
+fn a_checkout_update_cut_off_by_kill_9_is_undone_then_resumed() {
+    let n = 3000;
+    let repo = many_files(n);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let id = kill_during_the_final_update(&repo, n);
+    let run = repo.swarm(&["resume", &id]);
+    run.assert_code(0);
+    assert!(
+        run.stderr
+            .contains("undid an update of your checkout that a kill cut off"),
+        "{}",
+        run.stderr
+    );
+    assert!(!repo.path.join(".git/index.lock").exists());
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+    assert_eq!(repo.git(&["rev-parse", "HEAD~1"]), base);
+    for i in [0, n / 2, n - 1] {
+        assert_eq!(repo.read(&format!("f{i:04}.txt")), "bar\n");
+    }
+}
+
+/// The same cut, then `swarm clean`: the checkout is back as it was before the run.
+#[test]
+fn a_checkout_update_cut_off_by_kill_9_is_undone_by_clean() {
+    let n = 3000;
+    let repo = many_files(n);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let id = kill_during_the_final_update(&repo, n);
+    let run = repo.swarm(&["clean", &id]);
+    run.assert_code(0);
+    assert!(run.stderr.contains("undid an update"), "{}", run.stderr);
+    assert!(!repo.path.join(".git/index.lock").exists());
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+    assert_eq!(repo.git(&["rev-parse", "HEAD"]), base);
+    for i in [0, n / 2, n - 1] {
+        assert_eq!(repo.read(&format!("f{i:04}.txt")), "foo\n");
+    }
+}
+
+/// A run killed between writing its plan and its first report: nothing to resume, said with
+/// the fix (exit 2); `-y`, which scripts pass to every command, is accepted.
+#[test]
+fn a_run_killed_before_its_first_report_says_what_to_do() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", "true"]);
+    run.assert_code(0);
+    let id = run.run_id();
+    std::fs::remove_file(repo.swarm_dir().join("runs").join(&id).join("report.json")).unwrap();
+    let run = repo.swarm(&["resume", &id, "-y"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("was stopped before it started any task")
+            && run.stderr.contains(&format!("swarm clean {id}")),
+        "{}",
+        run.stderr
+    );
+}

@@ -264,33 +264,6 @@ fn worktree_setup_runs_once_per_worktree_and_copy_brings_ignored_files() {
     repo.assert_clean_after_run();
 }
 
-/// Runs swarm with `args` on a pseudo-terminal (util-linux `script`), typing `input`.
-fn swarm_on_a_terminal(repo: &TestRepo, args: &[&str], input: &str) -> crate::common::Run {
-    use std::io::Write as _;
-    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
-    let command: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_swarm"))
-        .chain(args.iter().copied())
-        .map(quote)
-        .collect();
-    let mut cmd = std::process::Command::new("script");
-    crate::common::hermetic(&mut cmd, &repo.home);
-    cmd.args(["-q", "-e", "-c", &command.join(" "), "/dev/null"])
-        .current_dir(&repo.path)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .expect("util-linux `script` runs swarm on a pseudo-terminal for this test");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    crate::common::Run::from(child.wait_with_output().unwrap())
-}
-
 #[test]
 fn review_merges_the_accepted_tasks_only() {
     let repo = TestRepo::with_files(&[
@@ -301,7 +274,7 @@ fn review_merges_the_accepted_tasks_only() {
     ]);
     let base = repo.git(&["rev-parse", "HEAD"]);
     // Accept the first task, skip the second, quit at the third.
-    let run = swarm_on_a_terminal(
+    let run = crate::common::swarm_on_a_terminal(
         &repo,
         &[
             "refactor",
@@ -354,7 +327,7 @@ fn review_merges_the_accepted_tasks_only() {
 #[test]
 fn the_live_view_says_the_run_and_how_long_workers_run() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
-    let run = swarm_on_a_terminal(
+    let run = crate::common::swarm_on_a_terminal(
         &repo,
         &[
             "refactor",

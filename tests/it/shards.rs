@@ -262,3 +262,46 @@ fn auto_shard_reads_the_ci_and_refuses_without_it() {
     );
     assert!(refused.stderr.contains("--shard K/N"), "{}", refused.stderr);
 }
+
+/// The attack: a plan file edited after `swarm plan` (here, to run another command). `swarm
+/// run` says which commands the file runs before running any; on a terminal it asks, and
+/// "n" runs nothing; `-y` (as CI passes) runs it, having said so.
+#[test]
+fn swarm_run_shows_a_plan_files_commands_and_asks_first() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let plan = repo.home.join("plan.json");
+    repo.swarm(&[
+        "plan",
+        "x",
+        "--exec",
+        SED_FOO_BAR,
+        "-o",
+        plan.to_str().unwrap(),
+    ])
+    .assert_code(0);
+    let other = r#"sed -i 's/foo/edited/' "$SWARM_FILE""#;
+    let edited = std::fs::read_to_string(&plan).unwrap().replace(
+        &serde_json::to_string(SED_FOO_BAR).unwrap(),
+        &serde_json::to_string(other).unwrap(),
+    );
+    std::fs::write(&plan, edited).unwrap();
+
+    let run = crate::common::swarm_on_a_terminal(&repo, &["run", plan.to_str().unwrap()], "n\n");
+    run.assert_code(0);
+    let shown = format!("exec: {other}");
+    assert!(run.stdout.contains(&shown), "{}", run.stdout);
+    assert!(run.stdout.contains("Proceed? [Y/n]"), "{}", run.stdout);
+    assert!(run.stdout.contains("nothing done"), "{}", run.stdout);
+    assert_eq!(
+        repo.lines(&["branch", "--list", "swarm/*"]),
+        Vec::<String>::new()
+    );
+    assert_eq!(repo.read("a.txt"), "foo\n");
+
+    let run = repo.swarm(&["run", plan.to_str().unwrap(), "-y"]);
+    run.assert_code(0);
+    assert!(run.stderr.contains(&shown), "{}", run.stderr);
+    let report = repo.report(&run);
+    let branch = report["tasks"][0]["branch"].as_str().unwrap();
+    assert_eq!(repo.git(&["show", &format!("{branch}:a.txt")]), "edited");
+}

@@ -92,7 +92,8 @@ fn a_worker_cannot_use_another_runs_proxy() {
     let release = a.root().join("release");
     // Run A reaches its allowed domain through its proxy, then holds the proxy open.
     let holder = format!(
-        "curl -sS -m 10 http://api.allowed.test:{port}/ > \"$TMPDIR/reached\" && \
+        "curl -sS -m 10 http://api.allowed.test:{port}/ > \"$TMPDIR/answer\" && \
+         mv \"$TMPDIR/answer\" \"$TMPDIR/reached\" && \
          while [ ! -e {} ]; do sleep 0.1; done; {SED_FOO_BAR}",
         release.display()
     );

@@ -1,0 +1,68 @@
+//! Asking before a run: what it will run, and `Proceed? [Y/n]` on a terminal (`-y` skips
+//! the question). A plan file is someone else's text, so `swarm run` and `swarm merge` of a
+//! plan file always say which commands it runs, terminal or not.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+
+use crate::settings::Settings;
+
+/// Whether swarm can ask: both standard input and standard error are a terminal.
+pub fn interactive() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
+/// One line per command `settings` runs (`  exec:  sed …`), control characters visible.
+pub fn command_lines(settings: &Settings) -> Vec<String> {
+    lines(&settings.commands())
+}
+
+fn lines(commands: &[(&'static str, String)]) -> Vec<String> {
+    let width = commands
+        .iter()
+        .map(|(role, _)| role.len())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    commands
+        .iter()
+        .map(|(role, command)| {
+            format!(
+                "  {:<width$} {}",
+                format!("{role}:"),
+                super::visible::text(command)
+            )
+        })
+        .collect()
+}
+
+/// Prints `intro` and `commands` (by role, as [`Settings::commands`] gives them) on stderr;
+/// then, unless `yes` or off a terminal, asks. `false`: the user said no.
+pub fn commands_then_ask(
+    intro: &str,
+    commands: &[(&'static str, String)],
+    yes: bool,
+) -> std::io::Result<bool> {
+    let lines = lines(commands);
+    let mut err = std::io::stderr().lock();
+    if !lines.is_empty() {
+        writeln!(err, "{intro}")?;
+        for line in &lines {
+            writeln!(err, "{line}")?;
+        }
+    }
+    if yes || !interactive() {
+        return Ok(true);
+    }
+    drop(err);
+    ask()
+}
+
+/// `Proceed? [Y/n]` on stderr; an empty answer is yes.
+pub fn ask() -> std::io::Result<bool> {
+    let mut err = std::io::stderr().lock();
+    write!(err, "Proceed? [Y/n] ")?;
+    err.flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "" | "y" | "Y" | "yes"))
+}
