@@ -51,6 +51,16 @@ pub enum CommitError {
     /// be merged or pushed.
     #[error("the worker wrote the value of {1} into {0}; swarm does not commit secrets")]
     Secret(RepoPath, String),
+    /// A file's name holds a secret value.
+    #[error("the worker named a file after the value of {1} ({0}); swarm does not commit secrets")]
+    SecretName(RepoPath, String),
+    /// A commit the worker made holds a secret value in its message.
+    #[error(
+        "the worker's commit {} holds the value of {} in its message; swarm does not commit secrets",
+        crate::ids::short(.0),
+        .1
+    )]
+    SecretMessage(Oid, String),
     /// A changed file git runs through a filter driver, which swarm cannot run.
     #[error(
         "the worker changed {0}, which has the attribute filter={1}; swarm cannot run filter drivers, so it does not commit it"
@@ -136,6 +146,11 @@ fn commit_with(
             return Err(CommitError::RewroteBranch(tip));
         }
         worker_commits = repo.graph_ahead_behind(tip, start)?.0;
+        if let Err(e) = secrets_in_commits(repo, start, tip) {
+            // No branch keeps them (a failed task's branch is kept for inspection).
+            repo.reference(&wanted, start, true, "swarm: drop commits holding a secret")?;
+            return Err(e);
+        }
     }
 
     let tip_commit = repo.find_commit(tip)?;
@@ -240,9 +255,7 @@ fn stage_changes(
             return Err(CommitError::Filtered(rel, name));
         }
         // Before the content becomes an object of the repository.
-        if let Some(name) = secret_in(&workdir.join(rel.as_path())) {
-            return Err(CommitError::Secret(rel, name));
-        }
+        secret_check(&rel, &workdir.join(rel.as_path()))?;
         if let Err(e) = index.add_path(rel.as_path()) {
             tracing::warn!("cannot stage {rel}: {}", e.message());
             skipped.push(rel);
@@ -307,9 +320,7 @@ fn stage_view(
         if let Some(name) = super::repo::active_filter(base, rel) {
             return Err(CommitError::Filtered(rel.clone(), name));
         }
-        if let Some(name) = secret_in(at) {
-            return Err(CommitError::Secret(rel.clone(), name));
-        }
+        secret_check(rel, at)?;
         let old_mode = tip_tree
             .get_path(rel.as_path())
             .ok()
@@ -434,6 +445,58 @@ fn remove_all(
         }
     }
     remove.create_updated(repo, tree)
+}
+
+/// Refuses a changed file whose name, or content, holds a secret value swarm knows.
+fn secret_check(rel: &RepoPath, at: &Path) -> Result<(), CommitError> {
+    let secrets = crate::secrets::redactor();
+    if let Some(name) = secrets.find(rel.as_bytes()) {
+        return Err(CommitError::SecretName(rel.clone(), name.to_string()));
+    }
+    match secret_in(at) {
+        Some(name) => Err(CommitError::Secret(rel.clone(), name)),
+        None => Ok(()),
+    }
+}
+
+/// Refuses the worker's own commits (`start..tip`) if a message, a file name or a file
+/// they add holds a secret value swarm knows: they would be merged as they are.
+fn secrets_in_commits(repo: &Repository, start: Oid, tip: Oid) -> Result<(), CommitError> {
+    let secrets = crate::secrets::redactor();
+    if secrets.is_empty() {
+        return Ok(());
+    }
+    let mut walk = repo.revwalk()?;
+    walk.push(tip)?;
+    walk.hide(start)?;
+    for id in walk {
+        let commit = repo.find_commit(id?)?;
+        if let Some(name) = secrets.find(commit.message_bytes()) {
+            return Err(CommitError::SecretMessage(commit.id(), name.to_string()));
+        }
+        let parent_tree = match commit.parent(0) {
+            Ok(parent) => Some(parent.tree()?),
+            Err(_) => None,
+        };
+        let tree = commit.tree()?;
+        let empty = repo.find_tree(repo.treebuilder(None)?.write()?)?;
+        for change in super::tree_changes(repo, parent_tree.as_ref().unwrap_or(&empty), &tree)? {
+            if let Some(name) = secrets.find(change.path.as_bytes()) {
+                return Err(CommitError::SecretName(change.path, name.to_string()));
+            }
+            let Some((blob, _)) = change.new else {
+                continue;
+            };
+            if let Some(name) = repo
+                .find_blob(blob)
+                .ok()
+                .and_then(|b| secrets.find(b.content()).map(str::to_string))
+            {
+                return Err(CommitError::Secret(change.path, name));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The name of a secret variable whose value the file (or link) at `path` holds.

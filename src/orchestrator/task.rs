@@ -193,7 +193,12 @@ async fn attempt_task(
             a.error = Some(e.to_string());
             return Ok(());
         }
-        Err(e @ (CommitError::Filtered(..) | CommitError::Secret(..))) => {
+        Err(
+            e @ (CommitError::Filtered(..)
+            | CommitError::Secret(..)
+            | CommitError::SecretName(..)
+            | CommitError::SecretMessage(..)),
+        ) => {
             a.status = TaskStatus::Failed;
             a.error = Some(e.to_string());
             return Ok(());

@@ -438,3 +438,55 @@ fn a_secret_a_worker_writes_into_a_file_is_not_committed() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&objects.stdout).contains(GITHUB_TOKEN));
 }
+
+/// The same worker, given the token on purpose, tries the other forms: the token as a file
+/// name, base64 of it, its reverse, and (with the sandbox off, where it may commit) a commit
+/// of its own whose message holds it. None is committed; the branch keeps no such commit.
+/// (Split across two lines or encrypted, a value cannot be recognised: docs/SECURITY.md.)
+#[test]
+fn a_secret_in_another_form_a_file_name_or_a_commit_message_is_not_committed() {
+    let files: Vec<(String, &str)> = ["name", "b64", "rev", "msg"]
+        .iter()
+        .map(|f| (format!("{f}.txt"), "foo\n"))
+        .collect();
+    let repo = TestRepo::with_files(&files);
+    repo.user_config("[sandbox]\nenv = [\"GITHUB_TOKEN\"]\n");
+    let exec = format!(
+        r#"case "$SWARM_FILE" in
+  name.txt) touch "leak-$GITHUB_TOKEN" ;;
+  b64.txt) printf %s "$GITHUB_TOKEN" | base64 >> b64.txt ;;
+  rev.txt) printf %s "$GITHUB_TOKEN" | rev >> rev.txt ;;
+  msg.txt) {SED_FOO_BAR}; git add msg.txt && git -c user.name=w -c user.email=w@x commit -qm "leak $GITHUB_TOKEN" ;;
+esac; {SED_FOO_BAR}"#
+    );
+    let run = with_secrets(
+        &repo,
+        &[
+            "refactor",
+            "x",
+            "--scope",
+            "any",
+            "--sandbox",
+            "off",
+            "--exec",
+            &exec,
+        ],
+    );
+    run.assert_code(1);
+    let report = repo.report(&run);
+    for (file, why) in [
+        ("name.txt", "named a file after the value of GITHUB_TOKEN"),
+        ("b64.txt", "value of GITHUB_TOKEN into b64.txt"),
+        ("rev.txt", "value of GITHUB_TOKEN into rev.txt"),
+        ("msg.txt", "holds the value of GITHUB_TOKEN in its message"),
+    ] {
+        let task = crate::common::task_of(&report, file);
+        assert_eq!(task["status"], "failed", "{task}");
+        assert!(task["error"].as_str().unwrap().contains(why), "{task}");
+    }
+    // No branch, and no commit reachable from one, holds the token.
+    let log = repo.git(&["log", "--all", "--format=%B%n%H"]);
+    assert!(!log.contains(GITHUB_TOKEN), "{log}");
+    let names = repo.git(&["log", "--all", "--name-only", "--format="]);
+    assert!(!names.contains(GITHUB_TOKEN), "{names}");
+}
