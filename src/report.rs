@@ -332,6 +332,17 @@ pub struct Report {
     /// The most tasks one worker process ran (`--per-process`; 1: a process per task).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_process: Option<usize>,
+    /// Tracked files the pathspecs name that are in no task (binary, symlink, submodule,
+    /// left by the planner): the plan's `skipped`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_files: Vec<SkippedFile>,
+}
+
+/// A tracked file the pathspecs name that is in no task, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedFile {
+    pub file: RepoPath,
+    pub reason: String,
 }
 
 /// The outcome of `--verify-merged`.

@@ -127,12 +127,12 @@ pub async fn prepare(
             None
         }
     };
-    let selection = select(&req, &info, &repo, base)?;
-    let skipped = describe_skipped(&selection);
+    let mut selection = select(&req, &info, &repo, base)?;
+    let skipped = plan::describe_skipped(&selection.skipped);
     if selection.files.is_empty() {
         return Ok(Prepared::NoFiles(nothing_matched(&req, &skipped)));
     }
-    let (tasks, planner_skipped) = match req.split {
+    let (tasks, not_tasks) = match req.split {
         SplitMode::Llm => {
             let tree = repo.find_commit(base)?.tree()?;
             let split =
@@ -142,18 +142,19 @@ pub async fn prepare(
                     "the planner found nothing to change".into(),
                 ));
             }
-            (split.tasks, split.skipped)
+            selection.skipped.extend(split.skipped);
+            (split.tasks, selection.skipped)
         }
         SplitMode::File => (
             plan::make_tasks(selection.files, settings.batch),
-            Vec::new(),
+            selection.skipped,
         ),
     };
     repo::check_filters(&repo, tasks.iter().flat_map(|t| &t.files))?;
     if req.purpose == Purpose::Run {
         checks::checkout(&repo, &into, &tasks, settings.scope)?;
     }
-    let plan = new_plan(&req, base, &into, settings, tasks, planner_skipped);
+    let plan = new_plan(&req, base, &into, settings, tasks, not_tasks);
     let file_count = plan.tasks.iter().map(|t| t.files.len()).sum();
     Ok(Prepared::Ready(Box::new(Ready {
         into_start: into.tip.unwrap_or(base),
@@ -280,19 +281,4 @@ async fn split_with_model(
         split.tasks.len()
     ));
     Ok(split)
-}
-
-/// What the selection left out, in words.
-fn describe_skipped(s: &Selection) -> String {
-    let mut parts = Vec::new();
-    for (n, what) in [
-        (s.skipped_binary, "binary file(s)"),
-        (s.skipped_symlinks, "symlink(s)"),
-        (s.skipped_submodules, "submodule(s)"),
-    ] {
-        if n > 0 {
-            parts.push(format!("{n} {what}"));
-        }
-    }
-    parts.join(", ")
 }

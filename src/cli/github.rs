@@ -169,6 +169,25 @@ fn summary(report: &Report) -> String {
         counts.join(", "),
         t.tasks
     );
+    if !report.skipped_files.is_empty() {
+        let files: Vec<String> = report
+            .skipped_files
+            .iter()
+            .take(20)
+            .map(|s| format!("`{}` ({})", cell(&s.file.display()), cell(&s.reason)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "Not tasks: {}: {}{}\n",
+            crate::plan::describe_skipped(&report.skipped_files),
+            files.join(", "),
+            if report.skipped_files.len() > 20 {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
     if let Some(v) = &report.verify_merged {
         let _ = writeln!(
             out,

@@ -325,12 +325,16 @@ pub async fn run(args: RefactorArgs) -> AppResult<i32> {
     // The run's id from the start (the live view too), to find it with `swarm status`.
     if !super::render::is_quiet() {
         eprintln!(
-            "swarm: run {}: {} task(s) over {} file(s), -j {}, into {}",
+            "swarm: run {}: {} task(s) over {} file(s), -j {}, into {}{}",
             ready.plan.run_id,
             ready.plan.tasks.len(),
             ready.file_count,
             ready.plan.settings.jobs,
-            ready.into.branch
+            ready.into.branch,
+            match ready.skipped.as_str() {
+                "" => String::new(),
+                skipped => format!("; not tasks: {skipped}"),
+            }
         );
     }
     let mode = match (args.review, args.dry_run) {
@@ -440,7 +444,7 @@ fn confirm(plan: &Plan, files: usize, skipped: &str) -> AppResult<bool> {
     }
     writeln!(err, "and merge them into '{}'.", plan.into)?;
     if !skipped.is_empty() {
-        writeln!(err, "(skipped {skipped})")?;
+        writeln!(err, "(not tasks: {skipped})")?;
     }
     drop(err);
     Ok(super::confirm::ask()?)

@@ -470,6 +470,24 @@ pub fn print_summary(report: &Report, interrupted: bool) {
         t.tasks,
         counts.join(", ")
     );
+    if !report.skipped_files.is_empty() {
+        let shown: Vec<String> = report
+            .skipped_files
+            .iter()
+            .take(3)
+            .map(|s| s.file.display())
+            .collect();
+        eprintln!(
+            "  not tasks: {} ({}{}; all in the report's skipped_files)",
+            crate::plan::describe_skipped(&report.skipped_files),
+            shown.join(", "),
+            if report.skipped_files.len() > 3 {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
     if !is_quiet() {
         print_table(report);
         print_kept(report);

@@ -192,6 +192,7 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
         verify_merged: None,
         worktrees: None,
         per_process: None,
+        skipped_files: plan.skipped.clone(),
     }
 }
 

@@ -38,7 +38,9 @@ pub struct Plan {
     pub grep: Option<String>,
     pub settings: Settings,
     pub tasks: Vec<Task>,
-    /// Files the planner (`--split llm`) chose not to change, with its reasons.
+    /// Tracked files the pathspecs name that are not in any task, with why: `binary`,
+    /// `symlink`, `submodule` (swarm's edits are of text files), or the planner's reason
+    /// (`--split llm`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedFile>,
 }
@@ -53,10 +55,31 @@ pub struct Task {
     pub instruction: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SkippedFile {
-    pub file: RepoPath,
-    pub reason: String,
+pub use crate::report::SkippedFile;
+
+/// `skipped` in words, by reason: "8 binary file(s), 1 symlink(s)".
+pub fn describe_skipped(skipped: &[SkippedFile]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for s in skipped {
+        let kind = match s.reason.as_str() {
+            known @ ("binary" | "symlink" | "submodule") => known,
+            _ => "planner",
+        };
+        match counts.iter_mut().find(|(r, _)| *r == kind) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((kind, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(reason, n)| match *reason {
+            "binary" => format!("{n} binary file(s)"),
+            "symlink" => format!("{n} symlink(s)"),
+            "submodule" => format!("{n} submodule(s)"),
+            _ => format!("{n} left by the planner"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Plan {

@@ -5,7 +5,9 @@
 //! glob semantics instead: a pattern without `/` matches a file name at any depth (like
 //! `.gitignore`), a pattern with `/` is anchored at the repository root (or at the directory
 //! swarm was started in), `**` spans directories, and a pattern without glob characters is a
-//! file or a directory. `:!pattern`, `:^pattern` and `:(exclude)pattern` exclude.
+//! file or a directory. `:!pattern`, `:^pattern` and `:(exclude)pattern` exclude. As with
+//! git, a pattern also matches the file (or directory) whose name it is, glob characters and
+//! all: `'p[1].txt'` selects a file named `p[1].txt`.
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
@@ -88,6 +90,8 @@ impl Pathspec {
                 };
                 target.0.add(build_glob(&full, spec)?);
                 target.2 = true;
+                // A name with glob characters in it, meant as it is.
+                target.1.push(join(pattern).into_bytes());
             } else if pattern.is_empty() || pattern == "." {
                 target.1.push(base.into_bytes());
             } else {
@@ -157,6 +161,17 @@ mod tests {
         assert!(m(&["*.py"], "sub", "sub/deep/x.py"));
         assert!(!m(&["*.py"], "sub", "other/x.py"));
         assert!(m(&[":/top.py"], "sub", "top.py"));
+    }
+
+    #[test]
+    fn a_pattern_also_matches_the_file_it_names() {
+        assert!(m(&["p[1].txt"], "", "p[1].txt"));
+        assert!(m(&["q{a,b}.txt"], "", "q{a,b}.txt"));
+        assert!(m(&["q{a,b}.txt"], "", "qa.txt"));
+        assert!(m(&["d/what?.txt"], "", "d/what?.txt"));
+        assert!(m(&["t[1]"], "", "t[1]/inside.txt"));
+        assert!(!m(&["*.txt", ":!p[1].txt"], "", "p[1].txt"));
+        assert!(m(&["*.j2"], "", "t/completely{{ 1 % 0 }} safe template.j2"));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use git2::{ObjectType, Oid, Repository, Tree};
 use regex::bytes::Regex;
 
-use super::Pathspec;
+use super::{Pathspec, SkippedFile};
 use crate::repo_path::RepoPath;
 
 pub struct SelectOptions<'a> {
@@ -16,9 +16,9 @@ pub struct SelectOptions<'a> {
 #[derive(Debug, Default)]
 pub struct Selection {
     pub files: Vec<RepoPath>,
-    pub skipped_binary: usize,
-    pub skipped_symlinks: usize,
-    pub skipped_submodules: usize,
+    /// Tracked files the pathspecs name that cannot be tasks: `binary`, `symlink`,
+    /// `submodule`.
+    pub skipped: Vec<SkippedFile>,
     /// Files the pathspec matched but `--grep` did not.
     pub not_matching_grep: usize,
 }
@@ -42,10 +42,14 @@ pub fn select_files(
         if !options.pathspec.matches(&path) {
             return;
         }
+        let skip = |file, reason: &str| SkippedFile {
+            file,
+            reason: reason.to_string(),
+        };
         match mode {
             MODE_BLOB | MODE_EXEC => candidates.push((path, oid)),
-            MODE_LINK => selection.skipped_symlinks += 1,
-            MODE_COMMIT => selection.skipped_submodules += 1,
+            MODE_LINK => selection.skipped.push(skip(path, "symlink")),
+            MODE_COMMIT => selection.skipped.push(skip(path, "submodule")),
             _ => {}
         }
     })?;
@@ -54,7 +58,10 @@ pub fn select_files(
             .find_blob(oid)
             .with_context(|| format!("cannot read {path} at the base commit"))?;
         if blob.is_binary() {
-            selection.skipped_binary += 1;
+            selection.skipped.push(SkippedFile {
+                file: path,
+                reason: "binary".into(),
+            });
             continue;
         }
         if let Some(re) = options.grep
@@ -66,6 +73,7 @@ pub fn select_files(
         selection.files.push(path);
     }
     selection.files.sort();
+    selection.skipped.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(selection)
 }
 

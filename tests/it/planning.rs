@@ -52,6 +52,65 @@ fn binary_files_symlinks_and_submodules_are_skipped() {
         repo.git(&["ls-tree", "main", "link.txt"]).split(' ').next(),
         Some("120000")
     );
+    // Nothing the pathspecs name vanishes without a word: each is in the plan, the report
+    // and the summary.
+    let skipped = |text: &str| {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["skipped"]
+            .as_array()
+            .or(v["skipped_files"].as_array())
+            .unwrap()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s["file"].as_str().unwrap(),
+                    s["reason"].as_str().unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = ["blob.bin binary", "link.txt symlink", "vendored submodule"];
+    assert_eq!(skipped(&repo.run_file(&run.run_id(), "plan.json")), want);
+    assert_eq!(skipped(&repo.run_file(&run.run_id(), "report.json")), want);
+    assert!(
+        run.stderr
+            .contains("not tasks: 1 binary file(s), 1 symlink(s), 1 submodule(s)"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// git matches a pathspec literally too: a file whose name holds glob characters is a task
+/// when named (ansible has `completely{{ 1 % 0 }} safe template.j2`).
+#[test]
+fn file_names_with_glob_characters_are_matched_as_git_does() {
+    let repo = TestRepo::with_files(&[
+        ("p[1].txt", "foo\n"),
+        ("q{a,b}.txt", "foo\n"),
+        ("t/completely{{ 1 % 0 }} safe template.j2", "foo\n"),
+        ("p1.txt", "foo\n"),
+    ]);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "p[1].txt",
+        "q{a,b}.txt",
+        "t/completely{{ 1 % 0 }} safe template.j2",
+        "--exec",
+        SED_FOO_BAR,
+    ]);
+    run.assert_code(0);
+    for file in [
+        "p[1].txt",
+        "q{a,b}.txt",
+        "t/completely{{ 1 % 0 }} safe template.j2",
+    ] {
+        assert_eq!(repo.read(file), "bar\n", "{file}");
+    }
+    // The glob matches too, as in git: p[1].txt also names p1.txt.
+    assert_eq!(repo.read("p1.txt"), "bar\n");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
 }
 
 #[test]
