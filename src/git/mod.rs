@@ -2,13 +2,15 @@
 //!
 //! - [`repo`]: opening the user's repository and the checks that refuse bad input.
 //! - [`worktree`]: the pool of reusable worktrees, one per running worker.
-//! - [`commit`]: committing what a worker changed on its task branch.
+//! - [`commit`]: committing what a worker changed on its task branch; [`adopt`]: the
+//!   commits a confined worker made with its own git.
 //! - [`merge`]: the merge train, in memory, onto the integration branch.
 //! - [`finish`]: moving the target branch once, and cleanup; [`checkout`]: the user's
 //!   checkout moving with it, all or nothing.
 //! - [`interrupted`]: what a run killed with `kill -9` left (locks, a checkout half updated).
 //! - [`shard`]: shard records, and `git fetch`/`git push` (the only git processes).
 
+pub mod adopt;
 pub mod checkout;
 pub mod commit;
 pub mod finish;

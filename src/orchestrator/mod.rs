@@ -116,6 +116,9 @@ struct Layout {
     views: bool,
     /// The most tasks one worker process runs (`--per-process`).
     per_process: usize,
+    /// Does a worker's own git get copy-on-write views of the repository (a confined
+    /// `--exec` worker, where overlays can be mounted)?
+    git_views: bool,
 }
 
 /// Why `--atomic` keeps the target where it is, if so: a task that did not merge.
@@ -207,6 +210,7 @@ pub async fn run(
     let run_dir = RunDir::new(&req.info.common_dir, &req.plan.run_id);
     let _lock = open_run(&run_dir, &req.plan, &sink)?;
     let views = use_views(&req, &sink).await;
+    let git_views = views || git_views_work(&req).await;
     let (mut report, first_tip, merge_first) = match req.continuation {
         None => (
             new_report(&req.plan, &req.into.branch, req.into_start),
@@ -272,7 +276,11 @@ pub async fn run(
         &req.info,
         run_dir,
         services,
-        Layout { views, per_process },
+        Layout {
+            views,
+            per_process,
+            git_views,
+        },
     )?);
     let mut sched = Scheduler::new(shared.clone(), report, first_tip, req.mode);
     let mut driven = sched.drive(&req.info, first_tip, merge_first).await;
@@ -373,6 +381,18 @@ pub async fn use_views(req: &RunRequest, sink: &EventSink) -> bool {
             false
         }
     }
+}
+
+/// Can a confined `--exec` worker's git be given copy-on-write views here (overlays mount in
+/// its jail)? Asked when the worktrees are not views themselves.
+async fn git_views_work(req: &RunRequest) -> bool {
+    let settings = &req.plan.settings;
+    settings.sandbox.enabled
+        && settings.exec.is_some()
+        && req.mode.runs_workers()
+        && views_unavailable(settings, &req.info.common_dir)
+            .await
+            .is_none()
 }
 
 /// Why overlay worktrees cannot be used with these settings in this repository, if so.

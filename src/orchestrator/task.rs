@@ -13,6 +13,7 @@ use crate::worker::llm::LlmShared;
 use crate::worker::llm::agent::{self, AgentTask};
 use crate::worker::process::{self, Exit};
 use crate::worker::sandbox::diagnose;
+use crate::worker::sandbox::git_view::{GitDirs, GitLayer};
 use crate::worker::sandbox::overlay::OverlayView;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -110,6 +111,8 @@ pub(super) struct WorkerResult {
     pub(super) requests: u32,
     /// What an `--agent` said of its own spend.
     pub(super) reported: Option<Reported>,
+    /// What the worker's own git wrote, in its views (commits to adopt).
+    pub(super) git: Option<GitLayer>,
 }
 
 impl WorkerResult {
@@ -124,6 +127,7 @@ impl WorkerResult {
             turns: 0,
             requests: 0,
             reported: None,
+            git: None,
         }
     }
 }
@@ -152,6 +156,7 @@ pub(super) async fn run_task(
             &a.network,
             &shared.plan.settings.sandbox,
             a.worktree.as_deref(),
+            &shared.common_dir,
         );
     }
     a
@@ -167,7 +172,8 @@ async fn attempt_task(
     let mut slot = start_attempt(shared, &[a.idx], a.attempt, a.start, &branch).await?;
     a.worktree = Some(slot.path.clone());
     // On an error the lease gives the worktree back (its next task resets it).
-    let result = work(shared, a.idx, &task.files, &mut slot, context).await?;
+    let mut result = work(shared, a.idx, &task.files, &mut slot, context).await?;
+    let git = result.git.take();
     a.record_spend(&result);
     let verdict = result.verdict;
     a.summary = result.summary;
@@ -179,6 +185,14 @@ async fn attempt_task(
     // used again.
     if let Err(why) = shared.pool.check_intact(&slot) {
         tokio::task::spawn_blocking(move || slot.discard()).await?;
+        a.status = TaskStatus::Failed;
+        a.error = Some(why);
+        return Ok(());
+    }
+    if let Some(layer) = git
+        && let Err(why) = adopt_git(shared, &task.id, layer, &branch, a.start).await?
+    {
+        tokio::task::spawn_blocking(move || slot.release()).await??;
         a.status = TaskStatus::Failed;
         a.error = Some(why);
         return Ok(());
@@ -329,12 +343,16 @@ pub(super) async fn work(
         return Ok(WorkerResult::just(verdict, Some(tail)));
     }
     step(shared, &task.id, "running");
+    let git = shared.layout.git_views.then(|| shared.pool.git_dirs(slot));
     run_worker(
         shared,
         idx,
         files,
-        &slot.path,
-        slot.view.as_ref(),
+        Place {
+            worktree: &slot.path,
+            view: slot.view.as_ref(),
+            git: git.as_ref(),
+        },
         &task_dir,
         context,
     )
@@ -395,6 +413,47 @@ pub(super) async fn warn_about_new_branches(
 
 /// Commits what the worker left in the worktree onto `branch` (which started at `start`),
 /// then gives the worktree back.
+/// Keeps the commits the worker made with its own git on its task branch (and says which other
+/// refs it made, which are not kept); `Err` when they cannot be kept.
+async fn adopt_git(
+    shared: &Arc<Shared>,
+    task: &TaskId,
+    layer: GitLayer,
+    branch: &str,
+    start: Oid,
+) -> anyhow::Result<Result<(), String>> {
+    let (common, branch) = (shared.common_dir.clone(), branch.to_string());
+    let adopted = tokio::task::spawn_blocking(move || {
+        let repo = git2::Repository::open(&common)?;
+        let layers = crate::git::adopt::Layers {
+            objects: &layer.objects,
+            refs: &layer.refs,
+            admin: &layer.admin,
+        };
+        anyhow::Ok(crate::git::adopt::adopt(&repo, &layers, &branch, start))
+    })
+    .await??;
+    match adopted {
+        Ok(adopted) => {
+            if !adopted.other_refs.is_empty() {
+                warn(
+                    shared,
+                    task,
+                    format!(
+                        "the worker's own git made {}; only its task branch is kept",
+                        adopted.other_refs.join(", ")
+                    ),
+                );
+            }
+            Ok(Ok(()))
+        }
+        Err(e @ crate::git::adopt::NotAdopted::Git(_)) => {
+            Err(e).context("cannot keep the worker's own commits")
+        }
+        Err(e) => Ok(Err(e.to_string())),
+    }
+}
+
 pub(super) async fn commit_attempt(
     shared: &Arc<Shared>,
     slot: Lease,
@@ -493,6 +552,15 @@ pub(super) async fn set_up(
     })
 }
 
+/// Where a worker runs: its worktree, the overlay view mounted there, the repository
+/// directories its own git writes (through views).
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    worktree: &'a std::path::Path,
+    view: Option<&'a OverlayView>,
+    git: Option<&'a GitDirs>,
+}
+
 /// Runs the task's worker in its worktree: the `--exec` command, then `--verify` (and with
 /// `--repair`, the model on a failing check); or the built-in agent (which runs `--verify`
 /// itself and can react to it).
@@ -500,11 +568,15 @@ async fn run_worker(
     shared: &Arc<Shared>,
     idx: TaskIdx,
     files: &[RepoPath],
-    worktree: &std::path::Path,
-    view: Option<&OverlayView>,
+    place: Place<'_>,
     task_dir: &std::path::Path,
     context: Option<&str>,
 ) -> anyhow::Result<WorkerResult> {
+    let Place {
+        worktree,
+        view,
+        git,
+    } = place;
     let task = shared.plan.task(idx);
     let settings = &shared.plan.settings;
     let WorkerKind::Exec(command) = &shared.worker else {
@@ -538,6 +610,7 @@ async fn run_worker(
         cancel: &shared.cancel,
         meter: &shared.meter,
         context,
+        git,
     })
     .await?;
     let usage = ran.usage.unwrap_or_default();
@@ -554,6 +627,7 @@ async fn run_worker(
         cost_usd: spent.cost_usd,
         requests: spent.requests,
         reported: Reported::plausible(usage.tokens, usage.cost_usd, usage.turns),
+        git: ran.git,
     };
     let Some(verify) = settings.verify.as_deref() else {
         return Ok(result);
@@ -594,6 +668,7 @@ async fn run_worker(
     .await?;
     Ok(WorkerResult {
         summary: repaired.summary.or(result.summary),
+        git: result.git,
         ..repaired
     })
 }
@@ -667,6 +742,7 @@ pub(super) async fn run_agent(
         turns: out.turns,
         requests: out.requests,
         reported: None,
+        git: None,
     })
 }
 

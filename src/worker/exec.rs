@@ -23,6 +23,7 @@ use crate::settings::agents::AgentSettings;
 use crate::worker::Verdict;
 use crate::worker::agent_output::{self, AgentUsage};
 use crate::worker::sandbox::SandboxPolicy;
+use crate::worker::sandbox::git_view::{GitDirs, GitLayer};
 use crate::worker::sandbox::jail::StateView;
 use crate::worker::sandbox::overlay;
 use crate::worker::sandbox::overlay::OverlayView;
@@ -54,6 +55,9 @@ pub struct ExecTask<'a> {
     pub meter: &'a Meter,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
+    /// The repository directories the worker's own git writes, shown to it copy-on-write
+    /// (in the jail, where overlays can be mounted); `None`: not writable.
+    pub git: Option<&'a GitDirs>,
 }
 
 /// An `--agent` worker: the preset, and where its model requests go.
@@ -71,6 +75,8 @@ pub struct ExecOutcome {
     pub output_tail: String,
     /// What an `--agent` reported of its work (turns, tokens, cost): kept, never counted.
     pub usage: Option<AgentUsage>,
+    /// What the worker's own git wrote, for the caller to adopt its commits from.
+    pub git: Option<GitLayer>,
     /// What its model requests spent, metered by the gateway.
     pub spent: Option<Spent>,
 }
@@ -134,10 +140,21 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         }
         None => None,
     };
-    let state_views = match (task.agent, task.sandbox.enabled) {
+    let mut state_views = match (task.agent, task.sandbox.enabled) {
         (Some(agent), true) => state_views(agent.settings, task.task_dir)?,
         _ => Vec::new(),
     };
+    let git = match (task.git, task.sandbox.enabled) {
+        (Some(dirs), true) => {
+            Some(GitLayer::new(dirs).context("cannot make the views of the worker's git")?)
+        }
+        _ => None,
+    };
+    let mut also_writable = vec![result_dir.path()];
+    if let Some(layer) = &git {
+        state_views.extend(layer.views.iter().cloned());
+        also_writable.extend(layer.writable());
+    }
     let log = log_path(task.task_dir);
     let outcome = process::run(ProcessRequest {
         program: Program::Shell(task.command),
@@ -147,8 +164,8 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         timeout: task.timeout,
         idle_timeout: Some(task.idle_timeout),
         sandbox: Some(agent_sandbox.as_ref().unwrap_or(task.sandbox)),
-        // The result file's directory; nothing of swarm's.
-        also_writable: &[result_dir.path()],
+        // The result file's directory, and the views of its git; nothing of swarm's.
+        also_writable: &also_writable,
         view: task.view,
         on_access: task.on_access.clone(),
         cancel: task.cancel,
@@ -167,6 +184,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
     for view in &state_views {
         overlay::open_work_dir(&view.work);
     }
+    drop(also_writable);
     let outcome = outcome?;
 
     let reported: Option<ResultFile> =
@@ -219,6 +237,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         output_tail: outcome.output_tail,
         usage,
         spent: outcome.spent,
+        git,
     })
 }
 

@@ -208,6 +208,86 @@ fn a_worker_may_commit_by_itself() {
     assert!(run.stderr.contains("commit(s) itself"), "{}", run.stderr);
 }
 
+/// Under the default sandbox, a worker's own git works on its worktree (add, commit, mv,
+/// stash, a branch of its own) in copy-on-write views of the repository: its commits on its
+/// task branch are kept, and nothing else it did reaches the repository.
+#[test]
+fn a_confined_worker_uses_git_on_its_own_worktree() {
+    let repo = two_files();
+    let worker = "sed -i s/foo/bar/ b.txt && git add b.txt && git commit -qm 'worker commit' \
+         && echo stash >> b.txt && git stash -q && git stash drop -q \
+         && git branch side && git tag mine && git update-ref refs/heads/main HEAD \
+         && echo more >> b.txt";
+    let run = run_with_b(&repo, worker, &[]);
+    run.assert_code(0);
+    assert_eq!(repo.read("b.txt"), "bar\nmore\n");
+    let subjects = repo.lines(&["log", "--format=%s", "main"]);
+    assert!(
+        subjects.iter().any(|s| s == "worker commit"),
+        "{subjects:?}"
+    );
+    assert!(run.stderr.contains("commit(s) itself"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("refs/heads/main, refs/heads/side")
+            && run.stderr.contains("refs/tags/mine"),
+        "{}",
+        run.stderr
+    );
+    // Its branch, its tag and its stash stayed in its views; main is swarm's result.
+    assert_eq!(
+        repo.lines(&["branch", "--list", "side"]),
+        Vec::<String>::new()
+    );
+    assert_eq!(repo.lines(&["tag"]), Vec::<String>::new());
+    assert_eq!(repo.lines(&["stash", "list"]), Vec::<String>::new());
+    assert!(
+        repo.git(&["log", "-1", "--format=%s", "main"])
+            .starts_with("swarm: merge")
+    );
+    repo.git(&["fsck", "--strict"]);
+}
+
+/// The attack: a worker overwrites the object its own commit is stored under with other
+/// content (a repository that trusts names over contents would be corrupt for good). The
+/// object is refused, the task fails, the repository holds no such object.
+#[test]
+fn a_forged_object_in_a_workers_git_is_refused() {
+    let repo = two_files();
+    let forge = r#"sed -i s/foo/bar/ b.txt && git commit -qam w && python3 -c '
+import os, subprocess, zlib
+c = subprocess.check_output(["git", "rev-parse", "HEAD"]).decode().strip()
+objects = subprocess.check_output(["git", "rev-parse", "--git-path", "objects"]).decode().strip()
+path = os.path.join(objects, c[:2], c[2:])
+os.chmod(path, 0o644)
+open(path, "wb").write(zlib.compress(b"blob 6\0forged"))
+print("forged", c)
+'"#;
+    let run = run_with_b(&repo, forge, &[]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let b = task_of(&report, "b.txt");
+    assert_eq!(b["status"], "failed");
+    assert!(
+        b["error"].as_str().unwrap().contains("broken object"),
+        "{b}"
+    );
+    let tail = b["output_tail"].as_str().unwrap();
+    let forged = tail
+        .lines()
+        .find_map(|l| l.strip_prefix("forged "))
+        .unwrap_or_else(|| panic!("the attack did not run: {tail}"));
+    let exists = repo
+        .git_cmd()
+        .args(["cat-file", "-e", forged])
+        .output()
+        .unwrap();
+    assert!(
+        !exists.status.success(),
+        "the forged object reached the repository"
+    );
+    repo.git(&["fsck", "--strict"]);
+}
+
 #[test]
 fn a_worker_that_moves_head_fails() {
     let repo = two_files();

@@ -405,6 +405,14 @@ impl WorktreePool {
         self.lend(&repo, slot)
     }
 
+    /// What a worker's own git in `slot` writes: the git directory, the worktree's own.
+    pub fn git_dirs(&self, slot: &Slot) -> crate::worker::sandbox::git_view::GitDirs {
+        crate::worker::sandbox::git_view::GitDirs {
+            common: self.common_dir.clone(),
+            admin: self.admin_dir(&slot.name),
+        }
+    }
+
     /// The administrative directory of worktree `name`: `.git/worktrees/<name>`.
     fn admin_dir(&self, name: &str) -> PathBuf {
         self.common_dir.join("worktrees").join(name)

@@ -38,12 +38,14 @@ static ABSOLUTE_PATH: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r#"(/[^\s'"`:,()\[\]]+)"#).unwrap_or_else(|e| unreachable!("{e}")));
 
 /// What the sandbox probably did to a failed task, and the setting that would allow it.
-/// `worktree` is the task's (writes there are not the sandbox's doing).
+/// `worktree` is the task's (writes there are not the sandbox's doing); `git_dir` the
+/// repository's, where no setting should let workers write.
 pub fn hint(
     tail: &str,
     network: &NetworkUse,
     policy: &SandboxPolicy,
     worktree: Option<&Path>,
+    git_dir: &Path,
 ) -> Option<String> {
     if !policy.enabled {
         return None;
@@ -78,6 +80,15 @@ pub fn hint(
                 .map(|c| c[1].to_string())
                 .find(|p| worktree.is_none_or(|w| !Path::new(p).starts_with(w)))
         })?;
+    if Path::new(&refused).starts_with(git_dir) {
+        return Some(format!(
+            "the log shows a write refused in the repository's git directory ({refused}): a \
+             worker's own git (add, commit, stash) works in its own process, through \
+             copy-on-write views of the repository, where the jail can mount overlays; \
+             --verify, setup and the built-in worker's commands cannot write there. Leave \
+             committing to swarm: it commits whatever the worker changed"
+        ));
+    }
     Some(write_hint(&refused, policy))
 }
 
@@ -130,30 +141,59 @@ mod tests {
             refused: 1,
             refused_hosts: vec!["api.anthropic.com:443".into()],
         };
-        let said = hint("", &used, &policy(&["x.com"]), None).unwrap_or_default();
+        let said =
+            hint("", &used, &policy(&["x.com"]), None, Path::new("/r/.git")).unwrap_or_default();
         assert!(said.contains("--allow-domain api.anthropic.com "), "{said}");
     }
 
     #[test]
     fn a_failed_lookup_without_network_suggests_the_domain() {
         let tail = "doing\ncurl: (6) Could not resolve host: api.openai.com\n";
-        let said = hint(tail, &NetworkUse::default(), &policy(&[]), None).unwrap_or_default();
+        let said = hint(
+            tail,
+            &NetworkUse::default(),
+            &policy(&[]),
+            None,
+            Path::new("/r/.git"),
+        )
+        .unwrap_or_default();
         assert!(said.contains("--allow-domain api.openai.com"), "{said}");
         let tail = "Error: getaddrinfo ENOTFOUND api.anthropic.com\n";
-        let said = hint(tail, &NetworkUse::default(), &policy(&[]), None).unwrap_or_default();
+        let said = hint(
+            tail,
+            &NetworkUse::default(),
+            &policy(&[]),
+            None,
+            Path::new("/r/.git"),
+        )
+        .unwrap_or_default();
         assert!(said.contains("--allow-domain api.anthropic.com"), "{said}");
     }
 
     #[test]
     fn a_refused_write_outside_the_worktree_suggests_writable() {
         let tail = "Error: EROFS: read-only file system, open '/tmp/h/.claude/x.json'\n";
-        let said = hint(tail, &NetworkUse::default(), &policy(&[]), None).unwrap_or_default();
+        let said = hint(
+            tail,
+            &NetworkUse::default(),
+            &policy(&[]),
+            None,
+            Path::new("/r/.git"),
+        )
+        .unwrap_or_default();
         assert!(
             said.contains("[sandbox] writable = [\"/tmp/h/.claude/x.json\"]"),
             "{said}"
         );
         let tail = "cat: /home/u/.ssh/id_rsa: Permission denied\n";
-        let said = hint(tail, &NetworkUse::default(), &policy(&[]), None).unwrap_or_default();
+        let said = hint(
+            tail,
+            &NetworkUse::default(),
+            &policy(&[]),
+            None,
+            Path::new("/r/.git"),
+        )
+        .unwrap_or_default();
         assert!(said.contains("unhide = [\"/home/u/.ssh\"]"), "{said}");
         // In the worktree, a refused write is not the sandbox's doing.
         let tail = "sh: /w/t/a.txt: Permission denied\n";
@@ -162,6 +202,7 @@ mod tests {
             &NetworkUse::default(),
             &policy(&[]),
             Some(Path::new("/w/t")),
+            Path::new("/r/.git"),
         );
         assert_eq!(none, None);
     }
@@ -171,10 +212,41 @@ mod tests {
         let mut off = policy(&[]);
         off.enabled = false;
         let tail = "curl: (6) Could not resolve host: api.openai.com\n";
-        assert_eq!(hint(tail, &NetworkUse::default(), &off, None), None);
         assert_eq!(
-            hint("error: x\n", &NetworkUse::default(), &policy(&[]), None),
+            hint(
+                tail,
+                &NetworkUse::default(),
+                &off,
+                None,
+                Path::new("/r/.git")
+            ),
             None
         );
+        assert_eq!(
+            hint(
+                "error: x\n",
+                &NetworkUse::default(),
+                &policy(&[]),
+                None,
+                Path::new("/r/.git")
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_refused_write_in_the_git_directory_never_suggests_writable() {
+        let tail =
+            "fatal: Unable to create '/r/.git/worktrees/swarm-x-1/index.lock': Permission denied";
+        let said = hint(
+            tail,
+            &NetworkUse::default(),
+            &policy(&[]),
+            None,
+            Path::new("/r/.git"),
+        )
+        .unwrap_or_default();
+        assert!(said.contains("Leave committing to swarm"), "{said}");
+        assert!(!said.contains("writable ="), "{said}");
     }
 }

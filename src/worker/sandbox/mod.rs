@@ -26,6 +26,7 @@
 
 pub mod diagnose;
 pub mod door;
+pub mod git_view;
 pub mod jail;
 pub mod overlay;
 pub mod proxy;
