@@ -23,7 +23,10 @@ pub struct CompletionsArgs {
 
 pub fn run(args: CompletionsArgs) -> AppResult<i32> {
     let mut command = super::Cli::command();
-    clap_complete::generate(args.shell, &mut command, "swarm", &mut std::io::stdout());
+    // Into memory first: clap_complete panics when its writer fails (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "swarm", &mut script);
+    std::io::stdout().lock().write_all(&script)?;
     Ok(exit::SUCCESS)
 }
 

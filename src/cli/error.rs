@@ -10,6 +10,12 @@ use crate::settings::{Count, SettingsError};
 
 /// Prints `e` on stderr and gives the exit code.
 pub fn report(e: &AppError) -> i32 {
+    // Whoever read the output stopped (`| head`): nothing went wrong, nothing to say.
+    if let AppError::Internal(inner) = e
+        && inner.chain().any(super::out::is_closed_pipe)
+    {
+        return exit::SUCCESS;
+    }
     let (message, hint) = describe(e);
     // Messages quote paths and output that may hold control characters.
     eprintln!("error: {}", super::visible::text(&message));

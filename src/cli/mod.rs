@@ -1,5 +1,19 @@
 //! The command line: clap types (one module per subcommand), rendering, exit codes.
 
+// What the command line prints never fails it ([`out`]): these shadow std's macros in every
+// module below.
+macro_rules! eprintln {
+    () => { $crate::cli::out::err_line(format_args!("")) };
+    ($($arg:tt)*) => { $crate::cli::out::err_line(format_args!($($arg)*)) };
+}
+macro_rules! println {
+    () => { $crate::cli::out::out_line(format_args!("")) };
+    ($($arg:tt)*) => { $crate::cli::out::out_line(format_args!($($arg)*)) };
+}
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::cli::out::out(format_args!($($arg)*)) };
+}
+
 mod agents;
 mod clean;
 mod completions;
@@ -9,6 +23,7 @@ mod error;
 mod execute;
 mod github;
 mod merge;
+mod out;
 mod plan;
 mod refactor;
 mod render;

@@ -481,3 +481,65 @@ fn diff_stat_is_gits() {
         ours.stdout
     );
 }
+
+/// Runs swarm with `args` whose stdout and stderr are pipes nobody reads: both closed as
+/// soon as it starts. Returns its exit code, and whether it is still readable afterwards.
+fn with_closed_pipes(repo: &TestRepo, args: &[&str]) -> i32 {
+    let mut child = repo
+        .swarm_cmd()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    child.wait().unwrap().code().unwrap_or(-1)
+}
+
+/// `swarm refactor … 2>&1 | head -3`: the run goes on to its end, merges and exits with its
+/// own code; reading commands end quietly (`swarm status | head -1`, `swarm man | true`).
+#[test]
+fn closed_output_pipes_neither_stop_a_run_nor_fail_a_command() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let worker = format!("sleep 0.3; echo working; {SED_FOO_BAR}");
+    let code = with_closed_pipes(&repo, &["refactor", "x", "-y", "--json", "--exec", &worker]);
+    assert_eq!(code, 0);
+    assert_eq!(repo.read("a.txt"), "bar\n");
+    assert_eq!(repo.read("b.txt"), "bar\n");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+    let status = repo.swarm(&["status", "--json"]);
+    assert!(
+        status.stdout.contains("\"state\": \"finished\""),
+        "{}",
+        status.stdout
+    );
+    let run_id = repo.swarm(&["status"]).stdout.lines().nth(1).unwrap()[..20].to_string();
+
+    // A failing run keeps its code.
+    repo.write("a.txt", "foo\n");
+    repo.commit_all("again");
+    let code = with_closed_pipes(&repo, &["refactor", "x", "a.txt", "-y", "--exec", "exit 3"]);
+    assert_eq!(code, 1);
+
+    for args in [
+        vec!["status"],
+        vec!["status", &run_id],
+        vec!["diff", &run_id],
+        vec!["man"],
+        vec!["completions", "bash"],
+    ] {
+        let mut child = repo
+            .swarm_cmd()
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "swarm {args:?}: {stderr}");
+        assert!(stderr.is_empty(), "swarm {args:?}: {stderr}");
+    }
+}
