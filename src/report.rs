@@ -109,6 +109,9 @@ pub struct TaskReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported: Option<Reported>,
     pub changed_files: Vec<RepoPath>,
+    /// Those of `changed_files` the task deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted_files: Vec<RepoPath>,
     pub summary: Option<String>,
     pub error: Option<String>,
     pub output_tail: Option<String>,
@@ -190,6 +193,31 @@ impl NetworkUse {
 }
 
 impl TaskReport {
+    /// What the task changed, in words: `2 file(s) changed`, `1 file(s) changed, 1 deleted
+    /// (old.txt)`.
+    pub fn change_words(&self) -> String {
+        let mut words = format!("{} file(s) changed", self.changed_files.len());
+        if !self.deleted_files.is_empty() {
+            let names: Vec<String> = self
+                .deleted_files
+                .iter()
+                .take(3)
+                .map(|p| p.display())
+                .collect();
+            words.push_str(&format!(
+                ", {} deleted ({}{})",
+                self.deleted_files.len(),
+                names.join(", "),
+                if self.deleted_files.len() > 3 {
+                    ", …"
+                } else {
+                    ""
+                }
+            ));
+        }
+        words
+    }
+
     /// Back to pending, to run again.
     pub fn retry_from_scratch(&mut self) {
         self.status = TaskStatus::Pending;

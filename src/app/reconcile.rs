@@ -172,6 +172,18 @@ fn mark_merged_from_git(
             t.merge_commit = Some(merge);
             t.commit = Some(task_commit);
             t.error = None;
+            // A run killed before it saved the task's report: what the merge changed.
+            if t.changed_files.is_empty() {
+                let merge = repo.find_commit(merge)?;
+                let (before, after) = (merge.parent(0)?.tree()?, merge.tree()?);
+                t.changed_files = crate::git::changed_paths(repo, &before, &after)?;
+                t.deleted_files = t
+                    .changed_files
+                    .iter()
+                    .filter(|p| after.get_path(p.as_path()).is_err())
+                    .cloned()
+                    .collect();
+            }
         }
     }
     Ok(())

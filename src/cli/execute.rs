@@ -65,7 +65,7 @@ pub async fn execute(request: RunRequest, out: &Output) -> AppResult<i32> {
     if show_diffs && !out.json {
         print_task_diffs(&common_dir, &outcome.report)?;
     }
-    render::print_summary(&outcome.report, outcome.interrupted);
+    super::summary::print_summary(&outcome.report, outcome.interrupted);
     drop(stopped);
     if super::github::enabled() {
         super::github::publish(&outcome.report);

@@ -220,9 +220,7 @@ fn summary(report: &Report) -> String {
         let detail = match (&task.error, &task.summary) {
             (Some(e), _) => e.clone(),
             (None, Some(s)) => s.clone(),
-            (None, None) if task.status == TaskStatus::Merged => {
-                format!("{} file(s) changed", task.changed_files.len())
-            }
+            (None, None) if task.status == TaskStatus::Merged => task.change_words(),
             (None, None) => String::new(),
         };
         let _ = writeln!(

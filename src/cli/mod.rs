@@ -31,6 +31,7 @@ mod resume;
 mod review;
 mod run;
 mod status;
+mod summary;
 mod visible;
 
 use std::io::IsTerminal as _;

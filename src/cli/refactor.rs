@@ -6,7 +6,6 @@ use std::path::Path;
 use clap::Args;
 
 use super::execute::{Output, execute, on_terminal};
-use super::render;
 use crate::app::prepare::{self, PrepareRequest, Prepared, Purpose, Ready};
 use crate::app::reconcile;
 use crate::app::{self, AppError, AppResult};
@@ -402,7 +401,7 @@ async fn review_then_merge(
     let outcome = on_terminal(request, events.as_deref()).await?;
     let mut report = outcome.report;
     if outcome.interrupted {
-        render::print_summary(&report, true);
+        super::summary::print_summary(&report, true);
         return Ok(exit::INTERRUPTED);
     }
     let color = super::use_color(std::io::stderr().is_terminal());
@@ -410,7 +409,7 @@ async fn review_then_merge(
     report.compute_totals(report.totals.duration_ms);
     app::save_report(&common_dir, &report)?;
     if accepted == 0 {
-        render::print_summary(&report, false);
+        super::summary::print_summary(&report, false);
         eprintln!("review: nothing accepted, nothing merged");
         return Ok(if report.all_succeeded() {
             exit::SUCCESS

@@ -129,7 +129,7 @@ fn print_run(report: &Report) {
             t.attempts,
             t.duration_ms as f64 / 1000.0
         );
-        for line in super::render::failure_lines(t) {
+        for line in super::summary::failure_lines(t) {
             println!("{:<11} {:<width$} {:>3} {:>8}  {line}", "", "", "", "");
         }
     }

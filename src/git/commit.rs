@@ -31,6 +31,8 @@ pub struct Committed {
     pub tip: Oid,
     /// Paths that differ between the start commit and the tip.
     pub changed: Vec<RepoPath>,
+    /// Those of `changed` that the tip no longer has.
+    pub deleted: Vec<RepoPath>,
     /// Commits the worker made by itself.
     pub worker_commits: usize,
     /// Paths that could not be staged (e.g. a nested repository), left out of the commit.
@@ -164,9 +166,15 @@ fn commit_with(
     }
     let new_tree = repo.find_commit(tip)?.tree()?;
     let changed = super::changed_paths(repo, &start_tree, &new_tree)?;
+    let deleted = changed
+        .iter()
+        .filter(|p| new_tree.get_path(p.as_path()).is_err())
+        .cloned()
+        .collect();
     Ok(Committed {
         tip,
         changed,
+        deleted,
         worker_commits,
         skipped,
         moved_head,

@@ -36,6 +36,7 @@ mod scheduler;
 mod task;
 mod verify_merged;
 mod watch;
+mod worker_run;
 
 pub use mode::{Continuation, RunMode};
 use scheduler::Scheduler;
@@ -181,6 +182,7 @@ pub fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
                 requests: 0,
                 reported: None,
                 changed_files: Vec::new(),
+                deleted_files: Vec::new(),
                 summary: None,
                 error: None,
                 output_tail: None,

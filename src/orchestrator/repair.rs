@@ -14,7 +14,8 @@ use anyhow::Context as _;
 use git2::Oid;
 
 use super::Shared;
-use super::task::{Attempt, Resolved, run_agent, set_up, step};
+use super::task::{Attempt, Resolved, step};
+use super::worker_run::{run_agent, set_up};
 use crate::events::Event;
 use crate::git::worktree::{self, Slot};
 use crate::git::{commit, merge};

@@ -408,6 +408,7 @@ impl Scheduler {
         let t = self.report.task_mut(a.idx);
         t.duration_ms += a.duration.as_millis() as u64;
         t.changed_files = a.changed.clone();
+        t.deleted_files = a.deleted.clone();
         t.commit = a.tip.filter(|tip| *tip != a.start);
         t.summary = a.summary.clone();
         t.tokens.prompt = t.tokens.prompt.saturating_add(a.tokens.prompt);

@@ -25,7 +25,7 @@ use git2::Oid;
 
 use super::Shared;
 use super::scheduler::Scheduler;
-use super::task::set_up;
+use super::worker_run::set_up;
 use crate::events::{CheckRole, Event};
 use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
 use crate::report::{TaskStatus, VerifyMergedReport};

@@ -77,6 +77,8 @@ pub struct ExecOutcome {
     pub usage: Option<AgentUsage>,
     /// What the worker's own git wrote, for the caller to adopt its commits from.
     pub git: Option<GitLayer>,
+    /// Processes it left running when it exited (stopped with it).
+    pub leftovers: u32,
     /// What its model requests spent, metered by the gateway.
     pub spent: Option<Spent>,
 }
@@ -238,6 +240,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         usage,
         spent: outcome.spent,
         git,
+        leftovers: outcome.leftovers,
     })
 }
 

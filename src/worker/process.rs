@@ -117,6 +117,8 @@ pub struct ProcessOutcome {
     pub duration: Duration,
     /// What its model requests through the gateway spent (an agent's process).
     pub spent: Option<Spent>,
+    /// Processes it left running when it exited (stopped with it).
+    pub leftovers: u32,
 }
 
 pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
@@ -145,7 +147,7 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
             let _ = tail_tx.send(capture(reader, log, &last_activity, started));
         });
     }
-    let exit = wait(&mut child, pgid, &req, &last_activity, started).await?;
+    let (exit, left_in_group) = wait(&mut child, pgid, &req, &last_activity, started).await?;
     // Dealt with in `wait`; a later signal could hit a reused process group id.
     group.0 = None;
     // Normally the pipe closes as soon as the group is gone; a process that escaped the group
@@ -161,6 +163,13 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
         output_bytes,
         duration: started.elapsed(),
         spent: keep.gateway.as_ref().map(Listener::spent),
+        leftovers: match &keep.report {
+            Some(report) => std::fs::read_to_string(report.path().join("leftovers"))
+                .ok()
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0),
+            None => left_in_group,
+        },
     })
 }
 
@@ -169,6 +178,8 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
 #[derive(Default)]
 struct Confinement {
     tmp: Option<tempfile::TempDir>,
+    /// Where the jail says what the process left behind (out of its reach).
+    report: Option<tempfile::TempDir>,
     proxy: Option<Proxy>,
     gateway: Option<Listener>,
 }
@@ -268,8 +279,11 @@ fn jailed(
     if let Some(door) = &gateway_door {
         spec = spec.with_forward(GATEWAY_PORT, door);
     }
+    let report = crate::scratch::dir("jail-").context("cannot create a temporary directory")?;
+    let spec = spec.with_leftovers(&report.path().join("leftovers"));
     let keep = Confinement {
         tmp: Some(tmp),
+        report: Some(report),
         proxy,
         gateway,
     };
@@ -284,30 +298,31 @@ async fn wait(
     req: &ProcessRequest<'_>,
     last_activity: &AtomicU64,
     started: Instant,
-) -> anyhow::Result<Exit> {
+) -> anyhow::Result<(Exit, u32)> {
     let grace = kill_grace();
     Ok(tokio::select! {
         status = child.wait() => {
             let status = status?;
             // Leftover background processes of the worker die with it.
+            let left = group_members(pgid);
             signal_group(pgid, libc::SIGKILL);
-            exit_of(status)
+            (exit_of(status), left)
         }
         () = tokio::time::sleep(req.timeout) => {
             stop_group(child, pgid, grace).await;
-            Exit::TimedOut
+            (Exit::TimedOut, 0)
         }
         () = stale(req.idle_timeout, req.view.map_or(req.cwd, |v| &v.upper), last_activity, started) => {
             stop_group(child, pgid, grace).await;
-            Exit::Idle
+            (Exit::Idle, 0)
         }
         () = req.cancel.cancelled() => {
             stop_group(child, pgid, grace).await;
-            Exit::Cancelled
+            (Exit::Cancelled, 0)
         }
         () = over_budget(req.budget) => {
             stop_group(child, pgid, grace).await;
-            Exit::OverBudget
+            (Exit::OverBudget, 0)
         }
     })
 }
@@ -396,6 +411,37 @@ async fn stop_group(child: &mut tokio::process::Child, pgid: Option<i32>, grace:
     }
     // Children that outlived the shell after SIGTERM.
     signal_group(pgid, libc::SIGKILL);
+}
+
+/// How many processes of group `pgid` still run (an unconfined worker's leftovers; a jail's
+/// are counted inside it). Cheap when there are none: one `killpg(…, 0)`.
+fn group_members(pgid: Option<i32>) -> u32 {
+    let Some(pgid) = pgid.filter(|p| *p > 0) else {
+        return 0;
+    };
+    // SAFETY: signal 0 only checks that the group has a member.
+    if unsafe { libc::killpg(pgid, 0) } != 0 {
+        return 0;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let in_group = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            // `pid (name) STATE PPID PGRP …`
+            let mut rest = stat
+                .rsplit_once(')')
+                .map_or("", |(_, r)| r)
+                .split_whitespace();
+            let state = rest.next();
+            state != Some("Z") && rest.nth(1).and_then(|g| g.parse().ok()) == Some(pgid)
+        })
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| in_group(pid))
+        .count() as u32
 }
 
 fn signal_group(pgid: Option<i32>, signal: i32) {

@@ -183,8 +183,19 @@ fn kill_9_shows_as_interrupted_and_resume_finishes() {
     assert_eq!(v["state"], "interrupted");
 
     std::fs::write(repo.home.join("go"), "").unwrap();
-    repo.swarm(&["resume", &id]).assert_code(0);
+    let resumed = repo.swarm(&["resume", &id]);
+    resumed.assert_code(0);
     assert_finished_like_an_uninterrupted_run(&repo, &base);
+    // Tasks merged before the kill say what they changed, as those merged after.
+    let report = repo.report(&resumed);
+    for task in report["tasks"].as_array().unwrap() {
+        assert_eq!(task["changed_files"], task["files"], "{task}");
+    }
+    assert!(
+        !resumed.stderr.contains(" 0 file(s) changed"),
+        "{}",
+        resumed.stderr
+    );
 }
 
 #[test]

@@ -166,6 +166,14 @@ fn a_deletion_is_merged() {
     assert!(!repo.path.join("b.txt").exists());
     assert_eq!(repo.lines(&["ls-files"]), vec!["a.txt".to_string()]);
     assert_eq!(repo.read("a.txt"), "bar\n");
+    // Said as git's diffstat would: a deletion is not just "a change".
+    assert!(
+        run.stderr.contains("1 file(s) changed, 1 deleted (b.txt)"),
+        "{}",
+        run.stderr
+    );
+    let report = repo.report(&run);
+    assert_eq!(task_of(&report, "b.txt")["deleted_files"][0], "b.txt");
 }
 
 #[test]

@@ -11,12 +11,12 @@ use crate::worker::sandbox::door::{self, DoorKey};
 /// Forks the forwarder: it listens on the namespace's loopback, at each port of `forwards`,
 /// before the worker starts, and passes each connection on to the Unix socket of that port
 /// (swarm's proxy, swarm's gateway), a thread per direction. It dies with init, like every
-/// process of the namespace.
+/// process of the namespace. Returns its pid.
 pub(super) fn start_forwarders(
     forwards: &[(u16, Bytes)],
     keys: &[DoorKey],
     close: &[i32],
-) -> anyhow::Result<()> {
+) -> anyhow::Result<i32> {
     let mut listeners = Vec::new();
     for ((port, socket), key) in forwards.iter().zip(keys) {
         let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, *port))
@@ -29,7 +29,7 @@ pub(super) fn start_forwarders(
         return Err(errno("fork"));
     }
     if pid > 0 {
-        return Ok(());
+        return Ok(pid);
     }
     // SAFETY: closing fds this process owns; ignoring the signals that stop the worker, so a
     // worker stopped gracefully can still reach swarm while it ends (the forwarder dies with

@@ -109,6 +109,10 @@ pub struct JailSpec {
     /// directory as it is below, the writes in a layer of swarm's.
     #[serde(default)]
     pub state_views: Vec<StateView>,
+    /// Where the jail writes how many processes the worker left running when it exited
+    /// (stopped with it), if any did.
+    #[serde(default)]
+    pub leftovers: Option<Bytes>,
 }
 
 impl JailSpec {
@@ -130,6 +134,7 @@ impl JailSpec {
             parent: std::process::id(),
             overlay: None,
             state_views: Vec::new(),
+            leftovers: None,
         }
     }
 
@@ -144,6 +149,12 @@ impl JailSpec {
         self.forwards
             .push((port, Bytes::of(door.socket.as_os_str())));
         self.keys.push(door.key.clone());
+        self
+    }
+
+    /// Writes into `file` how many processes the worker left behind, if any.
+    pub fn with_leftovers(mut self, file: &Path) -> Self {
+        self.leftovers = Some(Bytes::of(file.as_os_str()));
         self
     }
 
@@ -296,15 +307,19 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
     }
     let init_status = wait_for(init)?;
     // The worker's status, as init saw it; nothing if init itself was killed.
-    let mut buf = [0u8; 4];
+    let mut buf = [0u8; 8];
     // SAFETY: reading into a local buffer.
     let n = unsafe { libc::read(status[0], buf.as_mut_ptr().cast(), buf.len()) };
-    let worker_status = if n == 4 {
-        i32::from_ne_bytes(buf)
-    } else {
-        init_status
-    };
-    exit_like(worker_status)
+    let word = |at: usize| i32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+    if n != 8 {
+        exit_like(init_status)
+    }
+    if let (Some(file), left @ 1..) = (&spec.leftovers, word(4)) {
+        // The jail is swarm's code, outside the worker's Landlock domain: this file is out of
+        // the worker's reach.
+        let _ = std::fs::write(path(file), left.to_string());
+    }
+    exit_like(word(0))
 }
 
 /// Moves this process into new user, PID, mount and IPC namespaces (and network, unless
@@ -357,9 +372,14 @@ fn init_main(
         }
     }
     confine(spec)?;
-    if !spec.forwards.is_empty() {
-        start_forwarders(&spec.forwards, &spec.keys, &[status_fd, lifeline_fd])?;
-    }
+    let forwarder = match spec.forwards.is_empty() {
+        true => None,
+        false => Some(start_forwarders(
+            &spec.forwards,
+            &spec.keys,
+            &[status_fd, lifeline_fd],
+        )?),
+    };
     // SAFETY: handlers only store the signal number in an atomic.
     unsafe {
         for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
@@ -372,7 +392,7 @@ fn init_main(
         }
     }
     let worker = start_worker(spec, argv, &[status_fd, lifeline_fd])?;
-    reap(worker, status_fd)
+    reap(worker, status_fd, forwarder)
 }
 
 /// The walls of the jail, from inside its namespaces: private mounts, a `/proc` of the new
@@ -444,13 +464,15 @@ fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Res
 /// Init's life once the worker runs: reaps orphans, passes signals on to every process of
 /// the namespace, and when the worker ends, writes its status to `status_fd` and exits
 /// (which ends every process left inside).
-fn reap(worker: i32, status_fd: i32) -> ! {
+fn reap(worker: i32, status_fd: i32, forwarder: Option<i32>) -> ! {
     loop {
         let mut st: libc::c_int = 0;
         // SAFETY: waitpid into a local.
         let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
         if pid == worker {
-            let bytes = st.to_ne_bytes();
+            let mut bytes = [0u8; 8];
+            bytes[..4].copy_from_slice(&st.to_ne_bytes());
+            bytes[4..].copy_from_slice(&leftovers(forwarder).to_ne_bytes());
             // SAFETY: writing a local buffer to our pipe, then leaving: the kernel ends
             // every other process of the namespace.
             unsafe {
@@ -473,6 +495,26 @@ fn reap(worker: i32, status_fd: i32) -> ! {
             }
         }
     }
+}
+
+/// The processes of the namespace still running, but init and the forwarder: what the
+/// worker left behind (the kernel ends them with init).
+fn leftovers(forwarder: Option<i32>) -> u32 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let running = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            // `pid (name) S …`: the state follows the last parenthesis; Z is a zombie.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != 1 && Some(pid) != forwarder)
+        .filter(running)
+        .count() as u32
 }
 
 static PENDING: AtomicI32 = AtomicI32::new(0);
