@@ -480,6 +480,7 @@ impl Shared {
             cancel: &self.cancel,
             gateway: None,
             state_views: &[],
+            git_view: None,
             budget: None,
         }
     }

@@ -422,6 +422,10 @@ async fn adopt_git(
     branch: &str,
     start: Oid,
 ) -> anyhow::Result<Result<(), String>> {
+    // The common case: the worker's git wrote nothing (no repository to open for it).
+    if layer.untouched() {
+        return Ok(Ok(()));
+    }
     let (common, branch) = (shared.common_dir.clone(), branch.to_string());
     let adopted = tokio::task::spawn_blocking(move || {
         let repo = git2::Repository::open(&common)?;

@@ -142,7 +142,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         }
         None => None,
     };
-    let mut state_views = match (task.agent, task.sandbox.enabled) {
+    let state_views = match (task.agent, task.sandbox.enabled) {
         (Some(agent), true) => state_views(agent.settings, task.task_dir)?,
         _ => Vec::new(),
     };
@@ -154,8 +154,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
     };
     let mut also_writable = vec![result_dir.path()];
     if let Some(layer) = &git {
-        state_views.extend(layer.views.iter().cloned());
-        also_writable.extend(layer.writable());
+        also_writable.push(layer.writable());
     }
     let log = log_path(task.task_dir);
     let outcome = process::run(ProcessRequest {
@@ -180,6 +179,7 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
                 bindings,
             }),
         state_views: &state_views,
+        git_view: git.as_ref().map(|l| &l.view),
         budget: task.agent.map(|_| task.meter.when_exhausted()),
     })
     .await;
@@ -187,6 +187,9 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         overlay::open_work_dir(&view.work);
     }
     drop(also_writable);
+    if let Some(layer) = &git {
+        layer.unmounted();
+    }
     let outcome = outcome?;
 
     let reported: Option<ResultFile> =

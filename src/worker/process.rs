@@ -84,6 +84,8 @@ pub struct ProcessRequest<'a> {
     pub gateway: Option<GatewayAccess<'a>>,
     /// Copy-on-write views of directories outside the worktree (an agent's state).
     pub state_views: &'a [StateView],
+    /// A copy-on-write view of the repository's git directory, for the worker's own git.
+    pub git_view: Option<&'a StateView>,
     /// Cancelled when the run's budget is spent: the process is stopped
     /// ([`Exit::OverBudget`]).
     pub budget: Option<&'a CancellationToken>,
@@ -163,11 +165,17 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
         output_bytes,
         duration: started.elapsed(),
         spent: keep.gateway.as_ref().map(Listener::spent),
-        leftovers: match &keep.report {
-            Some(report) => std::fs::read_to_string(report.path().join("leftovers"))
-                .ok()
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(0),
+        leftovers: match &keep.leftovers {
+            Some(file) => {
+                let left = std::fs::read_to_string(file)
+                    .ok()
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0);
+                if left > 0 {
+                    let _ = std::fs::remove_file(file);
+                }
+                left
+            }
             None => left_in_group,
         },
     })
@@ -178,8 +186,9 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
 #[derive(Default)]
 struct Confinement {
     tmp: Option<tempfile::TempDir>,
-    /// Where the jail says what the process left behind (out of its reach).
-    report: Option<tempfile::TempDir>,
+    /// Where the jail says what the process left behind, if it left anything (out of its
+    /// reach).
+    leftovers: Option<std::path::PathBuf>,
     proxy: Option<Proxy>,
     gateway: Option<Listener>,
 }
@@ -260,6 +269,7 @@ fn jailed(
     writable.extend(policy.writable.iter().cloned());
     let mut spec = JailSpec::new(argv, req.cwd, &writable, &policy.hide, policy.network)
         .with_overlay(req.view)
+        .with_git_view(req.git_view, req.cwd)
         .with_state_views(req.state_views);
     let gateway_door = gateway.as_ref().and_then(Listener::door);
     let proxy = match policy.network_access() {
@@ -279,11 +289,11 @@ fn jailed(
     if let Some(door) = &gateway_door {
         spec = spec.with_forward(GATEWAY_PORT, door);
     }
-    let report = crate::scratch::dir("jail-").context("cannot create a temporary directory")?;
-    let spec = spec.with_leftovers(&report.path().join("leftovers"));
+    let leftovers = crate::scratch::path("leftovers-").context("cannot name a temporary file")?;
+    let spec = spec.with_leftovers(&leftovers);
     let keep = Confinement {
         tmp: Some(tmp),
-        report: Some(report),
+        leftovers: Some(leftovers),
         proxy,
         gateway,
     };

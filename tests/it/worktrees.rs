@@ -133,7 +133,17 @@ fn a_worker_in_a_view_changes_neither_the_shared_base_nor_anything_outside_it() 
             task_of(&report, "one.txt")["id"].as_str().unwrap()
         ),
     );
-    assert!(!log.contains("escaped"), "{log}");
+    // The writes under the git directory (the base checkout, the layers, next to the view)
+    // land in the worker's copy-on-write view of it, thrown away with it; the checkout is
+    // outside, and refused.
+    assert!(!log.contains("escaped: checkout"), "{log}");
+    assert!(
+        !crate::common::Snapshot::of(&repo.swarm_dir(), &[])
+            .texts()
+            .iter()
+            .any(|t| t.ends_with(" pwned\n")),
+        "a write reached the real .git/swarm"
+    );
     assert_eq!(repo.read("one.txt"), "edited\n");
     assert_eq!(
         repo.read("two.txt"),

@@ -440,6 +440,7 @@ async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<Ou
         cancel: task.cancel,
         gateway: None,
         state_views: &[],
+        git_view: None,
         budget: None,
     })
     .await?;
@@ -471,6 +472,7 @@ pub async fn run_verify(command: &str, task: &AgentTask<'_>) -> anyhow::Result<O
         cancel: task.cancel,
         gateway: None,
         state_views: &[],
+        git_view: None,
         budget: None,
     })
     .await?;

@@ -1,14 +1,16 @@
-//! A worker's own git: copy-on-write views of what git writes when a worker runs `git add`,
-//! `git commit`, `git stash` or `git switch` in its worktree — the object store, the refs,
-//! the reflogs and the worktree's administrative directory (its index and HEAD).
+//! A worker's own git: a copy-on-write view of the repository's git directory, so that a
+//! worker can `git add`, `git commit`, `git stash` or `git switch` in its worktree.
 //!
-//! In the jail each is an overlay ([`StateView`]): the repository's directory is the
+//! In the jail the git directory is an overlay ([`StateView`]): the repository's is the
 //! read-only lower layer, and every write lands in an upper layer in swarm's scratch
 //! directory, so a worker's git works as in any checkout while nothing it does reaches the
 //! repository: not the user's refs, not another worktree, not the object store (a loose
-//! object planted under a name its content does not hash to would corrupt it). After the
-//! worker, swarm adopts from the layers what it keeps — the commits on the task's own
-//! branch, their objects checked one by one ([`crate::git::adopt`]) — and drops the rest.
+//! object planted under a name its content does not hash to would corrupt it). The
+//! worktree, which lives under the git directory (`.git/swarm/worktrees/…`), is carried over
+//! the overlay as it was mounted ([`super::jail`]). After the worker, swarm adopts from the
+//! layer what it keeps — the commits on the task's own branch, their objects checked one by
+//! one ([`crate::git::adopt`]) — and drops the rest. One overlay, not one per directory git
+//! writes: each mount costs the jail a millisecond or two.
 
 use std::path::{Path, PathBuf};
 
@@ -23,59 +25,53 @@ pub struct GitDirs {
     pub admin: PathBuf,
 }
 
-/// The layers of one worker process's views, removed when dropped.
+/// The layer of one worker process's view, removed when dropped.
 #[derive(Debug)]
 pub struct GitLayer {
     _dir: tempfile::TempDir,
-    pub views: Vec<StateView>,
+    pub view: StateView,
+    /// Where, in the layer, the worker's new objects, refs and worktree state are.
     pub objects: PathBuf,
     pub refs: PathBuf,
     pub admin: PathBuf,
 }
 
 impl GitLayer {
-    /// Views of `dirs` with empty upper layers.
+    /// A view of `dirs.common` with an empty upper layer.
     pub fn new(dirs: &GitDirs) -> std::io::Result<Self> {
         let dir = crate::scratch::dir("git-")?;
-        // git makes `logs/` when it first writes a reflog; the view needs it to exist.
-        std::fs::create_dir_all(dirs.common.join("logs"))?;
-        let mut views = Vec::new();
-        let mut upper_of = |name: &str, lower: PathBuf| -> std::io::Result<PathBuf> {
-            let (upper, work) = (
-                dir.path().join(name),
-                dir.path().join(format!("{name}.work")),
-            );
-            std::fs::create_dir(&upper)?;
-            std::fs::create_dir(&work)?;
-            views.push(StateView {
-                dir: lower,
-                upper: upper.clone(),
-                work,
-            });
-            Ok(upper)
-        };
-        let objects = upper_of("objects", dirs.common.join("objects"))?;
-        let refs = upper_of("refs", dirs.common.join("refs"))?;
-        upper_of("logs", dirs.common.join("logs"))?;
-        let admin = upper_of("admin", dirs.admin.clone())?;
+        let (upper, work) = (dir.path().join("upper"), dir.path().join("work"));
+        std::fs::create_dir(&upper)?;
+        std::fs::create_dir(&work)?;
+        let admin = dirs
+            .admin
+            .strip_prefix(&dirs.common)
+            .map_or_else(|_| upper.join("worktrees/?"), |rel| upper.join(rel));
         Ok(Self {
-            _dir: dir,
-            views,
-            objects,
-            refs,
+            objects: upper.join("objects"),
+            refs: upper.join("refs"),
             admin,
+            view: StateView {
+                dir: dirs.common.clone(),
+                upper,
+                work,
+            },
+            _dir: dir,
         })
     }
 
-    /// The directories the worker may write (each the mount point of a view).
-    pub fn writable(&self) -> Vec<&Path> {
-        self.views.iter().map(|v| v.dir.as_path()).collect()
+    /// The directory the worker may write (the mount point of the view).
+    pub fn writable(&self) -> &Path {
+        &self.view.dir
     }
 
-    /// Makes overlayfs' scratch folders removable again after the process.
+    /// Did the worker's git write nothing at all (the upper layer empty)?
+    pub fn untouched(&self) -> bool {
+        std::fs::read_dir(&self.view.upper).is_ok_and(|mut entries| entries.next().is_none())
+    }
+
+    /// Makes overlayfs' scratch folder removable again after the process.
     pub fn unmounted(&self) {
-        for view in &self.views {
-            super::overlay::open_work_dir(&view.work);
-        }
+        super::overlay::open_work_dir(&self.view.work);
     }
 }

@@ -49,7 +49,7 @@ mod mounts;
 
 use forward::start_forwarders;
 pub use mounts::StateView;
-use mounts::{hide, loopback_up, mount, mount_state_view, mount_view};
+use mounts::{hide, loopback_up, mount, mount_git_view, mount_state_view, mount_view};
 
 /// The argument that makes swarm a jail.
 pub const ARG: &str = "__swarm-jail";
@@ -109,6 +109,10 @@ pub struct JailSpec {
     /// directory as it is below, the writes in a layer of swarm's.
     #[serde(default)]
     pub state_views: Vec<StateView>,
+    /// A copy-on-write view of the repository's git directory (a worker's own git), and the
+    /// worktree below it to keep as it is mounted.
+    #[serde(default)]
+    pub git_view: Option<(StateView, Bytes)>,
     /// Where the jail writes how many processes the worker left running when it exited
     /// (stopped with it), if any did.
     #[serde(default)]
@@ -134,6 +138,7 @@ impl JailSpec {
             parent: std::process::id(),
             overlay: None,
             state_views: Vec::new(),
+            git_view: None,
             leftovers: None,
         }
     }
@@ -149,6 +154,12 @@ impl JailSpec {
         self.forwards
             .push((port, Bytes::of(door.socket.as_os_str())));
         self.keys.push(door.key.clone());
+        self
+    }
+
+    /// Shows the git directory of `view` copy-on-write, `worktree` (below it) as it is.
+    pub fn with_git_view(mut self, view: Option<&StateView>, worktree: &Path) -> Self {
+        self.git_view = view.map(|v| (v.clone(), Bytes::of(worktree.as_os_str())));
         self
     }
 
@@ -411,8 +422,12 @@ fn confine(spec: &JailSpec) -> anyhow::Result<()> {
     if let Some(view) = &spec.overlay {
         mount_view(view)?;
     }
+    // The state views first: their layers may be under the git directory (a task's).
     for view in &spec.state_views {
         mount_state_view(view)?;
+    }
+    if let Some((view, worktree)) = &spec.git_view {
+        mount_git_view(view, &path(worktree))?;
     }
     for p in &spec.hide {
         hide(&path(p))?;

@@ -2,6 +2,7 @@
 //! overlay view, the copy-on-write views of an agent's state, the hidden credential stores.
 
 use std::ffi::CString;
+use std::os::unix::ffi::OsStringExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -127,6 +128,93 @@ pub(super) fn mount_state_view(view: &StateView) -> anyhow::Result<()> {
     .with_context(|| format!("cannot mount a copy-on-write view of {target}"))
 }
 
+/// `open_tree(2)` and `move_mount(2)` flags (linux/mount.h), which the libc crate lacks.
+const OPEN_TREE_CLONE: libc::c_ulong = 1;
+const AT_RECURSIVE: libc::c_ulong = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_ulong = 0x4;
+
+/// Mounts `view` on a git directory, with what is mounted at (or is) `carry`, below it —
+/// the worktree — kept as it was: cloned before the overlay hides it, and put back on top.
+/// Where something else is mounted below the git directory (not a setup swarm makes: a test
+/// of a full disk), the view would hide it, so there is none: the worker's git cannot write.
+pub(super) fn mount_git_view(view: &StateView, carry: &Path) -> anyhow::Result<()> {
+    if mounts_below(&view.dir, carry) {
+        return Ok(());
+    }
+    if !carry.starts_with(&view.dir) {
+        return mount_state_view(view);
+    }
+    let at = CString::new(carry.as_os_str().as_encoded_bytes()).context("NUL byte")?;
+    // SAFETY: open_tree on a valid C string; the result is a descriptor this function owns.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            at.as_ptr(),
+            OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_ulong,
+        )
+    } as i32;
+    if tree < 0 {
+        return Err(errno(
+            "cannot hold the worktree while the git view is mounted",
+        ));
+    }
+    let mounted = mount_state_view(view);
+    // SAFETY: move_mount of the descriptor onto a valid C string path, then closing it.
+    let moved = unsafe {
+        let rc = libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            at.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        );
+        let err = (rc != 0).then(|| errno("cannot put the worktree back over the git view"));
+        libc::close(tree);
+        err
+    };
+    mounted?;
+    moved.map_or(Ok(()), Err)
+}
+
+/// Is anything mounted strictly below `dir`, but at `except`? (`/proc/self/mountinfo`'s
+/// fifth field, with its octal escapes.)
+fn mounts_below(dir: &Path, except: &Path) -> bool {
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
+        return true;
+    };
+    info.split(|b| *b == b'\n').any(|line| {
+        let Some(field) = line.split(|b| *b == b' ').nth(4) else {
+            return false;
+        };
+        let at = PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(field)));
+        at != dir && at != except && at.starts_with(dir)
+    })
+}
+
+/// `\040` and the like, as the kernel escapes mount points.
+fn unescape_octal(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 pub(super) fn mount(
     source: Option<&str>,
     target: &str,
@@ -152,4 +240,15 @@ pub(super) fn mount(
         return Err(errno(&format!("mount {}", target.to_string_lossy())));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_unescaped_as_the_kernel_wrote_them() {
+        assert_eq!(unescape_octal(br"/a\040b/c\134d"), b"/a b/c\\d");
+        assert_eq!(unescape_octal(br"/plain\09"), br"/plain\09");
+    }
 }
