@@ -66,16 +66,16 @@ fn open_root() -> io::Result<Root> {
     Ok(Root { path, _lock: lock })
 }
 
-/// A new path in this process's scratch directory, named `prefix` and a random part, that
+/// A new path in this process's scratch directory, named `prefix` and a number, that
 /// nothing is at (yet): for a file another process may write.
 pub fn path(prefix: &str) -> io::Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let root = ROOT
         .get_or_init(|| open_root().map_err(|e| e.to_string()))
         .as_ref()
         .map_err(|e| io::Error::other(e.clone()))?;
-    Ok(root
-        .path
-        .join(format!("{prefix}{}", crate::secrets::random_hex::<8>()?)))
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(root.path.join(format!("{prefix}{n}")))
 }
 
 /// Removes this process's scratch directory (what its guards have not removed already).

@@ -179,13 +179,18 @@ impl JailSpec {
     /// the doors' keys (the worker's is `/dev/null`).
     pub fn command(&self) -> anyhow::Result<tokio::process::Command> {
         use std::io::Write as _;
+        let mut cmd = tokio::process::Command::new("/proc/self/exe");
+        cmd.arg(ARG).arg(serde_json::to_string(self)?);
+        if self.keys.is_empty() {
+            cmd.stdin(std::process::Stdio::null());
+            return Ok(cmd);
+        }
         let (keys, mut sender) = std::io::pipe().context("cannot create a pipe for the jail")?;
         for key in &self.keys {
             sender.write_all(&key.0)?;
         }
         drop(sender);
-        let mut cmd = tokio::process::Command::new("/proc/self/exe");
-        cmd.arg(ARG).arg(serde_json::to_string(self)?).stdin(keys);
+        cmd.stdin(keys);
         Ok(cmd)
     }
 }
