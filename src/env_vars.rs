@@ -22,6 +22,7 @@ pub const SWARM_MAX_COST: &str = "SWARM_MAX_COST";
 pub const SWARM_VERIFY: &str = "SWARM_VERIFY";
 pub const SWARM_VERIFY_MERGED: &str = "SWARM_VERIFY_MERGED";
 pub const SWARM_IDLE_TIMEOUT: &str = "SWARM_IDLE_TIMEOUT";
+pub const SWARM_OK_EXIT_CODES: &str = "SWARM_OK_EXIT_CODES";
 pub const SWARM_SANDBOX: &str = "SWARM_SANDBOX";
 pub const SWARM_WORKTREES: &str = "SWARM_WORKTREES";
 /// Path of the user's config file, instead of `$XDG_CONFIG_HOME/swarm/config.toml`.

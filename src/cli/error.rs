@@ -196,6 +196,10 @@ fn settings(e: &SettingsError) -> (String, Option<String>) {
             "fix the file; its tables are [run], [worktree], [model] and [sandbox] (docs/USAGE.md)",
         ),
         SettingsError::Unreadable { .. } => (e.to_string(), "check the file's permissions"),
+        SettingsError::ExitCode(_) => (
+            e.to_string(),
+            "list exit statuses from 0 to 255, e.g. --ok-exit-codes 0,1",
+        ),
         SettingsError::UnknownAgent { .. } => (
             e.to_string(),
             "`swarm agents` lists them; define your own as [agents.NAME] in your config file",

@@ -12,7 +12,7 @@ use super::refactor::{PlanningArgs, plan_only};
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
-  swarm plan 'ruff fixes' '*.py' --exec 'ruff check --fix \"$SWARM_FILE\"' -o plan.json
+  swarm plan 'ruff fixes' '*.py' --ok-exit-codes 0,1 --exec 'ruff check --fix \"$SWARM_FILE\"' -o plan.json
   swarm run plan.json --shard 1/4 --push origin      # on each of 4 machines
   swarm merge plan.json --fetch origin --push origin  # once they are done
 

@@ -27,8 +27,9 @@ Examples:
   swarm refactor 'rename foo to bar' 'src/**/*.py' --grep foo -j 8 \\
       --exec 'sed -i \"s/\\bfoo\\b/bar/g\" \"$SWARM_FILE\"'
 
-  # Fix lint in every Python file, into a new branch:
-  swarm refactor 'ruff fixes' '*.py' --into lint-fixes -y --exec 'ruff check --fix \"$SWARM_FILE\"'
+  # Fix lint in every Python file, into a new branch (ruff exits 1 when findings are left):
+  swarm refactor 'ruff fixes' '*.py' --into lint-fixes -y --ok-exit-codes 0,1 \\
+      --exec 'ruff check --fix \"$SWARM_FILE\"'
 
 Workers get SWARM_FILE, SWARM_FILES, SWARM_INSTRUCTION, SWARM_TASK_ID, SWARM_RUN_ID,
 SWARM_WORKTREE, SWARM_TASK_FILE and SWARM_RESULT_FILE (see docs/WORKERS.md).
@@ -181,6 +182,12 @@ pub struct PlanningArgs {
     #[arg(long)]
     pub repair: bool,
 
+    /// Exit statuses of the worker's command that mean success, comma-separated (`0,1` for
+    /// codemods that exit 1 when they rewrote a file or left findings: pyupgrade, `ruff check
+    /// --fix`) [default: 0].
+    #[arg(long, value_name = "CODES", value_delimiter = ',', env = env_vars::SWARM_OK_EXIT_CODES)]
+    pub ok_exit_codes: Option<Vec<i32>>,
+
     /// A worker process with no output and no file change for this many seconds is stale and
     /// killed [default: 300].
     #[arg(long, value_name = "SECS", env = env_vars::SWARM_IDLE_TIMEOUT)]
@@ -254,6 +261,7 @@ impl PlanningArgs {
         run.repair = self.repair.then_some(true);
         run.atomic = self.atomic.then_some(true);
         run.idle_timeout = self.idle_timeout;
+        run.ok_exit_codes = self.ok_exit_codes.clone();
         match &self.agent {
             Some(agent) => {
                 run.agent = Some(agent.clone());

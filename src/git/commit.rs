@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, Oid, Repository, Status, StatusOptions};
 
-use super::worktree::view::{ignored_in, upper_changes};
+use super::worktree::ignore::ViewIgnore;
+use super::worktree::view::upper_changes;
 use crate::repo_path::RepoPath;
 use crate::worker::sandbox::overlay;
 
@@ -293,7 +294,8 @@ fn stage_view(
     upper: &Path,
 ) -> Result<(Oid, Vec<RepoPath>), CommitError> {
     let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot read the worktree: {e}"));
-    let changes = upper_changes(upper, tip_tree, &ignored_in(base)).map_err(io)?;
+    let rules = ViewIgnore::new(base, upper);
+    let changes = upper_changes(upper, tip_tree, &|p, d| rules.ignored(p, d)).map_err(io)?;
     let mut removals: BTreeSet<PathBuf> = changes
         .removed
         .iter()

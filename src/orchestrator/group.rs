@@ -245,6 +245,7 @@ async fn attempt_group(
                 .collect()));
         }
         Verdict::Failed(why) | Verdict::Timeout(why) => return unshared(why.clone()),
+        Verdict::Exited(_) => return unshared(result.verdict.describe()),
         Verdict::Done | Verdict::NoChange => {}
     }
     warn_about_new_branches(shared, &first.id).await?;

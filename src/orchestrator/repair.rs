@@ -152,6 +152,7 @@ async fn resolve_in(
             return Ok(());
         }
         Verdict::Failed(why) | Verdict::Timeout(why) => Some(why),
+        exited @ Verdict::Exited(_) => Some(exited.describe()),
     };
     let left = merge::with_conflict_markers(worktree, &conflicted);
     let why = why.or_else(|| {

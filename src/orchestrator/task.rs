@@ -150,13 +150,15 @@ pub(super) async fn run_task(
     a.network = shared.network.take(&shared.plan.task(idx).id);
     warn_about_checkout(&shared, &shared.plan.task(idx).id).await;
     if !matches!(a.status, TaskStatus::Done | TaskStatus::NoChange) {
-        a.hint = diagnose::hint(
-            a.output_tail.as_deref().unwrap_or(""),
-            &a.network,
-            &shared.plan.settings.sandbox,
-            a.worktree.as_deref(),
-            &shared.common_dir,
-        );
+        a.hint = a.hint.take().or_else(|| {
+            diagnose::hint(
+                a.output_tail.as_deref().unwrap_or(""),
+                &a.network,
+                &shared.plan.settings.sandbox,
+                a.worktree.as_deref(),
+                &shared.common_dir,
+            )
+        });
     }
     a
 }
@@ -247,6 +249,17 @@ async fn attempt_task(
         );
     }
     a.over_budget = matches!(verdict, Verdict::OverBudget(_));
+    if let Verdict::Exited(code @ 1..=3) = verdict
+        && !a.changed.is_empty()
+    {
+        a.hint = Some(format!(
+            "the worker changed {} file(s) and exited with status {code}: some codemods exit \
+             {code} when they did their job (pyupgrade when it rewrites a file, `ruff check \
+             --fix` when findings are left); if this one does, pass --ok-exit-codes 0,{code} \
+             (docs/WORKERS.md lists common ones)",
+            a.changed.len()
+        ));
+    }
     (a.status, a.error) = outcome(verdict, &a.changed, &task.files, shared.plan.settings.scope);
     Ok(())
 }
@@ -499,6 +512,7 @@ pub(super) fn outcome(
         Verdict::OverBudget(why) => (TaskStatus::Skipped, Some(why)),
         Verdict::Timeout(why) => (TaskStatus::Timeout, Some(why)),
         Verdict::Failed(why) => (TaskStatus::Failed, Some(why)),
+        exited @ Verdict::Exited(_) => (TaskStatus::Failed, Some(exited.describe())),
         Verdict::Done | Verdict::NoChange if changed.is_empty() => (TaskStatus::NoChange, None),
         Verdict::Done | Verdict::NoChange => {
             let outside: Vec<String> = changed

@@ -114,6 +114,7 @@ pub(super) async fn run_worker(
         cancel: &shared.cancel,
         meter: &shared.meter,
         context,
+        ok_exit_codes: &settings.ok_exit_codes,
         git,
     })
     .await?;

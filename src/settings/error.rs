@@ -63,4 +63,6 @@ pub enum SettingsError {
     Price,
     #[error("[worktree] copy: {0}")]
     CopyPath(String),
+    #[error("--ok-exit-codes / [run] ok_exit_codes: {0} is not an exit status (0 to 255)")]
+    ExitCode(i32),
 }

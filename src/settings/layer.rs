@@ -95,6 +95,8 @@ pub struct RunTable {
     /// Move the target only if every task merged (`--atomic`).
     pub atomic: Option<bool>,
     pub idle_timeout: Option<u64>,
+    /// Exit statuses of the worker's command that mean success (`--ok-exit-codes`).
+    pub ok_exit_codes: Option<Vec<i32>>,
     /// `--agent NAME`: a coding-agent preset as the worker (not in the repository's file).
     pub agent: Option<String>,
     /// `--model` with `--agent`: the agent's model (the command line only).
@@ -118,6 +120,7 @@ combine_fields!(RunTable {
     repair,
     atomic,
     idle_timeout,
+    ok_exit_codes,
     agent,
     agent_model,
 });

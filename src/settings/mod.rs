@@ -69,6 +69,9 @@ pub struct Settings {
     pub atomic: bool,
     /// A worker process with no output and no file change this long is killed.
     pub idle_timeout_secs: u64,
+    /// Exit statuses of the worker's command that mean it succeeded (`--ok-exit-codes`).
+    #[serde(default = "success_only")]
+    pub ok_exit_codes: Vec<i32>,
     pub sandbox: SandboxPolicy,
     /// What the built-in worker's `run` tool may run.
     pub run_tool: RunToolPolicy,
@@ -85,6 +88,11 @@ pub struct Resolved {
     /// Settings that were asked for where they may not be set (the repository's
     /// `swarm.toml` weakening the sandbox), and were ignored.
     pub warnings: Vec<String>,
+}
+
+/// Only 0 means success, as for any program.
+fn success_only() -> Vec<i32> {
+    vec![0]
 }
 
 impl Settings {
@@ -245,6 +253,10 @@ impl Settings {
         {
             return Err(SettingsError::ToolChoice(choice.clone()));
         }
+        let ok_exit_codes = run.ok_exit_codes.unwrap_or_else(success_only);
+        if let Some(&bad) = ok_exit_codes.iter().find(|c| !(0..=255).contains(*c)) {
+            return Err(SettingsError::ExitCode(bad));
+        }
         let worktree = WorktreeSettings {
             copy: layer.worktree.copy.unwrap_or_default(),
             setup: layer.worktree.setup,
@@ -291,6 +303,7 @@ impl Settings {
             repair: run.repair.unwrap_or(false),
             atomic: run.atomic.unwrap_or(false),
             idle_timeout_secs,
+            ok_exit_codes,
             sandbox,
             run_tool: RunToolPolicy {
                 allow_all: layer.sandbox.allow_any_run.unwrap_or(false),

@@ -55,6 +55,8 @@ pub struct ExecTask<'a> {
     pub meter: &'a Meter,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
+    /// Exit statuses that mean the command succeeded (`--ok-exit-codes`; 0 by default).
+    pub ok_exit_codes: &'a [i32],
     /// The repository directories the worker's own git writes, shown to it copy-on-write
     /// (in the jail, where overlays can be mounted); `None`: not writable.
     pub git: Option<&'a GitDirs>,
@@ -219,22 +221,24 @@ pub async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
                 .unwrap_or("the run's budget is spent")
         )),
         Exit::Signal(sig) => Verdict::Failed(format!("the worker was killed by signal {sig}")),
-        Exit::Code(0) => match reported.as_ref().map(|r| r.status.as_str()) {
-            Some("failed") => Verdict::Failed(format!(
-                "the worker reported failure: {}",
-                summary.as_deref().unwrap_or("(no summary)")
-            )),
-            _ if usage.as_ref().is_some_and(|u| u.error.is_some()) => Verdict::Failed(format!(
-                "the agent reported an error: {}",
-                usage
-                    .as_ref()
-                    .and_then(|u| u.error.as_deref())
-                    .unwrap_or("")
-            )),
-            Some("no_change") => Verdict::NoChange,
-            _ => Verdict::Done,
-        },
-        Exit::Code(code) => Verdict::Failed(format!("the worker exited with status {code}")),
+        Exit::Code(code) if task.ok_exit_codes.contains(&code) => {
+            match reported.as_ref().map(|r| r.status.as_str()) {
+                Some("failed") => Verdict::Failed(format!(
+                    "the worker reported failure: {}",
+                    summary.as_deref().unwrap_or("(no summary)")
+                )),
+                _ if usage.as_ref().is_some_and(|u| u.error.is_some()) => Verdict::Failed(format!(
+                    "the agent reported an error: {}",
+                    usage
+                        .as_ref()
+                        .and_then(|u| u.error.as_deref())
+                        .unwrap_or("")
+                )),
+                Some("no_change") => Verdict::NoChange,
+                _ => Verdict::Done,
+            }
+        }
+        Exit::Code(code) => Verdict::Exited(code),
     };
     Ok(ExecOutcome {
         verdict,

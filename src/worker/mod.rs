@@ -19,6 +19,8 @@ pub enum Verdict {
     /// Finished and said nothing needed changing.
     NoChange,
     Failed(String),
+    /// The worker's command exited with this status, not one of `--ok-exit-codes`.
+    Exited(i32),
     Timeout(String),
     Interrupted,
     /// Stopped because the run's budget was spent (why).
@@ -32,6 +34,7 @@ impl Verdict {
             Verdict::Done => "done".into(),
             Verdict::NoChange => "no change".into(),
             Verdict::Failed(why) | Verdict::Timeout(why) | Verdict::OverBudget(why) => why.clone(),
+            Verdict::Exited(code) => format!("the worker exited with status {code}"),
             Verdict::Interrupted => "interrupted".into(),
         }
     }

@@ -12,6 +12,7 @@ mod common;
 mod docs;
 mod fake_agents;
 mod fake_model;
+mod first_day;
 mod gateway;
 mod llm;
 mod llm_server;

@@ -40,6 +40,7 @@ use crate::worker::sandbox::overlay::OverlayView;
 
 mod cleanup;
 mod files;
+pub mod ignore;
 mod parallel;
 pub mod view;
 
@@ -313,7 +314,8 @@ impl WorktreePool {
         sandbox::confined(std::slice::from_ref(&view.upper), || {
             let base_repo = Repository::open(&base_admin)?;
             let tree = base_repo.find_commit(commit)?.tree()?;
-            view::clear_upper(&view.upper, &tree, &view::ignored_in(&base_repo))
+            let rules = ignore::ViewIgnore::new(&base_repo, &view.upper);
+            view::clear_upper(&view.upper, &tree, &|p, d| rules.ignored(p, d))
                 .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
         })?;
         self.open(slot)?.set_head(branch_ref)?;

@@ -12,7 +12,7 @@
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
-use git2::{ObjectType, Repository, Tree};
+use git2::{ObjectType, Tree};
 
 use crate::repo_path::RepoPath;
 use crate::state;
@@ -152,17 +152,4 @@ pub fn remove_layers(common_dir: &Path, dir: &Path) -> anyhow::Result<()> {
     overlay::open_work_dir(&dir.join("work"));
     state::remove_owned(common_dir, dir)?;
     Ok(())
-}
-
-/// Asks `repo` (the base checkout's, whose working files hold the `.gitignore` files) whether
-/// an untracked path is ignored.
-pub fn ignored_in(repo: &Repository) -> impl Fn(&RepoPath, bool) -> bool + '_ {
-    move |path, is_dir| {
-        let mut p = path.as_bytes().to_vec();
-        if is_dir {
-            p.push(b'/');
-        }
-        repo.is_path_ignored(crate::repo_path::bytes_as_path(&p))
-            .unwrap_or(false)
-    }
 }
