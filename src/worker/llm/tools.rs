@@ -556,8 +556,25 @@ fn nearest_hint(text: &str, wanted: &str) -> String {
 mod tests {
     use super::*;
 
-    fn ws(files: Option<&[&str]>) -> (tempfile::TempDir, Workspace) {
-        let dir = tempfile::tempdir().unwrap();
+    /// A workspace in a folder of the test's own temporary directory, so that what an escape
+    /// would reach (`../x`) is the test's too, never a path another program owns.
+    struct Dir {
+        outer: tempfile::TempDir,
+        root: PathBuf,
+    }
+
+    impl Dir {
+        fn path(&self) -> &Path {
+            &self.root
+        }
+    }
+
+    fn ws(files: Option<&[&str]>) -> (Dir, Workspace) {
+        let outer = tempfile::tempdir().unwrap();
+        let dir = Dir {
+            root: outer.path().join("ws"),
+            outer,
+        };
         std::fs::create_dir_all(dir.path().join(".git")).unwrap();
         std::fs::write(dir.path().join(".git/config"), "[core]\n").unwrap();
         std::fs::create_dir_all(dir.path().join("src")).unwrap();
@@ -599,7 +616,7 @@ mod tests {
             ));
             assert!(r.starts_with("error:"), "{path}: {r}");
         }
-        assert!(!dir.path().parent().unwrap().join("x").exists());
+        assert!(!dir.outer.path().join("x").exists());
         assert_eq!(
             std::fs::read_to_string(dir.path().join(".git/config")).unwrap(),
             "[core]\n"
