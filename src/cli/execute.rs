@@ -32,7 +32,6 @@ pub async fn on_terminal(
     events: Option<&std::path::Path>,
 ) -> AppResult<RunOutcome> {
     let cancel = CancellationToken::new();
-    spawn_signal_handler(cancel.clone());
     let settled = request.continuation.as_ref().map_or(0, |c| {
         c.report
             .tasks
@@ -41,6 +40,11 @@ pub async fn on_terminal(
             .count()
     });
     let reporter = render::reporter_for_terminal(request.plan.tasks.len(), settled);
+    spawn_signal_handler(
+        cancel.clone(),
+        reporter.clone(),
+        request.plan.run_id.clone(),
+    );
     let sink = Arc::new(EventSink::new(reporter.boxed()));
     if let Some(path) = events {
         sink.log_to(path).map_err(|source| AppError::Events {
@@ -124,7 +128,11 @@ fn print_task_diffs(common_dir: &std::path::Path, report: &crate::report::Report
 
 /// First SIGINT/SIGTERM: stop new tasks, stop workers, clean up, exit 130. A second one exits
 /// at once.
-fn spawn_signal_handler(cancel: CancellationToken) {
+fn spawn_signal_handler(
+    cancel: CancellationToken,
+    reporter: Arc<render::TerminalReporter>,
+    run: crate::ids::RunId,
+) {
     tokio::spawn(async move {
         let Ok(mut term) =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -139,11 +147,14 @@ fn spawn_signal_handler(cancel: CancellationToken) {
             }
             signals += 1;
             if signals == 1 {
-                eprintln!(
-                    "\nswarm: interrupted; stopping workers and cleaning up (again to quit at once)"
-                );
+                reporter.note(&format!(
+                    "swarm: interrupted: stopping the workers and keeping what merged — Ctrl-C \
+                     again to stop at once; `swarm resume {run}` finishes the run later"
+                ));
                 cancel.cancel();
             } else {
+                reporter.finish();
+                eprintln!("swarm: stopped at once; finish it with: swarm resume {run}");
                 std::process::exit(exit::INTERRUPTED);
             }
         }

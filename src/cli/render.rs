@@ -38,7 +38,7 @@ pub fn reporter_for_terminal(tasks: usize, settled: usize) -> Arc<TerminalReport
     Arc::new(if is_quiet() {
         TerminalReporter::Quiet
     } else if std::io::stderr().is_terminal() && !ci {
-        TerminalReporter::Live(Live::new(tasks))
+        TerminalReporter::Live(Live::new(tasks, settled))
     } else {
         TerminalReporter::Plain(Plain {
             tasks,
@@ -99,6 +99,16 @@ impl TerminalReporter {
         Box::new(Handle(self.clone()))
     }
 
+    /// A line of swarm's own while the run goes (above the live view, which stays whole).
+    pub fn note(&self, line: &str) {
+        match self {
+            TerminalReporter::Live(live) => {
+                let _ = live.multi.println(line);
+            }
+            _ => eprintln!("{line}"),
+        }
+    }
+
     /// Clears the live view before the summary is printed.
     pub fn finish(&self) {
         if let TerminalReporter::Live(live) = self {
@@ -119,9 +129,13 @@ pub struct Live {
 }
 
 impl Live {
-    fn new(tasks: usize) -> Self {
+    /// The view of a run of `tasks`, `settled` of which a resumed run had done before.
+    fn new(tasks: usize, settled: usize) -> Self {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
         let overall = multi.add(ProgressBar::new(tasks as u64));
+        // Counted from where the run was, its ETA from what this process does.
+        overall.set_position(settled as u64);
+        overall.reset_eta();
         overall.set_style(
             ProgressStyle::with_template(
                 "{bar:30.cyan/blue} {pos}/{len} tasks  {elapsed_precise} (ETA {eta})  {msg}",
@@ -130,13 +144,19 @@ impl Live {
             .progress_chars("█▉▊▋▌▍▎▏ "),
         );
         overall.enable_steady_tick(Duration::from_millis(200));
-        Self {
+        let mut counts = HashMap::new();
+        if settled > 0 {
+            counts.insert("done before", settled);
+        }
+        let live = Self {
             multi,
             overall,
             workers: Mutex::new(HashMap::new()),
-            counts: Mutex::new(HashMap::new()),
+            counts: Mutex::new(counts),
             spent: Mutex::new((0, 0.0)),
-        }
+        };
+        live.refresh_overall();
+        live
     }
 
     fn settle(&self, task: &crate::ids::TaskId, status: &'static str) {

@@ -74,10 +74,12 @@ const EXPLAINED: usize = 10;
 /// One row per task (only the unsuccessful ones past 20 tasks).
 fn print_table(report: &Report) {
     let show_all = report.tasks.len() <= 20;
+    // Tasks that never started are counted, not listed one by one.
     let rows: Vec<_> = report
         .tasks
         .iter()
         .filter(|t| show_all || !t.status.is_success())
+        .filter(|t| t.status != TaskStatus::Pending)
         .collect();
     if !rows.is_empty() {
         let width = rows

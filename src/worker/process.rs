@@ -165,7 +165,10 @@ pub async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
         output_bytes,
         duration: started.elapsed(),
         spent: keep.gateway.as_ref().map(Listener::spent),
+        // Only a process that ended by itself left anything: one that was stopped had its
+        // children stopped with it.
         leftovers: match &keep.leftovers {
+            _ if !matches!(exit, Exit::Code(_)) => 0,
             Some(file) => {
                 let left = std::fs::read_to_string(file)
                     .ok()

@@ -269,7 +269,22 @@ fn sigint_stops_workers_cleans_up_and_keeps_merged_progress() {
     let out = child.wait_with_output().unwrap();
     let run = crate::common::Run::from(out);
     run.assert_code(130);
-    assert!(run.stderr.contains("interrupted"), "{}", run.stderr);
+    // Said at once, and how to go on.
+    let id = run.run_id();
+    assert!(
+        run.stderr.contains(&format!(
+            "swarm: interrupted: stopping the workers and keeping what merged — Ctrl-C again to \
+             stop at once; `swarm resume {id}` finishes the run later"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains(&format!("finish it with: swarm resume {id}"))
+    );
+    // Tasks that never started are counted in the summary, not listed.
+    assert!(!run.stderr.contains("  pending "), "{}", run.stderr);
     assert_eq!(repo.worktrees().len(), 1, "worktrees removed");
     assert_eq!(
         repo.git(&["rev-parse", "HEAD"]),

@@ -83,12 +83,14 @@ impl Drop for Swarm {
     }
 }
 
+/// Starts swarm with `exec`, its stderr into `stderr.txt` of the test's folder.
 fn spawn_swarm(repo: &TestRepo, exec: &str) -> Swarm {
+    let stderr = std::fs::File::create(repo.root().join("stderr.txt")).unwrap();
     Swarm(
         repo.swarm_cmd()
             .args(["refactor", "x", "-j", "2", "--exec", exec])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap(),
     )
@@ -133,6 +135,12 @@ fn workers_die_on_a_double_ctrl_c() {
     let status = child.0.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     assert_stopped(&beat);
+    // The second Ctrl-C still says how to finish the run.
+    let said = std::fs::read_to_string(repo.root().join("stderr.txt")).unwrap();
+    assert!(
+        said.contains("swarm: stopped at once; finish it with: swarm resume "),
+        "{said}"
+    );
 }
 
 #[test]
