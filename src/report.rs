@@ -256,9 +256,13 @@ pub struct Totals {
     /// Stopped by Ctrl-C (`swarm resume` runs them again).
     #[serde(default)]
     pub interrupted: usize,
-    /// Not started yet, running, or finished and not merged (`--dry-run`).
+    /// Not started yet, or running.
     #[serde(default)]
     pub unfinished: usize,
+    /// Finished, their change waiting on their branch, not merged (`--dry-run`, `--review`
+    /// before the merge): `swarm merge RUN` merges them.
+    #[serde(default)]
+    pub unmerged: usize,
     /// Merged, then left out because they break `--verify-merged`.
     #[serde(default)]
     pub excluded: usize,
@@ -287,7 +291,7 @@ fn is_zero_u32(v: &u32) -> bool {
 impl Totals {
     /// The counts of tasks that did not make it, by kind, with their labels: the same
     /// categories everywhere (the summary, `swarm status`, the step summary).
-    pub fn problems(&self) -> [(usize, &'static str); 7] {
+    pub fn problems(&self) -> [(usize, &'static str); 8] {
         [
             (self.failed, "failed"),
             (self.conflict, "conflict"),
@@ -296,6 +300,7 @@ impl Totals {
             (self.skipped, "skipped"),
             (self.interrupted, "interrupted"),
             (self.unfinished, "not finished"),
+            (self.unmerged, "finished, not merged"),
         ]
     }
 
@@ -457,7 +462,8 @@ impl Report {
                 TaskStatus::Skipped => t.skipped += 1,
                 TaskStatus::Interrupted => t.interrupted += 1,
                 TaskStatus::Excluded => t.excluded += 1,
-                TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done => t.unfinished += 1,
+                TaskStatus::Pending | TaskStatus::Running => t.unfinished += 1,
+                TaskStatus::Done => t.unmerged += 1,
             }
             t.tokens.prompt = t.tokens.prompt.saturating_add(task.tokens.prompt);
             t.tokens.completion = t.tokens.completion.saturating_add(task.tokens.completion);

@@ -9,29 +9,25 @@ use super::error::{AppError, AppResult};
 use super::runs;
 use crate::git::repo;
 use crate::ids::RunSelector;
-use crate::report::TaskReport;
+use crate::report::{TaskReport, TaskStatus};
 use crate::state::RunDir;
 
-/// One changed file.
-pub struct FileDiff {
-    pub old_path: String,
-    pub new_path: String,
-    /// git's word for the change (`Added`, `Deleted`, `Modified`…), for `--stat`.
-    pub status: String,
-    /// File modes; `None` where the file does not exist on that side.
-    pub old_mode: Option<u32>,
-    pub new_mode: Option<u32>,
-    pub old: Vec<u8>,
-    pub new: Vec<u8>,
-    /// Lines added and removed, or `None` for a binary file.
-    pub lines: Option<(usize, usize)>,
+/// What changed between two commits, as git prints it: the patch of `git diff -M` and the
+/// diffstat of `git diff --stat -M`, both made by libgit2, so that they read as git's do.
+pub struct Changes {
+    pub patch: Vec<u8>,
+    pub stat: String,
+    /// How many files changed.
+    pub files: usize,
 }
 
 /// What `swarm diff` shows.
 pub enum Shown {
     /// Nothing to show, and why.
     Nothing(String),
-    Files(Vec<FileDiff>),
+    Changes(Changes),
+    /// A run that merged nothing (a dry run): each finished task's change, under a title.
+    Tasks(Vec<(String, Changes)>),
 }
 
 /// The diff of run `wanted` (from where its target started to its result), or of one of its
@@ -43,8 +39,8 @@ pub fn of_run(cwd: &Path, wanted: &RunSelector, task: Option<&str>) -> AppResult
     let repo = Repository::open(&info.common_dir)?;
     let Some(wanted) = task else {
         return match &report.result {
-            Some(result) => Ok(Shown::Files(between(&repo, report.into_start, *result)?)),
-            None => Ok(Shown::Nothing(format!("run {id} merged nothing"))),
+            Some(result) => Ok(Shown::Changes(between(&repo, report.into_start, *result)?)),
+            None => unmerged_tasks(&repo, &report),
         };
     };
     let matching: Vec<&TaskReport> = report
@@ -63,7 +59,7 @@ pub fn of_run(cwd: &Path, wanted: &RunSelector, task: Option<&str>) -> AppResult
         _ => return Err(AppError::AmbiguousTask(wanted.to_string())),
     };
     match of_task(&repo, task)? {
-        Some(files) => Ok(Shown::Files(files)),
+        Some(changes) => Ok(Shown::Changes(changes)),
         None => Ok(Shown::Nothing(format!(
             "task {} changed nothing ({})",
             task.id,
@@ -72,8 +68,26 @@ pub fn of_run(cwd: &Path, wanted: &RunSelector, task: Option<&str>) -> AppResult
     }
 }
 
+/// A run that merged nothing: what its finished tasks changed, each under a title (`# task
+/// ID (branch)`); or why there is nothing.
+fn unmerged_tasks(repo: &Repository, report: &crate::report::Report) -> AppResult<Shown> {
+    let mut shown = Vec::new();
+    for task in report.tasks.iter().filter(|t| t.status == TaskStatus::Done) {
+        if let Some(changes) = of_task(repo, task)? {
+            shown.push((format!("# task {} ({})", task.id, task.branch), changes));
+        }
+    }
+    Ok(match shown.is_empty() {
+        true => Shown::Nothing(format!(
+            "run {} merged nothing, and none of its tasks has a change waiting to merge",
+            report.run_id
+        )),
+        false => Shown::Tasks(shown),
+    })
+}
+
 /// What a task changed (from its start commit to its commit); `None` when it has no commit.
-fn of_task(repo: &Repository, task: &TaskReport) -> AppResult<Option<Vec<FileDiff>>> {
+fn of_task(repo: &Repository, task: &TaskReport) -> AppResult<Option<Changes>> {
     match (&task.start, &task.commit) {
         (Some(start), Some(commit)) => Ok(Some(between(repo, *start, *commit)?)),
         _ => Ok(None),
@@ -93,13 +107,13 @@ impl Differ {
     }
 
     /// What `task` changed; `None` when it has no commit.
-    pub fn task(&self, task: &TaskReport) -> AppResult<Option<Vec<FileDiff>>> {
+    pub fn task(&self, task: &TaskReport) -> AppResult<Option<Changes>> {
         of_task(&self.repo, task)
     }
 }
 
-/// The files that differ between two commits.
-pub fn between(repo: &Repository, old: Oid, new: Oid) -> AppResult<Vec<FileDiff>> {
+/// What differs between two commits, as git prints it.
+pub fn between(repo: &Repository, old: Oid, new: Oid) -> AppResult<Changes> {
     let tree = |oid: Oid| -> AppResult<git2::Tree<'_>> {
         let commit = repo.find_commit(oid).map_err(|e| {
             anyhow::anyhow!("commit {oid} is gone (was it garbage-collected?): {e}")
@@ -110,42 +124,24 @@ pub fn between(repo: &Repository, old: Oid, new: Oid) -> AppResult<Vec<FileDiff>
     let mut diff = repo.diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)?;
     // Renames as git shows them (a file removed and one added with mostly the same content).
     diff.find_similar(Some(git2::DiffFindOptions::new().renames(true)))?;
-    let mut files = Vec::new();
-    for idx in 0..diff.deltas().len() {
-        let Some(delta) = diff.get_delta(idx) else {
-            continue;
-        };
-        let (of, nf) = (delta.old_file(), delta.new_file());
-        let path = |f: &git2::DiffFile<'_>| {
-            f.path_bytes()
-                .map(|p| String::from_utf8_lossy(p).into_owned())
-                .unwrap_or_default()
-        };
-        let content = |f: &git2::DiffFile<'_>| -> AppResult<Vec<u8>> {
-            match f.id().is_zero() {
-                true => Ok(Vec::new()),
-                false => Ok(repo.find_blob(f.id())?.content().to_vec()),
-            }
-        };
-        let binary = of.is_binary() || nf.is_binary();
-        let lines = match git2::Patch::from_diff(&diff, idx)? {
-            Some(patch) if !binary => {
-                let (_, added, removed) = patch.line_stats()?;
-                Some((added, removed))
-            }
-            _ => None,
-        };
-        let mode = |f: &git2::DiffFile<'_>| (!f.id().is_zero()).then(|| u32::from(f.mode()));
-        files.push(FileDiff {
-            old_path: path(&of),
-            new_path: path(&nf),
-            status: format!("{:?}", delta.status()),
-            old_mode: mode(&of),
-            new_mode: mode(&nf),
-            old: content(&of)?,
-            new: content(&nf)?,
-            lines,
-        });
-    }
-    Ok(files)
+    let mut patch = Vec::new();
+    diff.print(git2::DiffFormat::Patch, |_, _, line| {
+        // Lines of a hunk come without their sign; headers with all of theirs.
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            patch.push(line.origin() as u8);
+        }
+        patch.extend_from_slice(line.content());
+        true
+    })?;
+    let stats = diff.stats()?;
+    let stat = stats
+        .to_buf(git2::DiffStatsFormat::FULL, 80)?
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    Ok(Changes {
+        patch,
+        stat,
+        files: stats.files_changed(),
+    })
 }

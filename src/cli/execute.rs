@@ -75,10 +75,13 @@ pub async fn execute(request: RunRequest, out: &Output) -> AppResult<i32> {
         super::github::publish(&outcome.report);
     }
     if show_diffs && !outcome.interrupted {
-        eprintln!(
-            "dry run: nothing merged; merge with: swarm merge {}",
-            outcome.report.run_id
-        );
+        match outcome.report.totals.unmerged {
+            0 => eprintln!("dry run: nothing merged, and nothing to merge"),
+            _ => eprintln!(
+                "dry run: nothing merged; merge with: swarm merge {}",
+                outcome.report.run_id
+            ),
+        }
     }
     if out.json {
         // The run's exit code stands even if nobody reads its report any more.
@@ -116,12 +119,12 @@ fn print_task_diffs(common_dir: &std::path::Path, report: &crate::report::Report
     let color = super::use_color(std::io::stdout().is_terminal());
     let mut out = std::io::stdout().lock();
     for t in report.tasks.iter().filter(|t| t.status == TaskStatus::Done) {
-        let Some(files) = differ.task(t)? else {
+        let Some(changes) = differ.task(t)? else {
             continue;
         };
         writeln!(out, "# task {} ({})", t.id, t.branch)?;
-        super::diff::write_diffstat(&files, &mut out)?;
-        super::diff::write_diff(&files, false, color, &mut out)?;
+        super::diff::write_changes(&changes, true, color, &mut out)?;
+        super::diff::write_changes(&changes, false, color, &mut out)?;
     }
     Ok(())
 }

@@ -50,7 +50,7 @@ pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> AppRes
         let answer = match rest {
             Some(answer) => answer,
             None => {
-                let Some(files) = differ.task(t)? else {
+                let Some(changes) = differ.task(t)? else {
                     continue;
                 };
                 writeln!(
@@ -61,8 +61,8 @@ pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> AppRes
                     t.id,
                     t.branch
                 )?;
-                super::diff::write_diffstat(&files, &mut err)?;
-                super::diff::write_diff(&files, false, color, &mut err)?;
+                super::diff::write_changes(&changes, true, color, &mut err)?;
+                super::diff::write_changes(&changes, false, color, &mut err)?;
                 loop {
                     write!(
                         err,

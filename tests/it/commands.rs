@@ -495,6 +495,46 @@ fn diff_stat_is_gits() {
         "{}",
         ours.stdout
     );
+    // The patch too, byte for byte: index lines, modes, renames, a file without a final
+    // newline.
+    let patch = repo.swarm(&["diff", &run.run_id()]);
+    patch.assert_code(0);
+    let out = repo
+        .git_cmd()
+        .args(["diff", "-M", "--no-color", &base, "main"])
+        .output()
+        .unwrap();
+    assert_eq!(patch.stdout, String::from_utf8_lossy(&out.stdout));
+    assert!(patch.stdout.contains("index "), "{}", patch.stdout);
+}
+
+/// After a dry run, `swarm diff RUN` shows each finished task's change (waiting on its
+/// branch), and the summary says what `swarm merge` would merge; with nothing finished, it
+/// says so instead of suggesting a merge.
+#[test]
+fn a_dry_runs_diff_shows_its_tasks_and_merge_is_offered_only_for_something() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    assert!(
+        run.stderr.contains("2 finished, not merged"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains(&format!("merge with: swarm merge {}", run.run_id()))
+    );
+    let diff = repo.swarm(&["diff", &run.run_id(), "--stat"]);
+    diff.assert_code(0);
+    assert!(diff.stdout.contains("# task a-txt-"), "{}", diff.stdout);
+    assert!(diff.stdout.contains(" a.txt | 2 +-"), "{}", diff.stdout);
+    assert!(diff.stdout.contains(" b.txt | 2 +-"), "{}", diff.stdout);
+
+    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", "exit 1"]);
+    run.assert_code(1);
+    assert!(!run.stderr.contains("swarm merge"), "{}", run.stderr);
+    assert!(run.stderr.contains("nothing to merge"), "{}", run.stderr);
 }
 
 /// Runs swarm with `args` whose stdout and stderr are pipes nobody reads: both closed as
