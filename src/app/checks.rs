@@ -24,6 +24,11 @@ pub fn worker(settings: &Settings) -> AppResult<Option<ApiKey>> {
     if settings.repair && settings.verify.is_none() {
         return Err(AppError::RepairWithoutVerify);
     }
+    if settings.agent.is_none()
+        && let Some(program) = settings.exec.as_deref().and_then(missing_program)
+    {
+        return Err(AppError::ExecNotFound(program));
+    }
     if let PerProcess::Tasks(n @ 2..) = settings.per_process {
         if settings.exec.is_none() {
             return Err(AppError::PerProcess(
@@ -75,6 +80,38 @@ pub fn endpoint_and_key(
         });
     }
     Ok(key)
+}
+
+/// Words `sh` runs itself: a command starting with one is not looked up on PATH.
+const SHELL_WORDS: &[&str] = &[
+    "!", "{", "}", "(", "case", "for", "if", "until", "while", ".", ":", "break", "cd", "command",
+    "continue", "echo", "eval", "exec", "exit", "export", "false", "printf", "pwd", "read",
+    "readonly", "return", "set", "shift", "test", "[", "times", "trap", "true", "type", "ulimit",
+    "umask", "unset", "wait",
+];
+
+/// The program an `--exec` command starts with, when it is a plain name that is not on PATH
+/// (`rufff check …`): better said once than failed on every task with exit 127. Commands
+/// this cannot read for sure (unbalanced quotes, a variable, a path, a shell word) pass.
+fn missing_program(command: &str) -> Option<String> {
+    let words = shell_words::split(command).ok()?;
+    // `VAR=value cmd …`: the command is after the assignments; one that substitutes a
+    // command (`s=$(git status)`) is not read further.
+    let assignment = |w: &String| {
+        w.split_once('=').is_some_and(|(name, _)| {
+            name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    let assignments: Vec<&String> = words.iter().take_while(|w| assignment(w)).collect();
+    if assignments.iter().any(|w| w.contains(['$', '`', '('])) {
+        return None;
+    }
+    let first = words.get(assignments.len())?;
+    let plain = !first.is_empty()
+        && !first.contains(['/', '$', '`', '(', ';', '|', '&', '<', '>', '*', '?'])
+        && !SHELL_WORDS.contains(&first.as_str());
+    (plain && super::agents::which(first).is_none()).then(|| first.clone())
 }
 
 /// The run's budgets can be enforced: its spend is metered (an `--agent`'s through swarm's
@@ -157,4 +194,27 @@ pub fn checkout(
         Scope::Any => None,
     };
     Ok(repo::check_checkout(repo, touched)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::missing_program;
+
+    #[test]
+    fn only_a_plain_program_name_is_looked_up() {
+        assert_eq!(missing_program("rufff check --fix x"), Some("rufff".into()));
+        assert_eq!(missing_program("LC_ALL=C rufff x"), Some("rufff".into()));
+        for fine in [
+            "sed -i s/a/b/ \"$SWARM_FILE\"",
+            "LC_ALL=C sed -i s/a/b/ x",
+            "s=$(nosuchprogram x); echo \"$s\"",
+            "cd sub && nosuchprogram",
+            "./fix.sh",
+            "$TOOL --fix",
+            "for f in $SWARM_FILES; do x; done",
+            "unbalanced 'quote",
+        ] {
+            assert_eq!(missing_program(fine), None, "{fine}");
+        }
+    }
 }

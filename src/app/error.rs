@@ -39,6 +39,12 @@ pub enum AppError {
     /// The run was stopped (killed) before it wrote its first report: nothing ran.
     #[error("run {0} was stopped before it started any task: there is nothing to resume")]
     NeverStarted(RunId),
+    /// The program an `--exec` command starts with is not on PATH.
+    #[error("`{0}`, the program --exec starts with, is not found on PATH")]
+    ExecNotFound(String),
+    /// `swarm man NAME` of no command.
+    #[error("no command '{name}' (the commands: {known})")]
+    NoSuchCommand { name: String, known: String },
     #[error("which run should be cleaned?")]
     CleanWhat,
     #[error("nothing to clean for run '{0}'")]

@@ -13,10 +13,20 @@ use crate::settings::home::tilde;
 /// gateway, with your environment as it is now), and what it may read and write under the
 /// sandbox.
 #[derive(Debug, Args)]
-pub struct AgentsArgs {}
+pub struct AgentsArgs {
+    /// Print the list as JSON on stdout (an object per agent).
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub async fn run(_args: AgentsArgs) -> AppResult<i32> {
-    for agent in agents::list().await? {
+pub async fn run(args: AgentsArgs) -> AppResult<i32> {
+    let listed = agents::list().await?;
+    if args.json {
+        let all: Vec<serde_json::Value> = listed.iter().map(as_json).collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(exit::SUCCESS);
+    }
+    for agent in listed {
         let s = &agent.settings;
         let found = match (&agent.found, &agent.version) {
             (Some(path), Some(version)) => format!("{version} ({})", path.display()),
@@ -33,6 +43,54 @@ pub async fn run(_args: AgentsArgs) -> AppResult<i32> {
         }
     }
     Ok(exit::SUCCESS)
+}
+
+/// The domains the agent reaches itself, through the allow-list proxy (its API's are the
+/// gateway's while it serves them).
+fn direct_domains(agent: &Listed) -> Vec<&str> {
+    let served: Vec<&String> = agent.gateway.iter().flat_map(|b| &b.route.hosts).collect();
+    agent
+        .settings
+        .allow_domains
+        .iter()
+        .filter(|d| !served.contains(d))
+        .map(String::as_str)
+        .collect()
+}
+
+/// One agent for `--json`: what the text says, as fields.
+fn as_json(agent: &Listed) -> serde_json::Value {
+    let s = &agent.settings;
+    let apis: Vec<serde_json::Value> = agent
+        .gateway
+        .iter()
+        .map(|b| {
+            let keys: Vec<&str> = b.credentials.iter().map(|(v, _)| v.as_str()).collect();
+            serde_json::json!({"api": b.route.name, "upstream": b.upstream, "keys": keys})
+        })
+        .collect();
+    let tildes =
+        |paths: &[std::path::PathBuf]| -> Vec<String> { paths.iter().map(|p| tilde(p)).collect() };
+    serde_json::json!({
+        "name": s.name,
+        "installed": agent.found.is_some(),
+        "path": agent.found,
+        "version": agent.version,
+        "install": s.install,
+        "written_against": agent.written_against,
+        "runs": s.exec,
+        "model": match (agent.gateway.is_empty(), s.routes.is_empty()) {
+            (false, _) => "gateway",
+            (true, false) => "own login",
+            (true, true) => "direct",
+        },
+        "gateway": apis,
+        "network": direct_domains(agent),
+        "credentials": tildes(&s.credentials),
+        "credentials_readable": agent.gateway.is_empty() && !s.credentials.is_empty(),
+        "state": tildes(&s.state_dirs),
+        "pass_env": s.pass_env,
+    })
 }
 
 /// Where its requests go, and what it may read and write.
@@ -59,12 +117,6 @@ fn describe(agent: &Listed) -> Vec<String> {
             binding.route.name, binding.upstream
         ));
     }
-    let served: Vec<&String> = agent.gateway.iter().flat_map(|b| &b.route.hosts).collect();
-    let direct: Vec<&String> = s
-        .allow_domains
-        .iter()
-        .filter(|d| !served.contains(d))
-        .collect();
     if agent.gateway.is_empty() {
         let vars: Vec<&str> = s
             .routes
@@ -82,7 +134,7 @@ fn describe(agent: &Listed) -> Vec<String> {
             ),
         });
     }
-    let direct: Vec<&str> = direct.iter().map(|d| d.as_str()).collect();
+    let direct = direct_domains(agent);
     lines.push(format!(
         "network:  {}",
         match direct.is_empty() {

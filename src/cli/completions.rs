@@ -30,13 +30,48 @@ pub fn run(args: CompletionsArgs) -> AppResult<i32> {
     Ok(exit::SUCCESS)
 }
 
-/// Print the man page (roff): `swarm man > swarm.1; man ./swarm.1`.
+/// Print a man page (roff): swarm's, or a command's (`swarm man refactor`), as git and jj
+/// have one per command; or write them all into a folder, for packagers.
 #[derive(Debug, Args)]
-pub struct ManArgs {}
+#[command(after_help = "\
+Examples:
+  swarm man refactor > swarm-refactor.1 && man ./swarm-refactor.1
+  swarm man --dir /usr/share/man/man1     # swarm.1, swarm-refactor.1, swarm-plan.1…")]
+pub struct ManArgs {
+    /// The command whose page to print (refactor, plan, run…); default: swarm's own.
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+    /// Write every page (swarm.1 and swarm-COMMAND.1) into this folder instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<std::path::PathBuf>,
+}
 
-pub fn man(_: ManArgs) -> AppResult<i32> {
+pub fn man(args: ManArgs) -> AppResult<i32> {
+    let cli = super::Cli::command();
+    if let Some(dir) = &args.dir {
+        clap_mangen::generate_to(cli, dir)?;
+        return Ok(exit::SUCCESS);
+    }
+    let page = match &args.command {
+        None => cli,
+        Some(name) => {
+            let Some(sub) = cli.find_subcommand(name).cloned() else {
+                let names: Vec<String> = cli
+                    .get_subcommands()
+                    .map(|c| c.get_name().to_string())
+                    .collect();
+                return Err(crate::app::AppError::NoSuchCommand {
+                    name: name.clone(),
+                    known: names.join(", "),
+                });
+            };
+            // Named as its page is: `swarm-refactor`.
+            let full = format!("swarm-{}", sub.get_name());
+            sub.display_name(full)
+        }
+    };
     let mut out = Vec::new();
-    clap_mangen::Man::new(super::Cli::command()).render(&mut out)?;
+    clap_mangen::Man::new(page).render(&mut out)?;
     std::io::stdout().lock().write_all(&out)?;
     Ok(exit::SUCCESS)
 }

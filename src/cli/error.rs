@@ -55,6 +55,10 @@ fn describe(e: &AppError) -> (String, Option<String>) {
         AppError::NeverStarted(run) => Some(format!(
             "remove it with `swarm clean {run}` and start the run again"
         )),
+        AppError::ExecNotFound(program) => Some(format!(
+            "install it, or check the spelling; workers run `sh -c CMD` with your PATH (`command -v {program}` tells where it is)"
+        )),
+        AppError::NoSuchCommand { .. } => Some("`swarm --help` lists the commands".into()),
         AppError::CleanWhat => Some("pass a RUN-ID (see `swarm status`) or --all".into()),
         AppError::NoWorker { for_plan: true } => {
             Some("pass --exec CMD or --model NAME; the plan records it for swarm run".into())

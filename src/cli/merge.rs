@@ -139,7 +139,7 @@ async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> AppResult<i32> 
                 .count()
         })
         .unwrap_or(0);
-    eprintln!(
+    super::render::say(&format!(
         "swarm: run {}: merging {done} task branch(es) of the plan's {} task(s) into {}{}",
         request.plan.run_id,
         request.plan.tasks.len(),
@@ -153,7 +153,14 @@ async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> AppResult<i32> 
                 merge.missing.join(", ")
             )
         }
-    );
+    ));
+    if super::render::is_quiet() && !merge.missing.is_empty() {
+        eprintln!(
+            "warning: {} task(s) missing (no branch, no shard record): {}",
+            merge.missing.len(),
+            merge.missing.join(", ")
+        );
+    }
     let (run_id, info) = (request.plan.run_id.clone(), request.info.clone());
     let code = execute(
         *merge.request,

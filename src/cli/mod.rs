@@ -100,7 +100,16 @@ where
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `--color` decides the colours of `--help` and of clap's errors too, which clap prints
+    // before it has parsed anything.
+    let mut command = <Cli as clap::CommandFactory>::command();
+    if let Some(choice) = color_arg(&args) {
+        command = command.color(choice);
+    }
+    let matches = command.get_matches_from(args);
+    let cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let _ = COLOR.set(cli.color);
     console::set_colors_enabled(use_color(std::io::stdout().is_terminal()));
     console::set_colors_enabled_stderr(use_color(std::io::stderr().is_terminal()));
@@ -156,6 +165,24 @@ fn init_tracing(verbose: u8) {
         .with_ansi(use_color(std::io::stderr().is_terminal()))
         .without_time()
         .try_init();
+}
+
+/// The value of `--color` (`--color X` or `--color=X`) among `args`, before clap parses them.
+fn color_arg(args: &[std::ffi::OsString]) -> Option<clap::ColorChoice> {
+    let value = args.iter().enumerate().find_map(|(i, a)| {
+        let a = a.to_str()?;
+        match a.strip_prefix("--color") {
+            Some("") => args.get(i + 1)?.to_str(),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        }
+    })?;
+    match value {
+        "always" => Some(clap::ColorChoice::Always),
+        "never" => Some(clap::ColorChoice::Never),
+        "auto" => Some(clap::ColorChoice::Auto),
+        _ => None,
+    }
 }
 
 /// Colours for an output that is (or not) a terminal: as `--color` says; by default only on

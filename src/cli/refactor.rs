@@ -34,7 +34,7 @@ Examples:
 Workers get SWARM_FILE, SWARM_FILES, SWARM_INSTRUCTION, SWARM_TASK_ID, SWARM_RUN_ID,
 SWARM_WORKTREE, SWARM_TASK_FILE and SWARM_RESULT_FILE (see docs/WORKERS.md).
 Exit codes: 0 all merged or unchanged, 1 some tasks failed/conflicted/timed out,
-2 bad input (nothing changed), 130 interrupted.")]
+2 bad input (nothing changed), 3 swarm itself failed, 130 interrupted.")]
 pub struct RefactorArgs {
     #[command(flatten)]
     pub planning: PlanningArgs,

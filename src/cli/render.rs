@@ -31,6 +31,13 @@ pub fn is_quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 
+/// A line of progress on stderr, unless `-q`.
+pub fn say(line: &str) {
+    if !is_quiet() {
+        eprintln!("{line}");
+    }
+}
+
 /// Chooses the live view when stderr is a terminal (and not in CI), plain lines otherwise.
 /// `settled` of the `tasks` are done already (a resumed run's).
 pub fn reporter_for_terminal(tasks: usize, settled: usize) -> Arc<TerminalReporter> {

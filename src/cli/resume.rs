@@ -73,12 +73,12 @@ pub(super) async fn run_continuing(
 ) -> AppResult<i32> {
     let (request, to_do) = match continuing {
         Continuing::Nothing(why) => {
-            eprintln!("swarm: {why}");
+            super::render::say(&format!("swarm: {why}"));
             return Ok(exit::SUCCESS);
         }
         Continuing::Ready { request, to_do } => (request, to_do),
     };
-    eprintln!(
+    super::render::say(&format!(
         "swarm: run {}: {} {to_do} task(s) of {}, -j {}, into {}",
         request.plan.run_id,
         if mode.runs_workers() {
@@ -89,7 +89,7 @@ pub(super) async fn run_continuing(
         request.plan.tasks.len(),
         request.plan.settings.jobs,
         request.into.branch
-    );
+    ));
     execute(
         *request,
         &Output {

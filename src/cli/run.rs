@@ -86,14 +86,14 @@ pub async fn run(args: RunArgs) -> AppResult<i32> {
         return Ok(exit::SUCCESS);
     }
     let (run_id, info) = (request.plan.run_id.clone(), request.info.clone());
-    eprintln!(
+    super::render::say(&format!(
         "swarm: run {run_id}: shard {}/{}: {} of the plan's {} task(s), -j {}",
         shard_of.k,
         shard_of.n,
         request.plan.tasks.len(),
         prepared.total,
         request.plan.settings.jobs
-    );
+    ));
     let code = execute(
         *request,
         &Output {

@@ -379,6 +379,26 @@ fn swarm_agents_shows_what_is_installed_and_what_each_may_reach() {
         "{out}"
     );
     assert!(out.contains("mine: not found"), "{out}");
+    // The same as JSON, for scripts.
+    let json = Run::from(
+        repo.swarm_cmd()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .args(["agents", "--json"])
+            .output()
+            .unwrap(),
+    );
+    json.assert_code(0);
+    let all: Value = serde_json::from_str(&json.stdout).unwrap();
+    let claude = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "claude")
+        .unwrap();
+    assert_eq!(claude["installed"], true);
+    assert_eq!(claude["version"], "9.9.9 (Claude Code)");
+    assert_eq!(claude["model"], "own login");
+    assert_eq!(claude["network"][0], "api.anthropic.com");
     assert!(out.contains("  network:  api.mine.dev"), "{out}");
 }
 

@@ -458,11 +458,96 @@ fn completions_and_man_page() {
     let man = swarm(&["man"]);
     assert!(man.contains(".TH swarm 1"), "{man}");
     assert!(man.contains("refactor"), "{man}");
+    // A page per command, as git and jj have: refactor's documents --exec.
+    let page = swarm(&["man", "refactor"]);
+    assert!(page.contains(".TH swarm-refactor 1"), "{page}");
+    assert!(page.contains("\\-\\-exec"), "{page}");
+    let dir = tempfile::tempdir().unwrap();
+    swarm(&["man", "--dir", dir.path().to_str().unwrap()]);
+    for page in ["swarm.1", "swarm-refactor.1", "swarm-resume.1"] {
+        assert!(dir.path().join(page).is_file(), "{page}");
+    }
+    let unknown = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"))
+        .args(["man", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(2));
+    // --color reaches --help, and the help lists every exit code.
+    let help = swarm(&["--color", "always", "refactor", "--help"]);
+    assert!(help.contains("\x1b["), "{help}");
+    assert!(!swarm(&["refactor", "--help"]).contains("\x1b["));
+    assert!(help.contains("3 swarm itself failed"), "{help}");
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"))
         .args(["completions", "tcsh"])
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
+}
+
+/// `-q` is quiet on every command that runs: the one-line result, warnings and errors.
+#[test]
+fn quiet_is_quiet_on_resume_merge_and_run() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    let merged = repo.swarm(&["merge", &run.run_id(), "-q"]);
+    merged.assert_code(0);
+    let lines: Vec<&str> = merged.stderr.lines().filter(|l| !l.is_empty()).collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("swarm: run ") || l.starts_with("result:")),
+        "{}",
+        merged.stderr
+    );
+    assert!(!merged.stderr.contains("merging"), "{}", merged.stderr);
+    let plan = repo.home.join("plan.json");
+    repo.swarm(&[
+        "plan",
+        "x",
+        "--exec",
+        SED_FOO_BAR,
+        "-o",
+        plan.to_str().unwrap(),
+    ])
+    .assert_code(0);
+    let ran = repo.swarm(&["run", plan.to_str().unwrap(), "-q", "-y"]);
+    ran.assert_code(0);
+    assert!(!ran.stderr.contains("shard 1/1"), "{}", ran.stderr);
+}
+
+/// A program of --exec that is not installed is said once, before anything starts, rather
+/// than failing every task with exit 127.
+#[test]
+fn a_missing_exec_program_is_refused_before_the_run() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "-y",
+        "--exec",
+        "rufff check --fix \"$SWARM_FILE\"",
+    ]);
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("`rufff`, the program --exec starts with, is not found on PATH"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !repo.swarm_dir().join("runs").exists(),
+        "nothing was created"
+    );
+    // Shell words, assignments and paths are not looked up.
+    for exec in [
+        "LC_ALL=C sed -i s/foo/bar/ a.txt",
+        "cd . && sed -i s/foo/bar/ a.txt",
+        "./fix.sh || true",
+    ] {
+        let run = repo.swarm(&["refactor", "x", "-y", "--dry-run", "--exec", exec]);
+        assert_ne!(run.code, 2, "{exec}: {}", run.stderr);
+    }
 }
 
 /// `swarm diff --stat` is git's diffstat: counts, +/- bars, renames, totals (the git CLI is
