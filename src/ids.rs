@@ -17,7 +17,6 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -58,19 +57,11 @@ impl RunId {
     /// A new run id: the UTC start time to the second, then 4 hex digits, so ids sort by
     /// start time and two runs started in the same second still differ.
     pub fn new_now() -> Self {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let secs = now.as_secs();
-        let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
-        let rem = secs % 86_400;
-        let noise = (u64::from(now.subsec_nanos()) ^ (u64::from(std::process::id()) << 7)) & 0xffff;
-        Self(format!(
-            "{y:04}{mo:02}{d:02}-{:02}{:02}{:02}-{noise:04x}",
-            rem / 3600,
-            (rem / 60) % 60,
-            rem % 60
-        ))
+        let now = jiff::Timestamp::now();
+        let noise = (u64::from(now.subsec_nanosecond().unsigned_abs())
+            ^ (u64::from(std::process::id()) << 7))
+            & 0xffff;
+        Self(format!("{}-{noise:04x}", now.strftime("%Y%m%d-%H%M%S")))
     }
 
     pub fn as_str(&self) -> &str {
@@ -369,30 +360,9 @@ impl RunBranch {
     }
 }
 
-/// Days since 1970-01-01 to a (year, month, day) date (Howard Hinnant's algorithm).
-pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates_from_days() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_413), (2025, 11, 21));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
 
     #[test]
     fn new_run_ids_parse() {

@@ -14,10 +14,11 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use crate::state::try_lock;
 
 /// The name of every process's directory starts with this, then its pid and a dash.
 const PREFIX: &str = "swarm-";
@@ -82,18 +83,6 @@ pub fn path(prefix: &str) -> io::Result<PathBuf> {
 pub fn close() {
     if let Some(Ok(root)) = ROOT.get() {
         let _ = std::fs::remove_dir_all(&root.path);
-    }
-}
-
-/// `flock(LOCK_EX | LOCK_NB)`: `false` when another open file holds it.
-fn try_lock(file: &File) -> io::Result<bool> {
-    // SAFETY: flock on a descriptor this function borrows.
-    match unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } {
-        0 => Ok(true),
-        _ => match io::Error::last_os_error() {
-            e if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
-            e => Err(e),
-        },
     }
 }
 

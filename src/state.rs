@@ -15,7 +15,6 @@
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Component, Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use serde::Serialize;
@@ -107,25 +106,31 @@ pub struct RunLock {
 impl RunLock {
     /// Takes the lock, or `None` if another process holds it.
     pub fn try_acquire(run: &RunDir) -> std::io::Result<Option<Self>> {
-        use std::os::fd::AsRawFd as _;
         let file = std::fs::File::options()
             .create(true)
             .truncate(false)
             .write(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(run.path.join("lock"))?;
-        // SAFETY: flock on an fd we own.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(Some(Self { _file: file }));
-        }
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            Ok(None)
-        } else {
-            Err(err)
-        }
+        Ok(try_lock(&file)?.then_some(Self { _file: file }))
     }
+}
+
+/// `flock(LOCK_EX | LOCK_NB)` on `file`: `false` when another open file holds the lock. The
+/// kernel releases it when the last descriptor of the open file closes, however the
+/// process ends.
+pub fn try_lock(file: &File) -> std::io::Result<bool> {
+    use rustix::fs::{FlockOperation, flock};
+    match flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `flock(LOCK_EX)` on `file`: waits until the lock is this file's.
+pub fn lock(file: &File) -> std::io::Result<()> {
+    rustix::fs::flock(file, rustix::fs::FlockOperation::LockExclusive).map_err(Into::into)
 }
 
 /// Who runs a run (`owner.json`), for `swarm status`.
@@ -135,20 +140,11 @@ pub struct Owner {
     pub started_at: String,
 }
 
-/// The current time as an RFC 3339 UTC timestamp.
+/// The current time as an RFC 3339 UTC timestamp, to the second (`2026-11-25T13:39:52Z`).
 pub fn now_rfc3339() -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs();
-    let (y, mo, d) = crate::ids::civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// The ids of all runs with a directory, oldest first. Entries whose names are not run ids

@@ -2,7 +2,7 @@
 //! the question). A plan file is someone else's text, so `swarm run` and `swarm merge` of a
 //! plan file always say which commands it runs, terminal or not.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::{IsTerminal as _, Write as _};
 
 use crate::settings::Settings;
 
@@ -57,12 +57,28 @@ pub fn commands_then_ask(
     ask()
 }
 
-/// `Proceed? [Y/n]` on stderr; an empty answer is yes.
+/// `Proceed? [Y/n]` on stderr, answered with one key (Enter is yes).
 pub fn ask() -> std::io::Result<bool> {
     let mut err = std::io::stderr().lock();
     write!(err, "Proceed? [Y/n] ")?;
     err.flush()?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    Ok(matches!(line.trim(), "" | "y" | "Y" | "yes"))
+    drop(err);
+    let yes = loop {
+        match key() {
+            Some('\n' | '\r' | 'y' | 'Y') => break true,
+            Some('n' | 'N') | None => break false,
+            Some(_) => {}
+        }
+    };
+    eprintln!("{}", if yes { "y" } else { "n" });
+    Ok(yes)
+}
+
+/// One key pressed on the terminal (no Enter needed), through `console`; `None` at the end
+/// of input (Ctrl-D) or when the terminal cannot be read.
+pub fn key() -> Option<char> {
+    match console::Term::stderr().read_char() {
+        Ok('\u{4}') | Err(_) => None,
+        Ok(c) => Some(c),
+    }
 }

@@ -1,7 +1,7 @@
 //! `--review`: each finished task's diff on the terminal, accepted or skipped before anything
 //! merges.
 
-use std::io::{BufRead as _, Write as _};
+use std::io::Write as _;
 use std::path::Path;
 
 use crate::app::AppResult;
@@ -18,12 +18,12 @@ enum Answer {
     Quit,
 }
 
-fn parse(line: &str) -> Option<Answer> {
-    match line.trim() {
-        "a" | "accept" | "y" | "yes" => Some(Answer::Accept),
-        "s" | "skip" | "n" | "no" => Some(Answer::Skip),
-        "A" | "all" => Some(Answer::AcceptRest),
-        "q" | "quit" => Some(Answer::Quit),
+fn parse(key: char) -> Option<Answer> {
+    match key {
+        'a' | 'y' => Some(Answer::Accept),
+        's' | 'n' => Some(Answer::Skip),
+        'A' => Some(Answer::AcceptRest),
+        'q' => Some(Answer::Quit),
         _ => None,
     }
 }
@@ -42,7 +42,6 @@ pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> AppRes
         })
         .collect();
     let mut err = std::io::stderr().lock();
-    let mut input = std::io::stdin().lock();
     let mut accepted = 0;
     let mut rest: Option<Answer> = None;
     for (n, &idx) in to_review.iter().enumerate() {
@@ -63,22 +62,23 @@ pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> AppRes
                 )?;
                 super::diff::write_changes(&changes, true, color, &mut err)?;
                 super::diff::write_changes(&changes, false, color, &mut err)?;
+                let question = "merge this task? [a]ccept, [s]kip, [A]ccept all the rest, [q]uit: ";
+                write!(err, "{question}")?;
+                err.flush()?;
                 loop {
-                    write!(
-                        err,
-                        "merge this task? [a]ccept, [s]kip, [A]ccept all the rest, [q]uit: "
-                    )?;
-                    err.flush()?;
-                    let mut line = String::new();
-                    if input.read_line(&mut line)? == 0 {
+                    let Some(key) = super::confirm::key() else {
                         // End of input: merge nothing more than what was accepted.
                         writeln!(err)?;
                         break Answer::Quit;
-                    }
-                    if let Some(answer) = parse(&line) {
+                    };
+                    if let Some(answer) = parse(key) {
+                        writeln!(err, "{key}")?;
                         break answer;
                     }
-                    writeln!(err, "please answer a, s, A or q")?;
+                    if !matches!(key, '\n' | '\r') {
+                        write!(err, "{key}\nplease answer a, s, A or q\n{question}")?;
+                        err.flush()?;
+                    }
                 }
             }
         };
@@ -108,11 +108,11 @@ mod tests {
 
     #[test]
     fn answers() {
-        assert_eq!(parse("a\n"), Some(Answer::Accept));
-        assert_eq!(parse(" s "), Some(Answer::Skip));
-        assert_eq!(parse("A"), Some(Answer::AcceptRest));
-        assert_eq!(parse("quit"), Some(Answer::Quit));
-        assert_eq!(parse(""), None);
-        assert_eq!(parse("x"), None);
+        assert_eq!(parse('a'), Some(Answer::Accept));
+        assert_eq!(parse('s'), Some(Answer::Skip));
+        assert_eq!(parse('A'), Some(Answer::AcceptRest));
+        assert_eq!(parse('q'), Some(Answer::Quit));
+        assert_eq!(parse('\n'), None);
+        assert_eq!(parse('x'), None);
     }
 }

@@ -9,9 +9,10 @@
 
 use serde_json::Value;
 
+use crate::model::events::{EventDecoder, documents};
 use crate::report::Tokens;
 
-/// The longest event line read; a longer one is skipped (no usage event is that long).
+/// The longest event line read; a longer one is skipped.
 const LINE_CAP: usize = 4 * 1024 * 1024;
 /// The largest whole answer read for its usage.
 const BODY_CAP: usize = 16 * 1024 * 1024;
@@ -25,12 +26,12 @@ pub struct Answer {
 }
 
 /// Reads an answer's usage from its bytes, chunk by chunk.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct UsageReader {
-    /// Server-sent events, read line by line (else one JSON document, read at the end).
-    events: bool,
+    /// Server-sent events, read event by event (else one JSON document, read at the end).
+    events: Option<EventDecoder>,
     pending: Vec<u8>,
-    /// A line or body over its cap: skipped.
+    /// A body over its cap: skipped.
     overflow: bool,
     seen: Seen,
 }
@@ -49,52 +50,41 @@ impl UsageReader {
     /// For an answer of this `Content-Type`.
     pub fn new(content_type: &str) -> Self {
         Self {
-            events: content_type.trim_start().starts_with("text/event-stream"),
-            ..Self::default()
+            events: content_type
+                .trim_start()
+                .starts_with("text/event-stream")
+                .then(|| EventDecoder::new(LINE_CAP)),
+            pending: Vec::new(),
+            overflow: false,
+            seen: Seen::default(),
         }
     }
 
     pub fn feed(&mut self, chunk: &[u8]) {
-        if !self.events {
-            if self.pending.len() + chunk.len() > BODY_CAP {
+        let seen = &mut self.seen;
+        match &mut self.events {
+            // A line over the cap is skipped: no usage event is that long.
+            Some(events) => events.feed(chunk, &mut |data| look_at_event(data, seen)),
+            None if self.overflow => {}
+            None if self.pending.len() + chunk.len() > BODY_CAP => {
                 self.overflow = true;
                 self.pending = Vec::new();
             }
-            if !self.overflow {
-                self.pending.extend_from_slice(chunk);
-            }
-            return;
-        }
-        let mut rest = chunk;
-        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-            if !self.overflow {
-                self.pending.extend_from_slice(&rest[..end]);
-                let line = std::mem::take(&mut self.pending);
-                self.event_line(&line);
-            }
-            self.overflow = false;
-            self.pending.clear();
-            rest = &rest[end + 1..];
-        }
-        if self.pending.len() + rest.len() > LINE_CAP {
-            self.overflow = true;
-            self.pending.clear();
-        } else if !self.overflow {
-            self.pending.extend_from_slice(rest);
+            None => self.pending.extend_from_slice(chunk),
         }
     }
 
     /// The answer's usage, if it named any.
     pub fn finish(mut self) -> Option<Answer> {
-        let rest = std::mem::take(&mut self.pending);
-        match self.events {
-            true => self.event_line(&rest),
-            false => {
-                if let Ok(value) = serde_json::from_slice::<Value>(&rest) {
+        let seen = &mut self.seen;
+        match &mut self.events {
+            Some(events) => events.finish(&mut |data| look_at_event(data, seen)),
+            None => {
+                if let Ok(value) = serde_json::from_slice::<Value>(&self.pending) {
                     match &value {
                         // Gemini without `alt=sse` streams an array of answers.
-                        Value::Array(items) => items.iter().for_each(|v| look(v, &mut self.seen)),
-                        one => look(one, &mut self.seen),
+                        Value::Array(items) => items.iter().for_each(|v| look(v, seen)),
+                        one => look(one, seen),
                     }
                 }
             }
@@ -111,17 +101,15 @@ impl UsageReader {
             },
         })
     }
+}
 
-    fn event_line(&mut self, line: &[u8]) {
-        let Some(data) = line.strip_prefix(b"data:") else {
-            return;
-        };
-        let data = data.trim_ascii();
-        if data.first() == Some(&b'{')
-            && let Ok(value) = serde_json::from_slice::<Value>(data)
-        {
-            look(&value, &mut self.seen);
-        }
+/// One event's data: the JSON documents in it, looked at for a usage.
+fn look_at_event(data: &[u8], seen: &mut Seen) {
+    if data.trim_ascii().first() != Some(&b'{') {
+        return;
+    }
+    for document in documents(data).into_iter().flatten() {
+        look(&document, seen);
     }
 }
 

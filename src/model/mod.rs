@@ -7,5 +7,6 @@
 //! - [`limit`]: the run-wide limit of requests in flight, which shrinks on 429.
 
 pub mod client;
+pub mod events;
 pub mod limit;
 pub mod sse;

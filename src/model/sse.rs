@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::events::{EventDecoder, documents};
 use crate::report::Tokens;
 
 /// The longest line of an event stream (one `data:` chunk) swarm reads.
@@ -141,9 +142,8 @@ struct PartialCall {
 }
 
 /// Joins the chunks of a streamed answer.
-#[derive(Default)]
 pub struct StreamAssembler {
-    pending: Vec<u8>,
+    events: EventDecoder,
     /// Bytes fed so far.
     total: usize,
     content: String,
@@ -154,6 +154,22 @@ pub struct StreamAssembler {
     /// `finish_reason: "length"`.
     cut_off: bool,
     done: bool,
+}
+
+impl Default for StreamAssembler {
+    fn default() -> Self {
+        Self {
+            events: EventDecoder::new(MAX_LINE),
+            total: 0,
+            content: String::new(),
+            saw_content: false,
+            calls: BTreeMap::new(),
+            usage: None,
+            finished: false,
+            cut_off: false,
+            done: false,
+        }
+    }
 }
 
 impl StreamAssembler {
@@ -167,41 +183,44 @@ impl StreamAssembler {
                 MAX_ANSWER / (1024 * 1024)
             )));
         }
-        self.pending.extend_from_slice(bytes);
-        while let Some(pos) = self.pending.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=pos).collect();
-            let line = String::from_utf8_lossy(&line);
-            self.line(line.trim_end_matches(['\n', '\r']))
-                .map_err(StreamError::Broken)?;
-        }
-        if self.pending.len() > MAX_LINE {
+        let mut complete = Vec::new();
+        self.events
+            .feed(bytes, &mut |data| complete.push(data.to_vec()));
+        if self.events.overflowed() {
             return Err(StreamError::TooLarge(format!(
                 "a line of the event stream is longer than {} KiB; swarm stops reading it",
                 MAX_LINE / 1024
             )));
         }
+        for data in complete {
+            self.event(&data).map_err(StreamError::Broken)?;
+        }
         Ok(())
     }
 
-    fn line(&mut self, line: &str) -> Result<(), String> {
-        let Some(data) = line.strip_prefix("data:") else {
-            // Comments (": keep-alive"), `event:` and `id:` fields, blank separators.
-            return Ok(());
-        };
-        let data = data.trim();
-        if data == "[DONE]" {
+    /// One event's data: `[DONE]`, or chunks of the answer.
+    fn event(&mut self, data: &[u8]) -> Result<(), String> {
+        let text = String::from_utf8_lossy(data);
+        let trimmed = text.trim();
+        if trimmed == "[DONE]" {
             self.done = true;
             return Ok(());
         }
-        if data.is_empty() {
+        if trimmed.is_empty() {
             return Ok(());
         }
-        let chunk: Value = serde_json::from_str(data)
-            .map_err(|e| format!("unreadable stream chunk ({e}): {data}"))?;
+        for chunk in documents(data) {
+            let chunk = chunk.map_err(|e| format!("unreadable stream chunk ({e}): {trimmed}"))?;
+            self.chunk(&chunk)?;
+        }
+        Ok(())
+    }
+
+    fn chunk(&mut self, chunk: &Value) -> Result<(), String> {
         if let Some(err) = chunk.get("error") {
             return Err(format!("the server reported an error mid-stream: {err}"));
         }
-        if let Some(u) = usage_of(&chunk) {
+        if let Some(u) = usage_of(chunk) {
             self.usage = Some(u);
         }
         let Some(choice) = chunk.pointer("/choices/0") else {
@@ -237,9 +256,10 @@ impl StreamAssembler {
 
     /// The whole answer; `Err` when the stream stopped before it was complete.
     pub fn finish(mut self, turn: u32) -> Result<Reply, String> {
-        if !self.pending.is_empty() {
-            let rest = String::from_utf8_lossy(&std::mem::take(&mut self.pending)).into_owned();
-            self.line(rest.trim_end())?;
+        let mut last = Vec::new();
+        self.events.finish(&mut |data| last.push(data.to_vec()));
+        for data in last {
+            self.event(&data)?;
         }
         if !self.done && !self.finished {
             return Err("the stream ended before the answer was complete".into());

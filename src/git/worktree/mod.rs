@@ -186,7 +186,6 @@ struct CreationLock(#[allow(dead_code)] std::fs::File);
 
 impl CreationLock {
     fn acquire(common_dir: &Path) -> std::io::Result<Self> {
-        use std::os::fd::AsRawFd as _;
         use std::os::unix::fs::OpenOptionsExt as _;
         let file = std::fs::File::options()
             .create(true)
@@ -194,10 +193,7 @@ impl CreationLock {
             .write(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(state::swarm_dir(common_dir).join("worktrees.lock"))?;
-        // SAFETY: flock on an fd we own; blocks until the lock is ours.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        state::lock(&file)?;
         Ok(Self(file))
     }
 }
