@@ -95,6 +95,7 @@ fn print_table(report: &Report) {
             let detail = match (&task.error, task.status) {
                 (Some(e), _) => e.clone(),
                 (None, TaskStatus::Merged) => task.change_words(),
+                (None, TaskStatus::Done) => format!("{}, not merged yet", task.change_words()),
                 (None, _) => task
                     .files
                     .iter()
@@ -123,7 +124,11 @@ fn print_table(report: &Report) {
 pub fn failure_lines(task: &crate::report::TaskReport) -> Vec<String> {
     const LAST: usize = 5;
     const WIDTH: usize = 160;
-    if task.status.is_success() || matches!(task.status, TaskStatus::Pending | TaskStatus::Running)
+    if task.status.is_success()
+        || matches!(
+            task.status,
+            TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done
+        )
     {
         return Vec::new();
     }

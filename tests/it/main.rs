@@ -26,6 +26,7 @@ mod refactor;
 mod repair;
 mod sandbox;
 mod shards;
+mod snapshots;
 mod verify_merged;
 mod workers;
 mod worktrees;
