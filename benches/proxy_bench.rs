@@ -18,6 +18,8 @@
 
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// The shared helpers (`common`, the fake model) are `pub` for the modules beside them.
+#![allow(unreachable_pub)]
 
 mod common;
 

@@ -1,33 +1,207 @@
-/// What libgit2's object cache may hold (its default is 256 MiB).
-const GIT_CACHE_BYTES: isize = 32 * 1024 * 1024;
+//! swarm's command line: clap types (one module per subcommand), rendering, and the exit-code
+//! edge, over the engine's one public API ([`swarm_engine::app`]).
 
-fn main() -> std::process::ExitCode {
-    // A worker process's jail is swarm itself, re-executed (docs/SECURITY.md).
-    if let Some(code) = swarm::worker::sandbox::jail::main_if_jail() {
-        return code;
-    }
-    // libgit2 re-hashes every object it reads to check it, which git itself does not do
-    // outside `fsck`: a tenth of a large run's time went there (docs/BENCHMARKS.md).
-    git2::opts::strict_hash_verification(false);
-    // libgit2 keeps up to 256 MiB of the objects it read, across all repositories; a long
-    // run reads a new tree per merge, so that cache was most of swarm's memory at 10,000
-    // tasks. The objects a task needs are the few of the integration tip.
-    // SAFETY: set before any other thread uses libgit2.
-    if let Err(e) = unsafe { git2::opts::set_cache_max_size(GIT_CACHE_BYTES) } {
-        eprintln!("swarm: cannot limit libgit2's object cache: {e}");
-    }
-    limit_malloc_arenas();
-    swarm::cli::main()
+// What the command line prints never fails it ([`out`]): these shadow std's macros in every
+// module below.
+macro_rules! eprintln {
+    () => { $crate::out::err_line(format_args!("")) };
+    ($($arg:tt)*) => { $crate::out::err_line(format_args!($($arg)*)) };
+}
+macro_rules! println {
+    () => { $crate::out::out_line(format_args!("")) };
+    ($($arg:tt)*) => { $crate::out::out_line(format_args!($($arg)*)) };
+}
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::out::out(format_args!($($arg)*)) };
 }
 
-/// glibc gives each thread that allocates under contention an arena of its own, up to eight
-/// per core, and keeps what they freed: the blocking threads that commit and reset
-/// worktrees left swarm's peak memory at nearly twice what it uses (93 MB against 53 MB at
-/// 300 tasks on 27,000 files, the same time). Two arenas, unless MALLOC_ARENA_MAX says.
-fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: mallopt only sets an allocator parameter; called before other threads.
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+mod agents;
+mod clean;
+mod completions;
+mod confirm;
+mod diff;
+mod error;
+mod execute;
+mod exit;
+mod github;
+mod merge;
+mod out;
+mod plan;
+mod refactor;
+mod render;
+mod resume;
+mod review;
+mod run;
+mod status;
+mod summary;
+mod visible;
+
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+fn main() -> ExitCode {
+    // A worker process's jail is swarm itself, re-executed (docs/SECURITY.md); otherwise the
+    // process-wide settings of libgit2 and the allocator.
+    if let Some(code) = swarm_engine::app::start_process() {
+        return code;
+    }
+    run()
+}
+
+/// Apply one change across many files with parallel workers, each in its own git worktree and
+/// branch, merged back into your branch with --no-ff.
+#[derive(Debug, Parser)]
+#[command(
+    name = "swarm",
+    version = env!("SWARM_VERSION"),
+    propagate_version = true,
+    max_term_width = 100
+)]
+#[command(after_help = "\
+Examples:
+  swarm refactor 'rename foo to bar' 'src/**/*.py' --grep foo -j 8 \\
+      --exec 'sed -i \"s/\\bfoo\\b/bar/g\" \"$SWARM_FILE\"'
+  swarm status
+  swarm diff 20261121-133455-4f2a
+  swarm resume 20261121-133455-4f2a
+  swarm clean --all")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// More diagnostics on stderr (-v: debug, -vv: trace); RUST_LOG works too.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Print only warnings, errors and the one-line result: no progress, no task table.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// Colours: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, global = true, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
+    color: clap::ColorChoice,
+}
+
+/// `--color`, for the whole process.
+static COLOR: std::sync::OnceLock<clap::ColorChoice> = std::sync::OnceLock::new();
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Refactor(Box<refactor::RefactorArgs>),
+    Plan(Box<plan::PlanArgs>),
+    Run(run::RunArgs),
+    Status(status::StatusArgs),
+    Diff(diff::DiffArgs),
+    Merge(merge::MergeArgs),
+    Resume(resume::ResumeArgs),
+    Clean(clean::CleanArgs),
+    Agents(agents::AgentsArgs),
+    Completions(completions::CompletionsArgs),
+    Man(completions::ManArgs),
+}
+
+/// The parser of a keyword option, which lists its possible values in `--help`.
+fn keywords<T>(names: &'static [&'static str]) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr<Err = String> + Clone + Send + Sync + 'static,
+{
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
+}
+
+fn run() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `--color` decides the colours of `--help` and of clap's errors too, which clap prints
+    // before it has parsed anything.
+    let mut command = <Cli as clap::CommandFactory>::command();
+    if let Some(choice) = color_arg(&args) {
+        command = command.color(choice);
+    }
+    let matches = command.get_matches_from(args);
+    let cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let _ = COLOR.set(cli.color);
+    console::set_colors_enabled(use_color(std::io::stdout().is_terminal()));
+    console::set_colors_enabled_stderr(use_color(std::io::stderr().is_terminal()));
+    render::set_quiet(cli.quiet);
+    init_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILED as u8);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Refactor(args) => refactor::run(*args).await,
+            Command::Plan(args) => plan::run(*args).await,
+            Command::Run(args) => run::run(args).await,
+            Command::Status(args) => status::run(args),
+            Command::Diff(args) => diff::run(args),
+            Command::Merge(args) => merge::run(args).await,
+            Command::Resume(args) => resume::run(args).await,
+            Command::Clean(args) => clean::run(args),
+            Command::Agents(args) => agents::run(args).await,
+            Command::Completions(args) => completions::run(args),
+            Command::Man(args) => completions::man(args),
+        }
+    });
+    // Blocking threads still reading the pipe of a worker that escaped its process group
+    // must not keep swarm alive.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    swarm_engine::app::close_scratch();
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => error::report(&e),
+    };
+    ExitCode::from(code as u8)
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "swarm=debug,swarm_engine=debug,swarm_sandbox=debug",
+        _ => "swarm=trace,swarm_engine=trace,swarm_sandbox=trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(use_color(std::io::stderr().is_terminal()))
+        .without_time()
+        .try_init();
+}
+
+/// The value of `--color` (`--color X` or `--color=X`) among `args`, before clap parses them.
+fn color_arg(args: &[std::ffi::OsString]) -> Option<clap::ColorChoice> {
+    let value = args.iter().enumerate().find_map(|(i, a)| {
+        let a = a.to_str()?;
+        match a.strip_prefix("--color") {
+            Some("") => args.get(i + 1)?.to_str(),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        }
+    })?;
+    match value {
+        "always" => Some(clap::ColorChoice::Always),
+        "never" => Some(clap::ColorChoice::Never),
+        "auto" => Some(clap::ColorChoice::Auto),
+        _ => None,
+    }
+}
+
+/// Colours for an output that is (or not) a terminal: as `--color` says; by default only on
+/// a terminal and without NO_COLOR.
+pub(crate) fn use_color(is_terminal: bool) -> bool {
+    match COLOR.get().copied().unwrap_or_default() {
+        clap::ColorChoice::Always => true,
+        clap::ColorChoice::Never => false,
+        clap::ColorChoice::Auto => {
+            is_terminal && std::env::var_os(swarm_engine::app::env_vars::NO_COLOR).is_none()
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! Integration tests: the real `swarm` binary on temporary git repositories, with the git CLI
 //! as the independent oracle.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// Helpers are `pub` for the test modules beside them; nothing outside this binary uses them.
+#![allow(unreachable_pub)]
 
 mod action;
 mod agents;
@@ -14,6 +16,7 @@ mod fake_agents;
 mod fake_model;
 mod first_day;
 mod gateway;
+mod layers;
 mod llm;
 mod llm_server;
 mod merging;

@@ -1,0 +1,220 @@
+//! The checks made before a run writes anything: a worker, a model and a key where one is
+//! needed, confinement that works here, and a checkout the result can be merged into.
+
+use std::collections::HashSet;
+
+use super::error::{AppError, AppResult};
+use crate::git::repo::{self, IntoTarget};
+use crate::plan::Task;
+use crate::repo_path::RepoPath;
+use crate::settings::{ApiKey, OnConflict, PerProcess, SandboxPolicy, Scope, Settings};
+use swarm_sandbox as sandbox;
+
+/// A worker is configured (`--exec` or `--model`); the key is not needed yet (a plan file).
+pub(crate) fn worker_configured(settings: &Settings) -> AppResult<()> {
+    match (&settings.exec, &settings.model.name) {
+        (None, None) => Err(AppError::NoWorker { for_plan: true }),
+        _ => Ok(()),
+    }
+}
+
+/// A worker is configured, and a model wherever one is needed (the built-in worker,
+/// `--repair`, `--on-conflict repair`); returns the API key when a model is used.
+pub(crate) fn worker(settings: &Settings) -> AppResult<Option<ApiKey>> {
+    if settings.repair && settings.verify.is_none() {
+        return Err(AppError::RepairWithoutVerify);
+    }
+    if settings.agent.is_none()
+        && let Some(program) = settings.exec.as_deref().and_then(missing_program)
+    {
+        return Err(AppError::ExecNotFound(program));
+    }
+    if let PerProcess::Tasks(n @ 2..) = settings.per_process {
+        if settings.exec.is_none() {
+            return Err(AppError::PerProcess(
+                n,
+                "the built-in worker runs one conversation per task, not a process",
+            ));
+        }
+        if settings.repair {
+            return Err(AppError::PerProcess(
+                n,
+                "--repair hands each task's failing check to the model, one task at a time",
+            ));
+        }
+    }
+    if !settings.uses_model() {
+        return Ok(None);
+    }
+    // With --exec, what needs the model.
+    let needs_model = match (&settings.exec, settings.on_conflict) {
+        (None, _) => None,
+        (Some(_), OnConflict::Repair) => Some("--on-conflict repair"),
+        (Some(_), _) => Some("--repair"),
+    };
+    let Some(model) = &settings.model.name else {
+        return Err(match needs_model {
+            Some(what) => AppError::ModelNeeded(what),
+            None => AppError::NoWorker { for_plan: false },
+        });
+    };
+    endpoint_and_key(settings, model, "model")
+}
+
+/// The endpoint is http(s), and there is a key unless it is on this machine.
+pub(crate) fn endpoint_and_key(
+    settings: &Settings,
+    model: &str,
+    what: &'static str,
+) -> AppResult<Option<ApiKey>> {
+    let url = &settings.model.base_url;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(AppError::BadBaseUrl(url.clone()));
+    }
+    let key = ApiKey::from_env();
+    if key.is_none() && !settings.model.is_local() {
+        return Err(AppError::NoApiKey {
+            what,
+            model: model.to_string(),
+            url: url.clone(),
+        });
+    }
+    Ok(key)
+}
+
+/// Words `sh` runs itself: a command starting with one is not looked up on PATH.
+const SHELL_WORDS: &[&str] = &[
+    "!", "{", "}", "(", "case", "for", "if", "until", "while", ".", ":", "break", "cd", "command",
+    "continue", "echo", "eval", "exec", "exit", "export", "false", "printf", "pwd", "read",
+    "readonly", "return", "set", "shift", "test", "[", "times", "trap", "true", "type", "ulimit",
+    "umask", "unset", "wait",
+];
+
+/// The program an `--exec` command starts with, when it is a plain name that is not on PATH
+/// (`rufff check …`): better said once than failed on every task with exit 127. Commands
+/// this cannot read for sure (unbalanced quotes, a variable, a path, a shell word) pass.
+fn missing_program(command: &str) -> Option<String> {
+    let words = shell_words::split(command).ok()?;
+    // `VAR=value cmd …`: the command is after the assignments; one that substitutes a
+    // command (`s=$(git status)`) is not read further.
+    let assignment = |w: &String| {
+        w.split_once('=').is_some_and(|(name, _)| {
+            name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    let assignments: Vec<&String> = words.iter().take_while(|w| assignment(w)).collect();
+    if assignments.iter().any(|w| w.contains(['$', '`', '('])) {
+        return None;
+    }
+    let first = words.get(assignments.len())?;
+    let plain = !first.is_empty()
+        && !first.contains(['/', '$', '`', '(', ';', '|', '&', '<', '>', '*', '?'])
+        && !SHELL_WORDS.contains(&first.as_str());
+    (plain && super::agents::which(first).is_none()).then(|| first.clone())
+}
+
+/// The run's budgets can be enforced: its spend is metered (an `--agent`'s through swarm's
+/// gateway), and priced for `--max-cost`.
+pub(crate) fn budgets(settings: &Settings) -> AppResult<()> {
+    if settings.max_cost.is_none() && settings.max_tokens.is_none() {
+        return Ok(());
+    }
+    if let Some(agent) = &settings.agent
+        && crate::gateway::bindings(agent, &|var| std::env::var(var).ok()).is_empty()
+    {
+        let vars: Vec<&str> = agent
+            .routes
+            .iter()
+            .flat_map(|r| &r.key_env)
+            .map(String::as_str)
+            .collect();
+        return Err(AppError::BudgetUnmetered {
+            agent: agent.name.clone(),
+            why: match vars.is_empty() {
+                true => "it declares no api for swarm's gateway".into(),
+                false => format!(
+                    "none of {} is set: it would use its own login",
+                    vars.join(", ")
+                ),
+            },
+        });
+    }
+    let spends = settings.agent.is_some() || settings.uses_model();
+    if settings.max_cost.is_some() && spends && !settings.model.has_prices() {
+        return Err(AppError::BudgetUnpriced);
+    }
+    Ok(())
+}
+
+/// `--worktrees overlay` can be used by this run: an `--exec` worker (the built-in worker's
+/// file tools, and `--repair`'s, run in swarm, outside the jail that mounts a view), and a
+/// view mounts here.
+pub(crate) async fn worktrees(settings: &Settings, common_dir: &std::path::Path) -> AppResult<()> {
+    if settings.worktree.mode != crate::settings::WorktreeMode::Overlay {
+        return Ok(());
+    }
+    let why = if settings.exec.is_none() {
+        Some(
+            "the built-in worker edits files from swarm itself, outside the jail where a view \
+             is mounted; overlay worktrees serve --exec and --agent workers"
+                .to_string(),
+        )
+    } else if settings.repair {
+        Some("--repair runs the built-in worker in the task's worktree".to_string())
+    } else {
+        crate::orchestrator::views_unavailable(settings, common_dir).await
+    };
+    match why {
+        Some(why) => Err(AppError::NoOverlay(why)),
+        None => Ok(()),
+    }
+}
+
+/// Workers can be confined here with `policy` (unless it is off).
+pub(crate) async fn sandbox(policy: &SandboxPolicy) -> AppResult<()> {
+    sandbox::probe(policy).await.map_err(AppError::Sandbox)
+}
+
+/// The checked-out target can take the result at the end: no merge (or rebase…) in
+/// progress, and no uncommitted changes in the files the run may change (any file with
+/// `--scope any`).
+pub(crate) fn checkout(
+    repo: &git2::Repository,
+    into: &IntoTarget,
+    tasks: &[Task],
+    scope: Scope,
+) -> AppResult<()> {
+    if !into.checked_out_here {
+        return Ok(());
+    }
+    let files: HashSet<&RepoPath> = tasks.iter().flat_map(|t| &t.files).collect();
+    let touched = match scope {
+        Scope::Task => Some(&files),
+        Scope::Any => None,
+    };
+    Ok(repo::check_checkout(repo, touched)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::missing_program;
+
+    #[test]
+    fn only_a_plain_program_name_is_looked_up() {
+        assert_eq!(missing_program("rufff check --fix x"), Some("rufff".into()));
+        assert_eq!(missing_program("LC_ALL=C rufff x"), Some("rufff".into()));
+        for fine in [
+            "sed -i s/a/b/ \"$SWARM_FILE\"",
+            "LC_ALL=C sed -i s/a/b/ x",
+            "s=$(nosuchprogram x); echo \"$s\"",
+            "cd sub && nosuchprogram",
+            "./fix.sh",
+            "$TOOL --fix",
+            "for f in $SWARM_FILES; do x; done",
+            "unbalanced 'quote",
+        ] {
+            assert_eq!(missing_program(fine), None, "{fine}");
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The application layer: what a command does between its parsed arguments and the engine.
+//!
+//! ```text
+//! cli/  (clap types, one thin function per command, rendering, errors → message + hint)
+//!   │
+//! app/  prepare a run · continue one from git · shards · runs · diffs · checks
+//!   │     (no clap, no terminal; typed errors, data for the CLI to show)
+//! engine: settings, plan, git, worker, orchestrator, report, state, events
+//! ```
+//!
+//! Each command resolves one [`RunMode`] here and hands the
+//! engine one [`RunRequest`].
+
+pub mod agents;
+mod checks;
+pub mod diff;
+pub mod error;
+pub mod prepare;
+mod process;
+pub mod reconcile;
+pub mod runs;
+pub mod shard;
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+pub use error::{AppError, AppResult, Busy};
+pub use process::start_process;
+
+pub use crate::git::repo::{RepoError, RepoInfo};
+pub use crate::orchestrator::{RunMode, RunOutcome, RunRequest};
+pub use crate::plan::{Plan, PlanError, describe_skipped};
+pub use crate::secrets::random_hex;
+
+/// The names of the environment variables swarm reads (`SWARM_JOBS`…).
+pub mod env_vars {
+    pub use crate::env_vars::*;
+}
+
+/// What a run emits while it goes, for a front end to show.
+pub mod events {
+    pub use crate::events::{
+        CheckRole, ConflictAction, Event, EventSink, NetworkVerdict, Reporter,
+    };
+}
+
+/// Runs' and tasks' names.
+pub mod ids {
+    pub use crate::ids::{RunId, RunSelector, TaskId, TaskIdx, abbrev, join, short};
+}
+
+/// What a run did (`report.json`, docs/USAGE.md).
+pub mod report {
+    pub use crate::report::{Report, RunState, TaskReport, TaskStatus};
+}
+
+/// Settings: a front end's [`settings::Layer`] of options, and what they resolve to.
+pub mod settings {
+    pub use crate::settings::home::tilde;
+    pub use crate::settings::{
+        Count, Layer, OnConflict, PerProcess, SandboxMode, Scope, Settings, SettingsError,
+        WorktreeMode,
+    };
+}
+
+use crate::events::EventSink;
+use crate::orchestrator;
+use crate::report::Report;
+use crate::state::{self, RunDir};
+
+/// Runs `request` to the end (or to `cancel`), every event into `sink`.
+pub async fn execute(
+    request: RunRequest,
+    cancel: CancellationToken,
+    sink: Arc<EventSink>,
+) -> AppResult<RunOutcome> {
+    // What runs killed with `kill -9` left in the temporary directory (their sockets, their
+    // workers' temporary files): nobody else cleans it.
+    tokio::task::spawn_blocking(|| swarm_sandbox::scratch::sweep(&std::env::temp_dir()));
+    Ok(orchestrator::run(request, cancel, sink).await?)
+}
+
+/// Saves a run's report (after `--review` marked what it skipped).
+pub fn save_report(common_dir: &std::path::Path, report: &Report) -> AppResult<()> {
+    let path = RunDir::new(common_dir, &report.run_id).report();
+    Ok(state::write_json_atomic(&path, report)?)
+}
+
+/// Removes this process's scratch directory (its sockets and temporary files), when the
+/// command ends.
+pub fn close_scratch() {
+    swarm_sandbox::scratch::close();
+}

@@ -1,0 +1,38 @@
+//! What swarm's process does before anything else: become a worker's jail when it was
+//! re-executed as one, else set libgit2's and the allocator's process-wide options.
+
+/// What libgit2's object cache may hold (its default is 256 MiB).
+const GIT_CACHE_BYTES: isize = 32 * 1024 * 1024;
+
+/// Called first, before swarm starts any thread: `Some` with the exit code when this process
+/// was a jail and has finished as one.
+pub fn start_process() -> Option<std::process::ExitCode> {
+    // A worker process's jail is swarm itself, re-executed (docs/SECURITY.md).
+    if let Some(code) = swarm_sandbox::jail::main_if_jail() {
+        return Some(code);
+    }
+    // libgit2 re-hashes every object it reads to check it, which git itself does not do
+    // outside `fsck`: a tenth of a large run's time went there (docs/BENCHMARKS.md).
+    git2::opts::strict_hash_verification(false);
+    // libgit2 keeps up to 256 MiB of the objects it read, across all repositories; a long
+    // run reads a new tree per merge, so that cache was most of swarm's memory at 10,000
+    // tasks. The objects a task needs are the few of the integration tip.
+    // SAFETY: set before any other thread uses libgit2.
+    if let Err(e) = unsafe { git2::opts::set_cache_max_size(GIT_CACHE_BYTES) } {
+        eprintln!("swarm: cannot limit libgit2's object cache: {e}");
+    }
+    limit_malloc_arenas();
+    None
+}
+
+/// glibc gives each thread that allocates under contention an arena of its own, up to eight
+/// per core, and keeps what they freed: the blocking threads that commit and reset
+/// worktrees left swarm's peak memory at nearly twice what it uses (93 MB against 53 MB at
+/// 300 tasks on 27,000 files, the same time). Two arenas, unless MALLOC_ARENA_MAX says.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator parameter; called before other threads.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+    }
+}

@@ -1,0 +1,162 @@
+//! One agent process's door to the gateway: an HTTP server on a Unix socket that the jail
+//! forwards from `127.0.0.1:`[`super::GATEWAY_PORT`] (or, when the process shares the host's
+//! network, on a port of the host's loopback), the placeholders of its credentials, and what
+//! its requests spent.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::forward::{self, BoundRoute, ListenerState};
+use super::{Binding, GATEWAY_PORT, Gateway, Spent};
+use crate::ids::TaskId;
+use swarm_sandbox::door::{self, Door, DoorAddress};
+
+/// Where the agent process reaches its listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// In a jail with its own network: a Unix socket, forwarded to `127.0.0.1:3129` there.
+    Jail,
+    /// On the host's network (`--network`, `--sandbox off`): a port of the host's loopback,
+    /// which any local process can reach, so the placeholder is what lets a request in.
+    Host,
+}
+
+/// A running listener; it stops (and its socket goes) when dropped.
+pub(crate) struct Listener {
+    /// The door the jail's forwarder uses ([`Place::Jail`]).
+    door: Option<Door>,
+    /// What the agent's environment gets: each base URL variable, each placeholder.
+    env: Vec<(String, String)>,
+    spent: Arc<Mutex<Spent>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Gateway {
+    /// Starts a listener for the process of `task`, serving `bindings`.
+    pub(crate) fn listen(
+        self: &Arc<Self>,
+        task: TaskId,
+        bindings: &[Binding],
+        place: Place,
+    ) -> anyhow::Result<Listener> {
+        let mut env = Vec::new();
+        let mut routes = Vec::new();
+        for binding in bindings {
+            let mut swaps = Vec::new();
+            for (var, real) in &binding.credentials {
+                let placeholder = placeholder()?;
+                env.push((var.clone(), placeholder.clone()));
+                swaps.push((placeholder, real.clone()));
+            }
+            routes.push(BoundRoute {
+                name: binding.route.name.clone(),
+                upstream: binding.upstream.clone(),
+                swaps,
+            });
+        }
+        let spent = Arc::new(Mutex::new(Spent::default()));
+        let state = Arc::new(ListenerState {
+            gateway: self.clone(),
+            task,
+            routes,
+            spent: spent.clone(),
+        });
+        let (door, url, server) = match place {
+            Place::Jail => {
+                let (door, listener) =
+                    Door::bind("gw-").context("cannot start the model gateway")?;
+                let key = door.key().clone();
+                let server = tokio::spawn(async move {
+                    while let Ok((conn, _)) = listener.accept().await {
+                        let (state, key) = (state.clone(), key.clone());
+                        tokio::spawn(async move {
+                            let mut conn = conn;
+                            if door::admit(&mut conn, &key).await {
+                                serve(conn, state);
+                            }
+                        });
+                    }
+                });
+                (
+                    Some(door),
+                    format!("http://127.0.0.1:{GATEWAY_PORT}"),
+                    server,
+                )
+            }
+            Place::Host => {
+                let listener = std::net::TcpListener::bind("127.0.0.1:0")
+                    .context("cannot start the model gateway")?;
+                listener.set_nonblocking(true)?;
+                let url = format!("http://{}", listener.local_addr()?);
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                let server = tokio::spawn(async move {
+                    while let Ok((conn, _)) = listener.accept().await {
+                        let _ = conn.set_nodelay(true);
+                        serve(conn, state.clone());
+                    }
+                });
+                (None, url, server)
+            }
+        };
+        for binding in bindings {
+            for var in &binding.route.base_url_env {
+                env.push((var.clone(), format!("{url}/{}", binding.route.name)));
+            }
+        }
+        Ok(Listener {
+            door,
+            env,
+            spent,
+            server,
+        })
+    }
+}
+
+/// Serves one connection (HTTP/1.1, kept alive) on its own task.
+fn serve<IO>(conn: IO, state: Arc<ListenerState>)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let service = service_fn(move |req| forward::handle(state.clone(), req));
+        let _ = http1::Builder::new()
+            .serve_connection(TokioIo::new(conn), service)
+            .await;
+    });
+}
+
+impl Listener {
+    /// The door the jail forwards to ([`Place::Jail`]).
+    pub(crate) fn door(&self) -> Option<DoorAddress> {
+        self.door.as_ref().map(Door::address)
+    }
+
+    /// The agent's variables: its APIs' base URLs pointing here, a placeholder for each of
+    /// its credentials.
+    pub(crate) fn agent_env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// What the process's requests spent so far.
+    pub(crate) fn spent(&self) -> Spent {
+        *self.spent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// A placeholder credential: random, so that only the process it was given to can use the
+/// listener, and worthless anywhere else.
+fn placeholder() -> anyhow::Result<String> {
+    let hex = crate::secrets::random_hex::<16>().context("cannot read /dev/urandom")?;
+    Ok(format!("sk-swarm-placeholder-{hex}"))
+}

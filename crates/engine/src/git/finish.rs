@@ -1,0 +1,136 @@
+//! The end of a run: the target branch moves once, then swarm's branches are cleaned up.
+
+use std::path::Path;
+
+use git2::{BranchType, ErrorCode, Oid, Repository};
+
+use super::checkout::NotMoved;
+use super::repo::{IntoTarget, RepoInfo};
+
+/// Moves `into` from `into_start` to `result`. A checked-out target moves with its files and
+/// index, all or nothing ([`super::checkout`]); `staging` is a directory swarm may use for
+/// that. `Err(NotMoved)` means the target was left exactly as it was.
+pub(crate) fn update_target(
+    info: &RepoInfo,
+    into: &IntoTarget,
+    into_start: Oid,
+    result: Oid,
+    staging: &Path,
+) -> anyhow::Result<Result<(), NotMoved>> {
+    let repo = info.open()?;
+    let into_ref = super::branch_ref(&into.branch);
+    let message = "swarm: merge result";
+    let Some(_) = into.tip else {
+        let commit = repo.find_commit(result)?;
+        return Ok(match repo.branch(&into.branch, &commit, false) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(NotMoved {
+                reason: format!("cannot create branch {}: {}", into.branch, e.message()),
+                first: None,
+            }),
+        });
+    };
+    match repo.refname_to_id(&into_ref) {
+        Ok(now) if now == into_start => {}
+        Ok(now) => {
+            return Ok(Err(NotMoved {
+                reason: format!(
+                    "branch {} moved during the run (it is now at {})",
+                    into.branch,
+                    crate::ids::short(&now)
+                ),
+                first: None,
+            }));
+        }
+        Err(e) => {
+            return Ok(Err(NotMoved {
+                reason: format!("cannot read branch {}: {}", into.branch, e.message()),
+                first: None,
+            }));
+        }
+    }
+    if result == into_start {
+        // Already there: a continued run that merged nothing new.
+        return Ok(Ok(()));
+    }
+    let head = repo.find_reference("HEAD")?;
+    let checked_out = head.symbolic_target().ok().flatten() == Some(into_ref.as_str());
+    if checked_out {
+        crate::state::remove_owned(&info.common_dir, staging)?;
+        std::fs::create_dir_all(staging)?;
+        let updated = super::checkout::update_checkout(
+            &repo,
+            &info.git_dir,
+            staging,
+            &into_ref,
+            into_start,
+            result,
+        );
+        crate::state::remove_owned(&info.common_dir, staging)?;
+        return updated;
+    }
+    Ok(
+        match repo.reference_matching(&into_ref, result, true, into_start, message) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(NotMoved {
+                reason: format!("cannot move branch {}: {}", into.branch, e.message()),
+                first: None,
+            }),
+        },
+    )
+}
+
+/// Deletes local branches by short name; returns how many were deleted.
+///
+/// Deleting a ref locks it and `packed-refs`, and removes its emptied directories; another
+/// swarm run (or git) working on refs at the same moment can make a lookup or a deletion
+/// fail for a moment, so failures other than "no such branch" are tried again for a while.
+pub(crate) fn delete_branches(common_dir: &Path, names: &[String]) -> usize {
+    let Ok(repo) = Repository::open(common_dir) else {
+        return 0;
+    };
+    let mut deleted = 0;
+    for name in names {
+        let mut last_error = None;
+        for attempt in 0..50u64 {
+            let result = repo
+                .find_branch(name, BranchType::Local)
+                .and_then(|mut b| b.delete());
+            match result {
+                Ok(()) => {
+                    deleted += 1;
+                    last_error = None;
+                    break;
+                }
+                Err(e) if e.code() == ErrorCode::NotFound => {
+                    last_error = None;
+                    break;
+                }
+                Err(e) => {
+                    last_error = Some(e);
+                    std::thread::sleep(std::time::Duration::from_millis(10 + attempt * 4));
+                }
+            }
+        }
+        if let Some(e) = last_error {
+            tracing::warn!("cannot delete branch {name}: {e}");
+        }
+    }
+    deleted
+}
+
+/// Short names of local branches under `prefix` (e.g. `swarm/<RUN-ID>/`).
+pub(crate) fn branches_under(common_dir: &Path, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let repo = Repository::open(common_dir)?;
+    let mut names = Vec::new();
+    for branch in repo.branches(Some(BranchType::Local))? {
+        let (branch, _) = branch?;
+        if let Some(name) = branch.get().shorthand().ok()
+            && name.starts_with(prefix)
+        {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}

@@ -1,0 +1,303 @@
+//! All local repository work, through git2; only network operations run `git`.
+//!
+//! - [`repo`]: opening the user's repository and the checks that refuse bad input.
+//! - [`worktree`]: the pool of reusable worktrees, one per running worker.
+//! - [`commit`]: committing what a worker changed on its task branch; [`adopt`]: the
+//!   commits a confined worker made with its own git.
+//! - [`merge`]: the merge train, in memory, onto the integration branch.
+//! - [`finish`]: moving the target branch once, and cleanup; [`checkout`]: the user's
+//!   checkout moving with it, all or nothing.
+//! - [`interrupted`]: what a run killed with `kill -9` left (locks, a checkout half updated).
+//! - [`shard`]: shard records, and `git fetch`/`git push` (the only git processes).
+
+pub(crate) mod adopt;
+pub(crate) mod checkout;
+pub(crate) mod commit;
+pub(crate) mod finish;
+pub(crate) mod interrupted;
+pub(crate) mod merge;
+pub(crate) mod repo;
+pub(crate) mod shard;
+pub(crate) mod worktree;
+
+use git2::{Oid, Repository, Signature};
+
+use crate::repo_path::RepoPath;
+
+/// The identity of commits swarm makes: `GIT_AUTHOR_*`/`GIT_COMMITTER_*` like git, else
+/// `user.name`/`user.email`, else `swarm <swarm@localhost>`.
+pub(crate) fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
+    match configured_signature(repo) {
+        Some(sig) => Ok(sig),
+        None => Signature::now(FALLBACK_NAME, FALLBACK_EMAIL),
+    }
+}
+
+/// Who commits when neither the environment nor git's config says.
+pub(crate) const FALLBACK_NAME: &str = "swarm";
+pub(crate) const FALLBACK_EMAIL: &str = "swarm@localhost";
+
+/// The identity the environment (`GIT_COMMITTER_*`, `GIT_AUTHOR_*`) or git's config
+/// (`user.name`, `user.email`) gives, if any.
+pub(crate) fn configured_signature(repo: &Repository) -> Option<Signature<'static>> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    if let (Some(name), Some(email)) = (
+        var("GIT_COMMITTER_NAME").or_else(|| var("GIT_AUTHOR_NAME")),
+        var("GIT_COMMITTER_EMAIL").or_else(|| var("GIT_AUTHOR_EMAIL")),
+    ) {
+        return Signature::now(&name, &email).ok();
+    }
+    repo.signature().ok().map(|s| s.to_owned())
+}
+
+/// Paths that differ between two trees (both sides of renames; no rename detection).
+pub(crate) fn changed_paths(
+    repo: &Repository,
+    old: &git2::Tree<'_>,
+    new: &git2::Tree<'_>,
+) -> Result<Vec<RepoPath>, git2::Error> {
+    Ok(tree_changes(repo, old, new)?
+        .into_iter()
+        .map(|c| c.path)
+        .collect())
+}
+
+/// A file (or link, or submodule) that differs between two trees: its entry on each side,
+/// `(id, mode)`, `None` where it is absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TreeChange {
+    pub path: RepoPath,
+    pub old: Option<(Oid, u32)>,
+    pub new: Option<(Oid, u32)>,
+}
+
+/// What differs between two trees, sorted by path. Subtrees with the same id on both sides
+/// are skipped, so the cost is that of the folders on the way to what changed, not of the
+/// trees (libgit2's tree diff walks every entry of both). A path that is a file on one side
+/// and a folder on the other is the file's removal (or addition) and each path under the
+/// folder, as in git.
+pub(crate) fn tree_changes(
+    repo: &Repository,
+    old: &git2::Tree<'_>,
+    new: &git2::Tree<'_>,
+) -> Result<Vec<TreeChange>, git2::Error> {
+    let mut changes = Vec::new();
+    diff_level(repo, Some(old), Some(new), &mut Vec::new(), &mut changes)?;
+    changes.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(changes)
+}
+
+const TREE_MODE: u32 = 0o040000;
+
+/// The changes between two versions of one folder (`None`: absent on that side), whose path
+/// is `prefix` (empty, or ending in `/`).
+fn diff_level(
+    repo: &Repository,
+    old: Option<&git2::Tree<'_>>,
+    new: Option<&git2::Tree<'_>>,
+    prefix: &mut Vec<u8>,
+    out: &mut Vec<TreeChange>,
+) -> Result<(), git2::Error> {
+    type Entry = Option<(Oid, u32)>;
+    let mut names: std::collections::BTreeMap<Vec<u8>, (Entry, Entry)> = Default::default();
+    for (tree, new_side) in [(old, false), (new, true)] {
+        for e in tree.iter().flat_map(|t| t.iter()) {
+            let slot = names.entry(e.name_bytes().to_vec()).or_default();
+            let entry = Some((e.id(), e.filemode() as u32));
+            match new_side {
+                false => slot.0 = entry,
+                true => slot.1 = entry,
+            }
+        }
+    }
+    for (name, (was, is)) in names {
+        if was == is {
+            continue;
+        }
+        let len = prefix.len();
+        prefix.extend_from_slice(&name);
+        let folder = |e: Entry| e.filter(|(_, mode)| *mode == TREE_MODE).map(|(id, _)| id);
+        let leaf = |e: Entry| e.filter(|(_, mode)| *mode != TREE_MODE);
+        if leaf(was).is_some() || leaf(is).is_some() {
+            out.push(TreeChange {
+                path: RepoPath::from_bytes(prefix.clone()),
+                old: leaf(was),
+                new: leaf(is),
+            });
+        }
+        if folder(was).is_some() || folder(is).is_some() {
+            let was = folder(was).map(|id| repo.find_tree(id)).transpose()?;
+            let is = folder(is).map(|id| repo.find_tree(id)).transpose()?;
+            prefix.push(b'/');
+            diff_level(repo, was.as_ref(), is.as_ref(), prefix, out)?;
+        }
+        prefix.truncate(len);
+    }
+    Ok(())
+}
+
+/// `base` with every path in `paths` set to its entry in `from` (or removed).
+pub(crate) fn apply_paths(
+    repo: &Repository,
+    paths: &[RepoPath],
+    from: &git2::Tree<'_>,
+    base: &git2::Tree<'_>,
+) -> Result<Oid, git2::Error> {
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for path in paths {
+        match from.get_path(path.as_path()) {
+            Ok(entry) => update.upsert(path.as_bytes(), entry.id(), file_mode(entry.filemode())),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => update.remove(path.as_bytes()),
+            Err(e) => return Err(e),
+        };
+    }
+    update.create_updated(repo, base)
+}
+
+/// Fills `entry`'s stat data from `meta` (of the file just written, not followed if a link),
+/// as git does: the index's fields are 32 bits wide and truncated the same way.
+pub(crate) fn set_stat(entry: &mut git2::IndexEntry, meta: &std::fs::Metadata) {
+    use std::os::unix::fs::MetadataExt as _;
+    entry.ctime = git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32);
+    entry.mtime = git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32);
+    entry.dev = meta.dev() as u32;
+    entry.ino = meta.ino() as u32;
+    entry.uid = meta.uid();
+    entry.gid = meta.gid();
+    entry.file_size = meta.size() as u32;
+}
+
+/// The mode of a tree entry, from its raw value.
+pub(crate) fn file_mode(raw: i32) -> git2::FileMode {
+    match raw {
+        0o100755 => git2::FileMode::BlobExecutable,
+        0o120000 => git2::FileMode::Link,
+        0o160000 => git2::FileMode::Commit,
+        0o040000 => git2::FileMode::Tree,
+        _ => git2::FileMode::Blob,
+    }
+}
+
+/// A pathspec for libgit2 that matches exactly `path` (and what is below it): every character
+/// its pattern parser or `fnmatch` would read specially is escaped. (libgit2's
+/// `DISABLE_PATHSPEC_MATCH` still parses the pattern, and then misses names with a
+/// backslash.)
+pub(crate) fn literal_pathspec(path: &RepoPath) -> Vec<u8> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() + 4);
+    for (i, &b) in bytes.iter().enumerate() {
+        let leading = i == 0 && matches!(b, b'!' | b'#');
+        if leading || matches!(b, b'\\' | b'*' | b'?' | b'[' | b']') || b.is_ascii_whitespace() {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out
+}
+
+/// Full ref name of a branch.
+pub(crate) fn branch_ref(branch: &str) -> String {
+    format!("refs/heads/{branch}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tree of `files`: path, content, mode.
+    fn tree_of(repo: &Repository, files: &[(&str, &str, i32)]) -> Oid {
+        let mut index = git2::Index::new().unwrap();
+        for (path, content, mode) in files {
+            let id = repo.blob(content.as_bytes()).unwrap();
+            let mut entry = git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: *mode as u32,
+                uid: 0,
+                gid: 0,
+                file_size: 0,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: path.as_bytes().to_vec(),
+            };
+            entry.flags = path.len().min(0xfff) as u16;
+            index.add(&entry).unwrap();
+        }
+        index.write_tree_to(repo).unwrap()
+    }
+
+    #[test]
+    fn tree_changes_are_what_libgit2s_diff_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let (f, x, l) = (0o100644, 0o100755, 0o120000);
+        let old = tree_of(
+            &repo,
+            &[
+                ("a.txt", "a", f),
+                ("same/s.txt", "s", f),
+                ("gone/g.txt", "g", f),
+                ("swap", "file", f),
+                ("dir/inner.txt", "i", f),
+                ("run.sh", "echo", f),
+                ("lnk", "a.txt", f),
+                ("deep/er/d.txt", "d", f),
+            ],
+        );
+        let new = tree_of(
+            &repo,
+            &[
+                ("a.txt", "a2", f),
+                ("same/s.txt", "s", f),
+                ("swap/now.txt", "folder", f),
+                ("dir", "a file now", f),
+                ("run.sh", "echo", x),
+                ("lnk", "a.txt", l),
+                ("deep/er/d.txt", "d", f),
+                ("deep/er/new.txt", "n", f),
+                ("fresh/a/b.txt", "b", f),
+            ],
+        );
+        let (old, new) = (repo.find_tree(old).unwrap(), repo.find_tree(new).unwrap());
+        let diff = repo
+            .diff_tree_to_tree(Some(&old), Some(&new), None)
+            .unwrap();
+        let mut expected: Vec<TreeChange> = Vec::new();
+        for d in diff.deltas() {
+            let side =
+                |f: git2::DiffFile<'_>| (!f.id().is_zero()).then(|| (f.id(), u32::from(f.mode())));
+            let path = d
+                .new_file()
+                .path_bytes()
+                .or(d.old_file().path_bytes())
+                .unwrap();
+            let path = RepoPath::from_bytes(path.to_vec());
+            match expected.iter_mut().find(|c| c.path == path) {
+                Some(same) => {
+                    same.old = same.old.or(side(d.old_file()));
+                    same.new = same.new.or(side(d.new_file()));
+                }
+                None => expected.push(TreeChange {
+                    path,
+                    old: side(d.old_file()),
+                    new: side(d.new_file()),
+                }),
+            }
+        }
+        expected.sort_by(|a, b| a.path.cmp(&b.path));
+        assert_eq!(tree_changes(&repo, &old, &new).unwrap(), expected);
+        assert_eq!(expected.len(), 10, "{expected:#?}");
+    }
+
+    #[test]
+    fn literal_pathspecs_escape_what_libgit2_would_read() {
+        let spec = |p: &str| String::from_utf8(literal_pathspec(&RepoPath::from(p))).unwrap();
+        assert_eq!(spec("src/a.rs"), "src/a.rs");
+        assert_eq!(spec("a\\b.txt"), "a\\\\b.txt");
+        assert_eq!(spec("!x [1]*?.txt"), "\\!x\\ \\[1\\]\\*\\?.txt");
+        assert_eq!(spec("#notes"), "\\#notes");
+    }
+}

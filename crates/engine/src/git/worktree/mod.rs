@@ -1,0 +1,763 @@
+//! A pool of reusable worktrees, one per running worker.
+//!
+//! Creating and deleting a full checkout per task dominates a naive worktree flow. The pool
+//! creates a worktree only when a worker needs one and none is idle (so never more than
+//! `--jobs`), and resets an idle one for the next task: the task branch is created at the
+//! task's start commit, HEAD points at it, and a forced checkout with `remove_untracked`
+//! rewrites only what the previous task changed. Ignored files (build output) survive, so
+//! incremental builds stay warm. A worktree is locked while a worker uses it.
+//!
+//! A worker controls its worktree's files, the `.git` file among them, so swarm never takes
+//! their word for anything:
+//!
+//! - a worktree is opened through the administrative directory swarm created
+//!   (`.git/worktrees/<name>`), never through its `.git` file ([`WorktreePool::open`]), and
+//!   a worktree whose `.git` file or administrative record changed is reported
+//!   ([`WorktreePool::check_intact`]) and thrown away ([`Lease::discard`]);
+//! - a reset first removes every symbolic link standing on the paths it writes, and runs in a
+//!   thread that Landlock lets write only in the worktree and its administrative directory
+//!   ([`swarm_sandbox::confined`]): a link a worker planted is never followed out.
+//!   A reset that fails anyway throws the worktree away; the task gets a new one.
+//!
+//! A worktree is lent as a [`Lease`], which gives it back to the pool when dropped, on every
+//! path out of the code that holds it (an error, a cancelled task, a panic).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use git2::build::CheckoutBuilder;
+use git2::{Oid, Repository, WorktreeAddOptions};
+
+use super::commit::{self, CommitError, Committed};
+use crate::ids::{RunBranch, RunId};
+use crate::repo_path::RepoPath;
+use crate::state;
+use swarm_sandbox as sandbox;
+use swarm_sandbox::overlay::OverlayView;
+
+mod cleanup;
+mod files;
+pub(crate) mod ignore;
+mod parallel;
+pub(crate) mod view;
+
+pub(crate) use cleanup::{remove_run_worktrees, remove_run_worktrees_except, remove_worktree};
+use files::{copy_into, reset};
+
+/// One worktree of the pool.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    /// libgit2 worktree name (no `/` allowed).
+    pub name: String,
+    pub path: PathBuf,
+    /// Has `[worktree] setup` run successfully in it?
+    pub set_up: bool,
+    /// Was it created by this acquire (rather than reused)?
+    pub fresh: bool,
+    /// The worktree's `.git` file as libgit2 wrote it.
+    gitlink: Vec<u8>,
+    /// An overlay worktree's view, which its jails mount on `path` (where only the `.git`
+    /// file is); `None` for a full checkout.
+    pub view: Option<OverlayView>,
+}
+
+/// A worktree of the pool, lent to one task (or check, or repair). Dropping it gives the
+/// worktree back to the pool ([`Lease::release`]); that is blocking work, so async code
+/// releases a lease explicitly on a blocking thread where it can.
+pub(crate) struct Lease {
+    pool: Arc<WorktreePool>,
+    slot: Slot,
+    /// Has the slot gone back (or been thrown away) already?
+    ended: bool,
+}
+
+impl Lease {
+    /// Gives the worktree back to the pool: HEAD detached (so its branch can be moved or
+    /// deleted) and unlocked; a worktree whose worker tampered with it is thrown away instead.
+    /// Blocking.
+    pub(crate) fn release(mut self) -> anyhow::Result<()> {
+        let slot = self.end();
+        self.pool.give_back(slot)
+    }
+
+    /// Throws the worktree away (its worker tampered with it); the pool makes a new one when
+    /// it needs one. Blocking.
+    pub(crate) fn discard(mut self) {
+        let slot = self.end();
+        self.pool.discard(slot);
+    }
+
+    fn end(&mut self) -> Slot {
+        self.ended = true;
+        std::mem::take(&mut self.slot)
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = Slot;
+
+    fn deref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+impl std::ops::DerefMut for Lease {
+    fn deref_mut(&mut self) -> &mut Slot {
+        &mut self.slot
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.ended {
+            let slot = self.end();
+            let name = slot.name.clone();
+            if let Err(e) = self.pool.give_back(slot) {
+                tracing::warn!("cannot return worktree {name} to the pool: {e:#}");
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct PoolState {
+    /// Full checkouts and overlay worktrees waiting for a task.
+    idle: Vec<Slot>,
+    idle_views: Vec<Slot>,
+    created: Vec<(String, PathBuf)>,
+    /// Worktrees numbered so far (the base checkout is 0).
+    numbered: usize,
+    empty_commit: Option<Oid>,
+}
+
+/// The run's base checkout: the shared lower layer of every overlay worktree, a worktree of
+/// its own (detached at the run's base) that no worker writes.
+struct BaseCheckout {
+    name: String,
+    path: PathBuf,
+    commit: Oid,
+    /// Opened once: commits read its ignore rules and attributes (its index is read once).
+    repo: Mutex<Repository>,
+}
+
+/// Where a new worktree's HEAD goes.
+enum Head<'a> {
+    Branch(&'a str),
+    Detached(Oid),
+}
+
+pub(crate) struct WorktreePool {
+    common_dir: PathBuf,
+    run_id: RunId,
+    /// Files copied from the user's checkout into each new worktree (`[worktree] copy`).
+    copy: Vec<String>,
+    user_workdir: PathBuf,
+    state: Mutex<PoolState>,
+    /// Made by the first overlay worktree; held while it is made, so others wait for it.
+    base: Mutex<Option<Arc<BaseCheckout>>>,
+}
+
+/// How many threads check a new worktree out.
+#[derive(Debug, Clone, Copy)]
+enum Threads {
+    One,
+    /// The base checkout, which every overlay worktree waits for.
+    Several,
+}
+
+/// An overlay worktree registered, waiting for the base checkout's index.
+struct NewView {
+    name: String,
+    path: PathBuf,
+    upper: PathBuf,
+    work: PathBuf,
+}
+
+/// libgit2's worktree creation is not safe to run concurrently in one repository: its
+/// "branch already checked out" check counts a worktree that another thread (or process) is
+/// half-way through creating as a match (an operator-precedence slip in
+/// `git_repository_foreach_worktree`, libgit2 1.9). Creations take this lock, an `flock` on
+/// `<git-common-dir>/swarm/worktrees.lock`, which excludes other threads (each opens the file
+/// anew) and other swarm processes alike. See [`WorktreePool::create`].
+struct CreationLock(#[allow(dead_code)] std::fs::File);
+
+impl CreationLock {
+    fn acquire(common_dir: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(state::swarm_dir(common_dir).join("worktrees.lock"))?;
+        state::lock(&file)?;
+        Ok(Self(file))
+    }
+}
+
+impl WorktreePool {
+    pub(crate) fn new(
+        common_dir: &Path,
+        run_id: &RunId,
+        copy: Vec<String>,
+        user_workdir: &Path,
+    ) -> Self {
+        Self {
+            common_dir: common_dir.to_path_buf(),
+            run_id: run_id.clone(),
+            copy,
+            user_workdir: user_workdir.to_path_buf(),
+            state: Mutex::new(PoolState::default()),
+            base: Mutex::new(None),
+        }
+    }
+
+    /// Lends an overlay worktree with `branch` (created or moved to `start`, which must be
+    /// the commit of every view of this pool) as HEAD: a worktree with no files of its own,
+    /// which the jails of its processes see as the shared base checkout plus the view's own
+    /// upper layer. Made, and reset, in proportion to what its previous task changed.
+    /// Blocking: call from a blocking thread.
+    pub(crate) fn acquire_view(
+        self: &Arc<Self>,
+        branch: &str,
+        start: Oid,
+    ) -> anyhow::Result<Lease> {
+        self.acquire_kind(branch, start, true)
+    }
+
+    /// The run's base checkout at `start`, made on first use.
+    fn base_checkout(&self, repo: &Repository, start: Oid) -> anyhow::Result<Arc<BaseCheckout>> {
+        let mut base = self.base.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(base) = &*base {
+            anyhow::ensure!(
+                base.commit == start,
+                "an overlay worktree must start at the run's base"
+            );
+            return Ok(base.clone());
+        }
+        let (name, path) = self.register(repo, Head::Detached(start))?;
+        self.populate(&name, &path, Threads::Several)?;
+        let made = Arc::new(BaseCheckout {
+            repo: Mutex::new(open_worktree(&self.common_dir, &name, &path)?),
+            name,
+            path,
+            commit: start,
+        });
+        *base = Some(made.clone());
+        Ok(made)
+    }
+
+    /// A new overlay worktree on `branch_ref`: registered with git (no files but its `.git`)
+    /// and given empty layers. It needs the base checkout's index still ([`Self::create_view`]):
+    /// registering does not wait for the base checkout, so the first workers' registrations
+    /// overlap it.
+    fn register_view(&self, repo: &Repository, branch_ref: &str) -> anyhow::Result<NewView> {
+        let (name, path) = self.register(repo, Head::Branch(branch_ref))?;
+        let layers = state::layers_dir(&self.common_dir)
+            .join(path.file_name().context("a worktree path without a name")?);
+        let (upper, work) = (layers.join("upper"), layers.join("work"));
+        std::fs::create_dir_all(&upper)?;
+        std::fs::create_dir_all(&work)?;
+        Ok(NewView {
+            name,
+            path,
+            upper,
+            work,
+        })
+    }
+
+    /// The overlay worktree `new`, with the base checkout's index (whose file stamps match
+    /// what the view shows, so the worker's own `git status` is clean and quick).
+    fn create_view(&self, new: NewView, base: &BaseCheckout) -> anyhow::Result<Slot> {
+        let NewView {
+            name,
+            path,
+            upper,
+            work,
+        } = new;
+        self.copy_base_index(base, &name)?;
+        let gitlink = std::fs::read(path.join(".git"))?;
+        Ok(Slot {
+            view: Some(OverlayView {
+                mount_point: path.clone(),
+                base: base.path.clone(),
+                upper,
+                work,
+            }),
+            name,
+            path,
+            set_up: false,
+            fresh: true,
+            gitlink,
+        })
+    }
+
+    /// Gives worktree `name` the base checkout's index: a hard link to it (the index of a
+    /// large repository is megabytes; git and libgit2 replace an index by renaming a new
+    /// file over it, never writing it in place, and a worker cannot write the administrative
+    /// directory at all), or a copy where a link cannot be made.
+    fn copy_base_index(&self, base: &BaseCheckout, name: &str) -> anyhow::Result<()> {
+        let from = self.admin_dir(&base.name).join("index");
+        let to = self.admin_dir(name).join("index");
+        state::remove_file_if_present(&to)
+            .with_context(|| format!("cannot replace {}", to.display()))?;
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).with_context(|| format!("cannot write {}", to.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Makes an idle overlay worktree ready for `branch_ref`: its upper layer emptied (but
+    /// for untracked ignored output), HEAD on the branch, the base's index back.
+    fn reset_view(&self, slot: &Slot, base: &BaseCheckout, branch_ref: &str) -> anyhow::Result<()> {
+        let view = slot.view.as_ref().context("not an overlay worktree")?;
+        let base_admin = self.admin_dir(&base.name);
+        let commit = base.commit;
+        sandbox::confined(std::slice::from_ref(&view.upper), || {
+            let base_repo = Repository::open(&base_admin)?;
+            let tree = base_repo.find_commit(commit)?.tree()?;
+            let rules = ignore::ViewIgnore::new(&base_repo, &view.upper);
+            view::clear_upper(&view.upper, &tree, &|p, d| rules.ignored(p, d))
+                .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
+        })?;
+        self.open(slot)?.set_head(branch_ref)?;
+        self.copy_base_index(base, &slot.name)
+    }
+
+    /// Lends `slot`, locked against `git worktree prune/remove` while in use.
+    fn lend(self: &Arc<Self>, repo: &Repository, slot: Slot) -> anyhow::Result<Lease> {
+        let lease = Lease {
+            pool: self.clone(),
+            slot,
+            ended: false,
+        };
+        let wt = repo.find_worktree(&lease.name)?;
+        // Locking is advisory (it stops `git worktree prune/remove`); a failure is not fatal.
+        if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
+            tracing::debug!("cannot lock worktree {}: {e}", lease.name);
+        }
+        Ok(lease)
+    }
+
+    /// Lends a worktree with `branch` (created or moved to `start`) checked out at `start`.
+    /// Blocking: call from a blocking thread.
+    pub(crate) fn acquire(self: &Arc<Self>, branch: &str, start: Oid) -> anyhow::Result<Lease> {
+        self.acquire_kind(branch, start, false)
+    }
+
+    /// Lends an idle worktree of the kind asked for (a view, or a full checkout), reset for
+    /// `branch` at `start`, or a new one when none is idle or the reset failed.
+    fn acquire_kind(
+        self: &Arc<Self>,
+        branch: &str,
+        start: Oid,
+        view: bool,
+    ) -> anyhow::Result<Lease> {
+        let repo = Repository::open(&self.common_dir)?;
+        let commit = repo.find_commit(start)?;
+        // `force`: a retry moves its branch to the new start commit. Idle worktrees have a
+        // detached HEAD, so no branch is checked out while being moved. Written as a
+        // reference, which does not open every worktree as a branch call does.
+        let branch_ref = super::branch_ref(branch);
+        repo.reference(&branch_ref, start, true, "swarm: task branch")
+            .with_context(|| format!("cannot create branch {branch}"))?;
+        let idle = {
+            let mut st = self.lock_state();
+            match view {
+                true => st.idle_views.pop(),
+                false => st.idle.pop(),
+            }
+        };
+        if view && idle.is_none() {
+            let new = self.register_view(&repo, &branch_ref)?;
+            let base = self.base_checkout(&repo, start)?;
+            let slot = self.create_view(new, &base)?;
+            return self.lend(&repo, slot);
+        }
+        let base = match view {
+            true => Some(self.base_checkout(&repo, start)?),
+            false => None,
+        };
+        let reused = idle.and_then(|mut slot| {
+            let reset = match &base {
+                Some(base) => self.reset_view(&slot, base, &branch_ref),
+                None => self.reset(&slot, &branch_ref, &commit),
+            };
+            match reset {
+                Ok(()) => {
+                    slot.fresh = false;
+                    Some(slot)
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot reset worktree {}; it is replaced by a new one: {e:#}",
+                        slot.name
+                    );
+                    self.discard(slot);
+                    None
+                }
+            }
+        });
+        let slot = match (reused, &base) {
+            (Some(slot), _) => slot,
+            (None, Some(base)) => {
+                let new = self.register_view(&repo, &branch_ref)?;
+                self.create_view(new, base)?
+            }
+            (None, None) => self.create(&repo, &branch_ref)?,
+        };
+        self.lend(&repo, slot)
+    }
+
+    /// What a worker's own git in `slot` writes: the git directory, the worktree's own.
+    pub(crate) fn git_dirs(&self, slot: &Slot) -> swarm_sandbox::git_view::GitDirs {
+        swarm_sandbox::git_view::GitDirs {
+            common: self.common_dir.clone(),
+            admin: self.admin_dir(&slot.name),
+        }
+    }
+
+    /// The administrative directory of worktree `name`: `.git/worktrees/<name>`.
+    fn admin_dir(&self, name: &str) -> PathBuf {
+        self.common_dir.join("worktrees").join(name)
+    }
+
+    /// Opens a worktree of the pool through its administrative directory, which no worker can
+    /// write, so a `.git` file rewritten by a worker (say, to point at the user's repository)
+    /// changes nothing. Blocking.
+    pub(crate) fn open(&self, slot: &Slot) -> anyhow::Result<Repository> {
+        open_worktree(&self.common_dir, &slot.name, &slot.path)
+    }
+
+    /// `Err` (saying what) when a worker changed the worktree's link to the repository: its
+    /// `.git` file, or the administrative record that points back at it.
+    pub(crate) fn check_intact(&self, slot: &Slot) -> Result<(), String> {
+        let dot_git = slot.path.join(".git");
+        let file_ok = std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file())
+            && std::fs::read(&dot_git).is_ok_and(|b| b == slot.gitlink);
+        if !file_ok {
+            return Err(format!(
+                "the worker changed the worktree's .git file ({}), which ties it to the \
+                 repository; nothing of it is committed",
+                describe_gitlink(&dot_git)
+            ));
+        }
+        if let Some(view) = &slot.view
+            && std::fs::symlink_metadata(view.upper.join(".git")).is_ok()
+        {
+            return Err(
+                "the worker changed the worktree's .git file, which ties it to the repository; \
+                 nothing of it is committed"
+                    .into(),
+            );
+        }
+        let back = std::fs::read(self.admin_dir(&slot.name).join("gitdir")).unwrap_or_default();
+        let back = PathBuf::from(OsStr::from_bytes(back.trim_ascii_end()));
+        if back.canonicalize().ok() != dot_git.canonicalize().ok() {
+            return Err("the worktree's record in the git directory was changed".into());
+        }
+        Ok(())
+    }
+
+    /// Removes a worktree that must not be used again (its worker tampered with it, or it
+    /// could not be reset); the pool makes a new one when it needs one.
+    fn discard(&self, slot: Slot) {
+        self.lock_state()
+            .created
+            .retain(|(name, _)| *name != slot.name);
+        let removed = Repository::open(&self.common_dir)
+            .map_err(anyhow::Error::from)
+            .and_then(|repo| remove_worktree(&repo, &slot.name, &slot.path));
+        if let Err(e) = removed {
+            tracing::warn!("cannot remove worktree {}: {e:#}", slot.name);
+        }
+        if let Some(view) = &slot.view
+            && let Some(layers) = view.upper.parent()
+            && let Err(e) = view::remove_layers(&self.common_dir, layers)
+        {
+            tracing::warn!("cannot remove the layers of worktree {}: {e:#}", slot.name);
+        }
+    }
+
+    /// Runs `work` on the worktree of `slot`, opened through its administrative directory, in
+    /// a thread that may write only in the worktree and that directory: swarm's own writes
+    /// into a worktree a worker has had. Blocking.
+    pub(crate) fn write_in<T: Send>(
+        &self,
+        slot: &Slot,
+        work: impl FnOnce(&Repository) -> anyhow::Result<T> + Send,
+    ) -> anyhow::Result<T> {
+        let writable = [slot.path.clone(), self.admin_dir(&slot.name)];
+        sandbox::confined(&writable, || work(&self.open(slot)?))
+    }
+
+    /// Commits what the worker left in `slot` on `branch` (HEAD), which started at `start`: a
+    /// status walk of a full checkout, or the upper layer of a view. Blocking.
+    pub(crate) fn commit(
+        &self,
+        slot: &Slot,
+        branch: &str,
+        start: Oid,
+        message: &str,
+    ) -> Result<Committed, CommitError> {
+        let git = |e: anyhow::Error| CommitError::Git(git2::Error::from_str(&format!("{e:#}")));
+        let repo = self.open(slot).map_err(git)?;
+        let Some(view) = &slot.view else {
+            return commit::commit_task(&repo, branch, start, message);
+        };
+        let base = self
+            .base
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .context("an overlay worktree without its base")
+            .map_err(git)?;
+        let base_repo = base.repo.lock().unwrap_or_else(|e| e.into_inner());
+        commit::commit_view(&repo, &base_repo, branch, start, message, &view.upper)
+    }
+
+    /// Points an idle worktree's HEAD at `branch_ref` and makes its files those of `start`.
+    fn reset(&self, slot: &Slot, branch_ref: &str, start: &git2::Commit<'_>) -> anyhow::Result<()> {
+        let start = start.id();
+        self.write_in(slot, |wt| {
+            reset(wt, &slot.path, branch_ref, &wt.find_commit(start)?)
+        })
+    }
+
+    /// A new full checkout on `branch_ref`.
+    fn create(&self, repo: &Repository, branch_ref: &str) -> anyhow::Result<Slot> {
+        let (name, path) = self.register(repo, Head::Branch(branch_ref))?;
+        let gitlink = std::fs::read(path.join(".git"))?;
+        self.populate(&name, &path, Threads::One)?;
+        Ok(Slot {
+            name,
+            path,
+            set_up: false,
+            fresh: true,
+            gitlink,
+            view: None,
+        })
+    }
+
+    /// Registers a new worktree with git, with `head` as its HEAD and no files but its `.git`.
+    /// Returns its name and (canonical) path.
+    fn register(&self, repo: &Repository, head: Head<'_>) -> anyhow::Result<(String, PathBuf)> {
+        let (name, path, n) = {
+            let mut st = self.lock_state();
+            st.numbered += 1;
+            let n = st.numbered;
+            let name = format!("swarm-{}-{n}", self.run_id);
+            let path = state::worktrees_dir(&self.common_dir).join(format!("{}-{n}", self.run_id));
+            st.created.push((name.clone(), path.clone()));
+            (name, path, n)
+        };
+        std::fs::create_dir_all(state::worktrees_dir(&self.common_dir))?;
+        // libgit2 creates `.git/worktrees` itself and fails if another process does so at the
+        // same moment.
+        std::fs::create_dir_all(self.common_dir.join("worktrees"))?;
+        // libgit2's worktree creation is not safe to run concurrently, but the costly part of
+        // it, the checkout, is. Under the lock, the worktree is created on a placeholder branch
+        // at a commit with an empty tree (nothing to check out); files come afterwards, in
+        // parallel with other creations (or never, for an overlay worktree).
+        let _one_at_a_time = CreationLock::acquire(&self.common_dir)?;
+        let placeholder_name = self.run_id.branch(&RunBranch::Placeholder(n));
+        let empty = self.empty_commit(repo)?;
+        // References written directly: libgit2's branch calls open every worktree of the
+        // repository to check that the branch is not checked out, which made starting
+        // `-j` workers cost `-j²` (nothing has these branches checked out).
+        let placeholder_ref = super::branch_ref(&placeholder_name);
+        let placeholder = repo.reference(&placeholder_ref, empty, true, "swarm: placeholder")?;
+        let mut opts = WorktreeAddOptions::new();
+        opts.reference(Some(&placeholder));
+        repo.worktree(&name, &path, Some(&opts))
+            .with_context(|| format!("cannot create worktree {}", path.display()))?;
+        let wt = Repository::open(self.admin_dir(&name))?;
+        match head {
+            Head::Branch(branch_ref) => wt.set_head(branch_ref)?,
+            Head::Detached(commit) => wt.set_head_detached(commit)?,
+        }
+        repo.find_reference(&placeholder_ref)?.delete()?;
+        Ok((name, path.canonicalize()?))
+    }
+
+    /// Checks out HEAD in a new worktree in full, and copies in `[worktree] copy`.
+    fn populate(&self, name: &str, path: &Path, threads: Threads) -> anyhow::Result<()> {
+        let writable = [path.to_path_buf(), self.admin_dir(name)];
+        sandbox::confined(&writable, || {
+            let wt = open_worktree(&self.common_dir, name, path)?;
+            match threads {
+                // Pooled worktrees are made by several jobs at once already.
+                Threads::One => {
+                    let mut checkout = CheckoutBuilder::new();
+                    checkout.force();
+                    wt.checkout_head(Some(&mut checkout))
+                        .with_context(|| format!("cannot check out worktree {}", path.display()))?;
+                }
+                Threads::Several => {
+                    let tree = wt.head()?.peel_to_tree()?.id();
+                    let open = || open_worktree(&self.common_dir, name, path);
+                    parallel::check_out(&open, tree, path, &self.admin_dir(name).join("index"))?;
+                }
+            }
+            for rel in &self.copy {
+                copy_into(&self.user_workdir, path, &RepoPath::from(rel.as_str()))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// A parentless commit with an empty tree (made once per pool).
+    fn empty_commit(&self, repo: &Repository) -> anyhow::Result<Oid> {
+        let mut st = self.lock_state();
+        if let Some(oid) = st.empty_commit {
+            return Ok(oid);
+        }
+        let tree = repo.find_tree(repo.treebuilder(None)?.write()?)?;
+        let sig = super::signature(repo)?;
+        let oid = repo.commit(None, &sig, &sig, "swarm: empty placeholder", &tree, &[])?;
+        st.empty_commit = Some(oid);
+        Ok(oid)
+    }
+
+    /// Takes a worktree back: HEAD detached (so its branch can be moved or deleted) and
+    /// unlocked, or thrown away if its worker tampered with it.
+    fn give_back(&self, slot: Slot) -> anyhow::Result<()> {
+        if let Err(why) = self.check_intact(&slot) {
+            tracing::warn!("worktree {} is not used again: {why}", slot.name);
+            self.discard(slot);
+            return Ok(());
+        }
+        let wt_repo = self.open(&slot)?;
+        let head = wt_repo.head()?.peel_to_commit()?.id();
+        wt_repo.set_head_detached(head)?;
+        let repo = Repository::open(&self.common_dir)?;
+        if let Ok(wt) = repo.find_worktree(&slot.name) {
+            let _ = wt.unlock();
+        }
+        let mut st = self.lock_state();
+        match slot.view {
+            Some(_) => st.idle_views.push(slot),
+            None => st.idle.push(slot),
+        }
+        Ok(())
+    }
+
+    /// Removes every worktree the pool created (directories and git's records).
+    pub(crate) fn remove_all(&self) -> usize {
+        let created = std::mem::take(&mut self.lock_state().created);
+        self.lock_state().idle.clear();
+        self.lock_state().idle_views.clear();
+        let Ok(repo) = Repository::open(&self.common_dir) else {
+            return 0;
+        };
+        let removed = created
+            .iter()
+            .filter(|(name, path)| remove_worktree(&repo, name, path).is_ok())
+            .count();
+        if let Err(e) = cleanup::remove_run_layers(&self.common_dir, &self.run_id) {
+            tracing::warn!("cannot remove the layers of the run's worktrees: {e:#}");
+        }
+        removed
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Opens worktree `name` of the repository whose git directory is `common_dir` through its
+/// administrative directory, checking that it is the worktree at `path`.
+pub(crate) fn open_worktree(
+    common_dir: &Path,
+    name: &str,
+    path: &Path,
+) -> anyhow::Result<Repository> {
+    let repo = Repository::open(common_dir.join("worktrees").join(name))
+        .with_context(|| format!("cannot open worktree {name}"))?;
+    let workdir = repo
+        .workdir()
+        .map(|w| w.canonicalize().unwrap_or(w.to_path_buf()));
+    anyhow::ensure!(
+        workdir.as_deref() == Some(path),
+        "the record of worktree {name} does not point at {}",
+        path.display()
+    );
+    Ok(repo)
+}
+
+/// What the `.git` file at `path` is now, for a message.
+fn describe_gitlink(path: &Path) -> String {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => "it is gone".into(),
+        Ok(m) if m.is_symlink() => "it is now a symbolic link".into(),
+        Ok(m) if m.is_dir() => "it is now a directory".into(),
+        Ok(_) => match std::fs::read(path) {
+            Ok(text) => format!(
+                "it now says {:?}",
+                String::from_utf8_lossy(text.trim_ascii())
+            ),
+            Err(e) => format!("it cannot be read: {e}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A repository with one commit, in a temporary directory.
+    fn repo() -> (tempfile::TempDir, Repository, Oid) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path().join("repo")).unwrap();
+        std::fs::write(dir.path().join("repo/a.txt"), "a\n").unwrap();
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new("a.txt")).unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let commit = repo
+            .commit(Some("HEAD"), &sig, &sig, "one", &tree, &[])
+            .unwrap();
+        drop(tree);
+        (dir, repo, commit)
+    }
+
+    fn locked(repo: &Repository, name: &str) -> bool {
+        matches!(
+            repo.find_worktree(name).unwrap().is_locked().unwrap(),
+            git2::WorktreeLockStatus::Locked(_)
+        )
+    }
+
+    #[test]
+    fn a_lease_dropped_on_an_error_path_gives_its_worktree_back() {
+        let (dir, repo, commit) = repo();
+        let run: RunId = "20261124-000000-abcd".parse().unwrap();
+        let pool = Arc::new(WorktreePool::new(
+            repo.path(),
+            &run,
+            Vec::new(),
+            &dir.path().join("repo"),
+        ));
+        let branch = run.task_branch(&"a-txt".parse().unwrap());
+        let name = {
+            let fails = || -> anyhow::Result<String> {
+                let lease = pool.acquire(&branch, commit)?;
+                assert!(lease.fresh);
+                assert!(locked(&repo, &lease.name));
+                anyhow::ensure!(lease.name.is_empty(), "{}", lease.name);
+                Ok(String::new())
+            };
+            fails().unwrap_err().to_string()
+        };
+        assert!(!locked(&repo, &name), "the worktree is still locked");
+        let again = pool.acquire(&branch, commit).unwrap();
+        assert_eq!(again.name, name);
+        assert!(!again.fresh, "the worktree was not reused");
+        again.release().unwrap();
+        assert_eq!(pool.remove_all(), 1);
+        assert!(repo.worktrees().unwrap().is_empty());
+    }
+}

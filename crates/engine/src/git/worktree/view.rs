@@ -1,0 +1,159 @@
+//! Overlay worktrees: what a worker changed is its view's upper directory, read from outside
+//! the worker's mount namespace. Both the commit and the reset walk that directory only, so
+//! their cost follows the change, not the size of the repository.
+//!
+//! The upper directory holds, relative to the worktree: files and links the worker created or
+//! changed, whiteouts (character devices 0/0) where it deleted a path, and directories, some
+//! of them opaque (the worker removed the directory and made it again, hiding the base's).
+//! Untracked ignored paths (build output) are left out of commits and survive resets, as in
+//! a pooled checkout. Nothing here follows a link: entries are read with `lstat`, links as
+//! links.
+
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+
+use git2::{ObjectType, Tree};
+
+use crate::repo_path::RepoPath;
+use crate::state;
+use swarm_sandbox::overlay;
+
+/// What an upper directory says changed, relative to the tree of the view's HEAD.
+#[derive(Debug, Default)]
+pub(crate) struct UpperChanges {
+    /// Paths whose entries in the tree go (deleted, replaced by a folder or a file, or hidden
+    /// by an opaque folder), before `present` is added.
+    pub removed: Vec<RepoPath>,
+    /// Files and links of the view, and where their content is.
+    pub present: Vec<(RepoPath, PathBuf)>,
+    /// Paths that cannot be committed (a nested repository, a special file).
+    pub skipped: Vec<RepoPath>,
+}
+
+/// Is a path ignored by the repository's rules (untracked paths only are asked)?
+pub(crate) type Ignored<'a> = &'a dyn Fn(&RepoPath, bool) -> bool;
+
+/// Reads the changes in `upper` against `tree` (the tree the view's files were, plus what
+/// the worker committed), leaving out untracked ignored paths. Blocking.
+pub(crate) fn upper_changes(
+    upper: &Path,
+    tree: &Tree<'_>,
+    ignored: Ignored<'_>,
+) -> std::io::Result<UpperChanges> {
+    let mut changes = UpperChanges::default();
+    walk(upper, &mut Vec::new(), tree, ignored, &mut changes)?;
+    Ok(changes)
+}
+
+fn walk(
+    dir: &Path,
+    rel: &mut Vec<u8>,
+    tree: &Tree<'_>,
+    ignored: Ignored<'_>,
+    out: &mut UpperChanges,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if rel.is_empty() && name == ".git" {
+            // The worktree's link to the repository; a worker that wrote one fails its task
+            // (`WorktreePool::check_intact`).
+            continue;
+        }
+        let len = rel.len();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(name.as_bytes());
+        let path = RepoPath::from_bytes(rel.clone());
+        let meta = entry.path().symlink_metadata()?;
+        let in_tree = tree.get_path(path.as_path()).ok().map(|e| e.kind());
+        if overlay::is_whiteout(&meta) {
+            if in_tree.is_some() {
+                out.removed.push(path);
+            }
+        } else if meta.is_dir() {
+            let nested_repo = entry.path().join(".git").symlink_metadata().is_ok();
+            if in_tree == Some(Some(ObjectType::Commit)) || nested_repo {
+                out.skipped.push(path);
+            } else if in_tree.is_none() && ignored(&path, true) {
+                // Build output and the like.
+            } else {
+                let replaces = match in_tree {
+                    Some(Some(ObjectType::Tree)) => overlay::is_opaque(&entry.path()),
+                    Some(_) => true,
+                    None => false,
+                };
+                if replaces {
+                    out.removed.push(path);
+                }
+                walk(&entry.path(), rel, tree, ignored, out)?;
+            }
+        } else if meta.is_file() || meta.is_symlink() {
+            if in_tree == Some(Some(ObjectType::Tree)) {
+                out.removed.push(path.clone());
+            }
+            if in_tree.is_some() || !ignored(&path, false) {
+                out.present.push((path, entry.path()));
+            }
+        } else {
+            out.skipped.push(path);
+        }
+        rel.truncate(len);
+    }
+    Ok(())
+}
+
+/// Empties `upper` for the view's next task, but for untracked ignored paths (build output
+/// stays warm, as in a pooled checkout): links and files are removed, never followed. Blocking.
+pub(crate) fn clear_upper(
+    upper: &Path,
+    tree: &Tree<'_>,
+    ignored: Ignored<'_>,
+) -> std::io::Result<()> {
+    clear(upper, &mut Vec::new(), tree, ignored)
+}
+
+fn clear(
+    dir: &Path,
+    rel: &mut Vec<u8>,
+    tree: &Tree<'_>,
+    ignored: Ignored<'_>,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let len = rel.len();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(entry.file_name().as_bytes());
+        let path = RepoPath::from_bytes(rel.clone());
+        let meta = entry.path().symlink_metadata()?;
+        let untracked = tree.get_path(path.as_path()).is_err();
+        let whiteout = overlay::is_whiteout(&meta);
+        if meta.is_dir() {
+            if untracked && ignored(&path, true) {
+                // kept whole
+            } else if overlay::is_opaque(&entry.path()) {
+                std::fs::remove_dir_all(entry.path())?;
+            } else {
+                clear(&entry.path(), rel, tree, ignored)?;
+                // Empty now, or holding ignored output only.
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        } else if whiteout || !(untracked && ignored(&path, false)) || rel.as_slice() == b".git" {
+            std::fs::remove_file(entry.path())?;
+        }
+        rel.truncate(len);
+    }
+    Ok(())
+}
+
+/// Removes the layers directory of an overlay worktree (`upper` and `work`). overlayfs
+/// leaves `work/work` with mode 000, which its owner must open up first. Only under
+/// `.git/swarm/`, without following links ([`state::remove_owned`]).
+pub(crate) fn remove_layers(common_dir: &Path, dir: &Path) -> anyhow::Result<()> {
+    overlay::open_work_dir(&dir.join("work"));
+    state::remove_owned(common_dir, dir)?;
+    Ok(())
+}

@@ -1,0 +1,557 @@
+//! The pipeline of one run: workers in parallel, the merge train overlapping them, then the
+//! target moved once and everything cleaned up.
+//!
+//! One scheduler loop owns all run state (no locks around the report). Worker tasks run in a
+//! `JoinSet` capped at `--jobs`; each acquires a pooled worktree, runs the worker, commits,
+//! and returns. A finished task with changes goes straight to the merge thread, which owns the
+//! `MergeTrain` (git2 handles are not `Sync`), so merging overlaps the workers still running.
+//! Conflicts under `--on-conflict retry` are retried after the first wave, one at a time
+//! (see docs/ARCHITECTURE.md). Whatever happens in the loop, `finish` runs: worktrees are
+//! removed and merged branches deleted on every exit path.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use git2::Oid;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{Event, EventSink};
+use crate::gateway::{self, Binding, Gateway, GatewayOptions, Meter, Spent};
+use crate::git::repo::{IntoTarget, RepoInfo};
+use crate::git::worktree::WorktreePool;
+use crate::ids::{RunBranch, RunId, TaskId};
+use crate::plan::Plan;
+use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
+use crate::settings::{ApiKey, WorktreeMode};
+use crate::state::{self, RunDir};
+use crate::worker::llm::LlmShared;
+
+mod finish;
+mod group;
+mod mode;
+mod network;
+mod repair;
+mod scheduler;
+mod task;
+mod verify_merged;
+mod watch;
+mod worker_run;
+
+pub(crate) use mode::Continuation;
+pub use mode::RunMode;
+use scheduler::Scheduler;
+use task::user_branches;
+
+pub struct RunRequest {
+    pub info: RepoInfo,
+    pub plan: Plan,
+    pub into: IntoTarget,
+    /// Where `into` stands for this run: its tip, or the base when swarm creates it. For a
+    /// continued run whose target already holds its earlier merges, that result (the report
+    /// keeps where the run first started).
+    pub into_start: Oid,
+    pub keep: bool,
+    /// The model API key (LLM worker); never stored anywhere.
+    pub api_key: Option<ApiKey>,
+    pub mode: RunMode,
+    /// Where a continuing run (resume, merge) was left; `None`: a new run.
+    pub continuation: Option<Continuation>,
+}
+
+/// Which worker edits the files.
+pub(crate) enum WorkerKind {
+    /// `--exec CMD`.
+    Exec(String),
+    /// The built-in agent ([`Shared::model`]).
+    Llm,
+}
+
+pub struct RunOutcome {
+    pub report: Report,
+    pub interrupted: bool,
+}
+
+/// What every worker task shares.
+struct Shared {
+    plan: Plan,
+    base: Oid,
+    run_dir: RunDir,
+    pool: Arc<WorktreePool>,
+    sink: Arc<EventSink>,
+    cancel: CancellationToken,
+    worker: WorkerKind,
+    /// What the run's model calls share: the built-in worker's, or those of `--repair` and
+    /// `--on-conflict repair` with an `--exec` worker.
+    model: Option<Arc<LlmShared>>,
+    common_dir: std::path::PathBuf,
+    /// Local branches outside `swarm/` known so far; a new one appearing after a task means
+    /// its worker created it. `None` when no worker can write the repository's refs (it is
+    /// confined, and no writable path holds the git directory): listing the branches costs as
+    /// much as there are task branches, after every task.
+    known_branches: Option<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Connections asked of the allow-list proxy, per task.
+    network: Arc<network::NetworkLog>,
+    layout: Layout,
+    /// With `--sandbox off`: the user's checkout, to notice a worker writing there.
+    checkout_watch: Option<watch::CheckoutWatch>,
+    /// The run's spend, metered from the model APIs' answers, and its budgets.
+    meter: Arc<Meter>,
+    /// The model gateway of an `--agent`'s requests, for the APIs in `agent_bindings`.
+    gateway: Option<Arc<Gateway>>,
+    agent_bindings: Vec<Binding>,
+}
+
+/// What a run's workers are given besides the plan: the model's key, where events go, the
+/// run's cancellation, its meter.
+struct Services {
+    api_key: Option<ApiKey>,
+    sink: Arc<EventSink>,
+    cancel: CancellationToken,
+    meter: Arc<Meter>,
+}
+
+/// How the run's workers are laid out, decided once before the first one starts.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// Do first attempts (which start at the base) run in overlay worktrees?
+    views: bool,
+    /// The most tasks one worker process runs (`--per-process`).
+    per_process: usize,
+    /// Does a worker's own git get copy-on-write views of the repository (a confined
+    /// `--exec` worker, where overlays can be mounted)?
+    git_views: bool,
+}
+
+/// Why `--atomic` keeps the target where it is, if so: a task that did not merge.
+fn atomic_hold(report: &mut Report) -> Option<String> {
+    report.compute_totals(0);
+    let t = &report.totals;
+    (t.not_ok() > 0).then(|| {
+        format!(
+            "--atomic: {} of {} task(s) did not merge ({})",
+            t.not_ok(),
+            t.tasks,
+            t.problem_words().join(", ")
+        )
+    })
+}
+
+/// Can a worker process write the git directory `common_dir` (and so make a branch)?
+fn workers_write_refs(
+    sandbox: &crate::settings::SandboxPolicy,
+    common_dir: &std::path::Path,
+) -> bool {
+    !sandbox.enabled || sandbox.writable.iter().any(|w| common_dir.starts_with(w))
+}
+
+pub(crate) fn result_branch(run_id: &RunId) -> String {
+    run_id.branch(&RunBranch::Result)
+}
+
+/// The report of a run of `plan` that has not started: every task pending.
+pub(crate) fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
+    Report {
+        schema_version: REPORT_SCHEMA_VERSION,
+        run_id: plan.run_id.clone(),
+        instruction: plan.instruction.clone(),
+        base: plan.base,
+        into: into.to_string(),
+        into_start,
+        result: None,
+        into_updated: false,
+        result_branch: None,
+        merge_hint: None,
+        state: RunState::Running,
+        started_at: state::now_rfc3339(),
+        tasks: plan
+            .tasks
+            .iter()
+            .map(|t| TaskReport {
+                id: t.id.clone(),
+                files: t.files.clone(),
+                status: TaskStatus::Pending,
+                branch: t.branch(&plan.run_id),
+                commit: None,
+                start: None,
+                merge_commit: None,
+                attempts: 0,
+                duration_ms: 0,
+                tokens: Tokens::default(),
+                turns: 0,
+                cost_usd: 0.0,
+                requests: 0,
+                reported: None,
+                changed_files: Vec::new(),
+                deleted_files: Vec::new(),
+                summary: None,
+                error: None,
+                output_tail: None,
+                branch_kept: false,
+                log: None,
+                hint: None,
+                over_budget: false,
+                network: Default::default(),
+            })
+            .collect(),
+        totals: Default::default(),
+        verify_merged: None,
+        worktrees: None,
+        per_process: None,
+        skipped_files: plan.skipped.clone(),
+    }
+}
+
+/// Runs `req`. `cancel` stops the run (Ctrl-C: exit 130, resumable); every event goes to
+/// `sink` (and to the run's events.jsonl).
+pub(crate) async fn run(
+    req: RunRequest,
+    cancel: CancellationToken,
+    sink: Arc<EventSink>,
+) -> anyhow::Result<RunOutcome> {
+    let started = Instant::now();
+    let run_dir = RunDir::new(&req.info.common_dir, &req.plan.run_id);
+    let _lock = open_run(&run_dir, &req.plan, &sink)?;
+    let views = use_views(&req, &sink).await;
+    let git_views = views || git_views_work(&req).await;
+    let (mut report, first_tip, merge_first) = match req.continuation {
+        None => (
+            new_report(&req.plan, &req.into.branch, req.into_start),
+            req.into_start,
+            Vec::new(),
+        ),
+        Some(continuation) => {
+            for message in &continuation.recovered {
+                sink.emit(Event::Warning {
+                    task: None,
+                    message: message.clone(),
+                });
+            }
+            continuation.prepare(req.mode)
+        }
+    };
+    report.worktrees = Some(if views { "overlay" } else { "pool" }.to_string());
+    let to_run = report
+        .tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::Pending)
+        .count();
+    let per_process = group::tasks_per_process(&req.plan.settings, to_run);
+    report.per_process = Some(per_process);
+    report.compute_totals(0);
+    state::write_json_atomic(&run_dir.report(), &report)?;
+    sink.emit(Event::RunStarted {
+        run_id: req.plan.run_id.clone(),
+        base: req.plan.base.to_string(),
+        into: req.into.branch.clone(),
+        tasks: req.plan.tasks.len(),
+        jobs: req.plan.settings.jobs,
+        worktrees: report.worktrees.clone().unwrap_or_default(),
+        per_process,
+    });
+    if let Ok(repo) = git2::Repository::open(&req.info.common_dir)
+        && crate::git::configured_signature(&repo).is_none()
+    {
+        sink.emit(Event::Warning {
+            task: None,
+            message: format!(
+                "no git identity (user.name, user.email): commits are made as {} <{}>; set \
+                 them with git config, or GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL",
+                crate::git::FALLBACK_NAME,
+                crate::git::FALLBACK_EMAIL
+            ),
+        });
+    }
+    let meter = Meter::new(
+        &req.plan.settings,
+        spent_before(&report),
+        Some(sink.clone()),
+    );
+    let services = Services {
+        api_key: req.api_key,
+        sink,
+        // A child token: an internal error stops the workers without looking like Ctrl-C.
+        cancel: cancel.child_token(),
+        meter,
+    };
+    let shared = Arc::new(Shared::new(
+        req.plan,
+        &req.info,
+        run_dir,
+        services,
+        Layout {
+            views,
+            per_process,
+            git_views,
+        },
+    )?);
+    let mut sched = Scheduler::new(shared.clone(), report, first_tip, req.mode);
+    let mut driven = sched.drive(&req.info, first_tip, merge_first).await;
+    let check = shared.plan.settings.verify_merged.clone();
+    if let (Ok(()), true, Some(command)) = (&driven, req.mode.merges(), check)
+        && !cancel.is_cancelled()
+        && sched.tip != req.into_start
+    {
+        driven = verify_merged::verify_merged(&mut sched, req.into_start, &command).await;
+    }
+    if let Err(e) = &driven {
+        tracing::error!("run failed: {e:#}");
+    }
+    let interrupted = cancel.is_cancelled();
+    let (tip, mut hold, mut report) = (sched.tip, sched.hold, sched.report);
+    if shared.plan.settings.atomic && hold.is_none() {
+        hold = atomic_hold(&mut report);
+    }
+    let ending = finish::Ending {
+        info: &req.info,
+        into: &req.into,
+        into_start: req.into_start,
+        tip,
+        keep: req.keep,
+        stopped: interrupted || driven.is_err(),
+        hold: hold.as_deref(),
+    };
+    finish::finish(&shared, &ending, &mut report).await;
+    let report = close_report(&shared, report, interrupted, started)?;
+    driven?;
+    Ok(RunOutcome {
+        report,
+        interrupted,
+    })
+}
+
+/// What the earlier attempts of a continued run spent (nothing for a new run).
+fn spent_before(report: &Report) -> Spent {
+    let mut spent = Spent::default();
+    for t in &report.tasks {
+        spent.add(&Spent {
+            tokens: t.tokens,
+            cost_usd: t.cost_usd,
+            requests: t.requests,
+        });
+    }
+    spent
+}
+
+/// The gateway of an `--agent`'s model requests, when swarm serves any of its APIs (it holds
+/// a key for it, or the user named its endpoint); the APIs it serves.
+fn agent_gateway(
+    settings: &crate::settings::Settings,
+    meter: &Arc<Meter>,
+    sink: &Arc<EventSink>,
+) -> anyhow::Result<(Option<Arc<Gateway>>, Vec<Binding>)> {
+    let Some(agent) = &settings.agent else {
+        return Ok((None, Vec::new()));
+    };
+    let bindings = gateway::bindings(agent, &|var| std::env::var(var).ok());
+    if bindings.is_empty() {
+        return Ok((None, bindings));
+    }
+    let options = GatewayOptions {
+        jobs: settings.jobs,
+        max_retries: settings.model.max_retries,
+        connect_timeout: std::time::Duration::from_secs(settings.model.connect_timeout_secs),
+        read_timeout: std::time::Duration::from_secs(settings.model.request_timeout_secs),
+    };
+    let gateway = Gateway::new(meter.clone(), sink.clone(), options)?;
+    Ok((Some(gateway), bindings))
+}
+
+/// Do the run's workers get overlay worktrees (`--worktrees`)? Only `--exec` workers in the
+/// jail can (the built-in worker's file tools, and `--repair`'s, run in swarm itself, outside
+/// any jail's view), and not when the worktrees are kept for inspection (`--keep`). `auto`
+/// falls back to pooled checkouts where a probe cannot mount a view, saying so in the log;
+/// `overlay` was checked before the run (exit 2).
+pub(crate) async fn use_views(req: &RunRequest, sink: &EventSink) -> bool {
+    let settings = &req.plan.settings;
+    if settings.worktree.mode == WorktreeMode::Pool
+        || settings.exec.is_none()
+        || settings.repair
+        || req.keep
+        || !req.mode.runs_workers()
+    {
+        return false;
+    }
+    match views_unavailable(settings, &req.info.common_dir).await {
+        None => true,
+        Some(why) => {
+            sink.emit(Event::Warning {
+                task: None,
+                message: format!(
+                    "overlay worktrees are not available here ({why}); full checkouts are used"
+                ),
+            });
+            false
+        }
+    }
+}
+
+/// Can a confined `--exec` worker's git be given copy-on-write views here (overlays mount in
+/// its jail)? Asked when the worktrees are not views themselves.
+async fn git_views_work(req: &RunRequest) -> bool {
+    let settings = &req.plan.settings;
+    settings.sandbox.enabled
+        && settings.exec.is_some()
+        && req.mode.runs_workers()
+        && views_unavailable(settings, &req.info.common_dir)
+            .await
+            .is_none()
+}
+
+/// Why overlay worktrees cannot be used with these settings in this repository, if so.
+pub(crate) async fn views_unavailable(
+    settings: &crate::settings::Settings,
+    common_dir: &std::path::Path,
+) -> Option<String> {
+    swarm_sandbox::probe_overlay(&settings.sandbox, &state::layers_dir(common_dir))
+        .await
+        .err()
+}
+
+/// Takes the run's lock and writes what a run starts with: its owner, its plan, the event
+/// log. Refuses a run that another swarm process holds.
+fn open_run(run_dir: &RunDir, plan: &Plan, sink: &EventSink) -> anyhow::Result<state::RunLock> {
+    std::fs::create_dir_all(&run_dir.path)
+        .with_context(|| format!("cannot create {}", run_dir.path.display()))?;
+    let lock = state::RunLock::try_acquire(run_dir)?.with_context(|| {
+        format!(
+            "run {} is in progress in another swarm process",
+            plan.run_id
+        )
+    })?;
+    state::write_json_atomic(
+        &run_dir.owner(),
+        &state::Owner {
+            pid: std::process::id(),
+            started_at: state::now_rfc3339(),
+        },
+    )?;
+    state::write_json_atomic(&run_dir.plan(), plan)?;
+    sink.log_to_run_file(&run_dir.events())?;
+    Ok(lock)
+}
+
+/// The final report: its state and totals, secrets redacted (the CLI prints from it), saved,
+/// and announced.
+fn close_report(
+    shared: &Shared,
+    mut report: Report,
+    interrupted: bool,
+    started: Instant,
+) -> anyhow::Result<Report> {
+    report.state = if interrupted {
+        RunState::Interrupted
+    } else {
+        RunState::Finished
+    };
+    report.compute_totals(started.elapsed().as_millis() as u64);
+    let report = report.redacted();
+    state::write_json_atomic(&shared.run_dir.report(), &report)?;
+    shared.sink.emit(Event::RunFinished {
+        result: report.result.map(|r| r.to_string()),
+        merged: report.totals.merged,
+        failed: report.totals.not_ok(),
+    });
+    Ok(report)
+}
+
+impl Shared {
+    /// A shell command of the run's own (`[worktree] setup`, `--verify`, `--verify-merged`)
+    /// in worktree `cwd`, confined and timed like a worker, its output in `log`.
+    fn shell<'a>(
+        &'a self,
+        command: &'a str,
+        task: Option<&TaskId>,
+        cwd: &'a std::path::Path,
+        view: Option<&'a swarm_sandbox::overlay::OverlayView>,
+        log: &'a std::path::Path,
+    ) -> crate::worker::process::ProcessRequest<'a> {
+        let settings = &self.plan.settings;
+        crate::worker::process::ProcessRequest {
+            program: crate::worker::process::Program::Shell(command),
+            cwd,
+            env: Vec::new(),
+            log,
+            timeout: settings.timeout(),
+            idle_timeout: Some(settings.idle_timeout()),
+            sandbox: Some(&settings.sandbox),
+            also_writable: &[],
+            view,
+            on_access: Some(self.on_access(task)),
+            cancel: &self.cancel,
+            gateway: None,
+            state_views: &[],
+            git_view: None,
+            budget: None,
+        }
+    }
+
+    /// Reports what processes of `task` ask of the allow-list proxy.
+    fn on_access(&self, task: Option<&TaskId>) -> swarm_sandbox::proxy::OnAccess {
+        network::on_access(&self.network, &self.sink, task)
+    }
+
+    fn new(
+        plan: Plan,
+        info: &RepoInfo,
+        run_dir: RunDir,
+        services: Services,
+        layout: Layout,
+    ) -> anyhow::Result<Self> {
+        let Services {
+            api_key,
+            sink,
+            cancel,
+            meter,
+        } = services;
+        let base = plan.base;
+        // The model serves the built-in worker, and with --exec, --repair and conflict repair.
+        let settings = &plan.settings;
+        let model = match (&settings.model.name, settings.uses_model()) {
+            (Some(name), true) => Some(Arc::new(LlmShared::new(
+                settings,
+                name.clone(),
+                api_key,
+                meter.clone(),
+            )?)),
+            _ => None,
+        };
+        let (gateway, agent_bindings) = agent_gateway(settings, &meter, &sink)?;
+        let worker = match (&settings.exec, &model) {
+            (Some(command), _) => WorkerKind::Exec(command.clone()),
+            (None, Some(_)) => WorkerKind::Llm,
+            (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
+        };
+        let checkout_watch = match settings.sandbox.enabled {
+            true => None,
+            false => Some(watch::CheckoutWatch::new(&info.workdir)?),
+        };
+        let pool = Arc::new(WorktreePool::new(
+            &info.common_dir,
+            &plan.run_id,
+            plan.settings.worktree.copy.clone(),
+            &info.workdir,
+        ));
+        Ok(Self {
+            known_branches: match workers_write_refs(&plan.settings.sandbox, &info.common_dir) {
+                true => Some(std::sync::Mutex::new(user_branches(&info.common_dir)?)),
+                false => None,
+            },
+            network: Default::default(),
+            plan,
+            base,
+            run_dir,
+            pool,
+            sink,
+            cancel,
+            worker,
+            model,
+            common_dir: info.common_dir.clone(),
+            layout,
+            checkout_watch,
+            meter,
+            gateway,
+            agent_bindings,
+        })
+    }
+}

@@ -1,0 +1,599 @@
+//! The scheduler loop: starts workers up to `--jobs`, feeds finished tasks to the merge
+//! thread, applies the conflict policy, and schedules retries after the first wave.
+
+use crate::ids::TaskIdx;
+use std::collections::{HashMap, VecDeque};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::group::{self, GroupEnd, run_group};
+use super::repair::{ConflictRepair, repair_conflict};
+use super::task::{Attempt, Resolved, run_task};
+use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
+use crate::git::repo::RepoInfo;
+use crate::report::Report;
+use crate::settings::OnConflict;
+use crate::state;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use git2::Oid;
+
+use super::{RunMode, Shared, result_branch};
+use crate::events::{ConflictAction, Event};
+use crate::repo_path::RepoPath;
+use crate::report::TaskStatus;
+
+pub(super) struct MergeJob {
+    pub(super) idx: TaskIdx,
+    pub(super) start: Oid,
+    pub(super) tip: Oid,
+    /// Merge this resolved tree instead (`--on-conflict repair`).
+    pub(super) resolved: Option<Resolved>,
+}
+
+/// A process over several tasks that did not succeed ([`GroupEnd::Split`]).
+struct Split {
+    tasks: Vec<TaskIdx>,
+    error: String,
+    log: Option<std::path::PathBuf>,
+    suspects: Vec<TaskIdx>,
+}
+
+/// What a conflicted task gets after the first wave.
+enum FollowUp {
+    /// Run again on the integration tip (`--on-conflict retry`).
+    Retry(Vec<RepoPath>),
+    /// The model resolves the conflicted merge (`--on-conflict repair`).
+    Repair,
+}
+
+/// What is under way while the scheduler drives a run.
+struct Flight {
+    /// First-wave tasks not started yet.
+    pending: VecDeque<TaskIdx>,
+    /// The halves of processes over several tasks that did not succeed (`--per-process`),
+    /// to run before other first-wave tasks.
+    halves: VecDeque<Vec<TaskIdx>>,
+    /// Conflicted tasks to run again or repair after the first wave.
+    retries: VecDeque<(TaskIdx, FollowUp)>,
+    running: JoinSet<GroupEnd>,
+    /// The tasks of each running process.
+    running_ids: HashMap<tokio::task::Id, Vec<TaskIdx>>,
+    /// Merge jobs sent to the merge thread and not answered yet.
+    merging: usize,
+    jobs: std::sync::mpsc::Sender<MergeJob>,
+    done: mpsc::UnboundedReceiver<MergeDone>,
+}
+
+impl Flight {
+    /// Runs one attempt at task `idx`.
+    fn spawn(
+        &mut self,
+        idx: TaskIdx,
+        attempt: impl std::future::Future<Output = Attempt> + Send + 'static,
+    ) {
+        let handle = self
+            .running
+            .spawn(async move { GroupEnd::Attempts(vec![attempt.await]) });
+        self.running_ids.insert(handle.id(), vec![idx]);
+    }
+
+    /// Runs one process for several first-wave tasks.
+    fn spawn_group(&mut self, shared: Arc<Shared>, tasks: Vec<TaskIdx>) {
+        let handle = self.running.spawn(run_group(shared, tasks.clone()));
+        self.running_ids.insert(handle.id(), tasks);
+    }
+
+    /// Hands `job` to the merge thread.
+    fn merge(&mut self, job: MergeJob) -> anyhow::Result<()> {
+        self.jobs.send(job).map_err(|_| merge_thread_stopped())?;
+        self.merging += 1;
+        Ok(())
+    }
+}
+
+fn merge_thread_stopped() -> anyhow::Error {
+    anyhow::anyhow!("the merge thread stopped")
+}
+
+struct MergeDone {
+    pub(super) idx: TaskIdx,
+    pub(super) outcome: Result<MergeOutcome, String>,
+}
+
+pub(super) struct Scheduler {
+    pub(super) shared: Arc<Shared>,
+    pub(super) report: Report,
+    /// The integration tip.
+    pub(super) tip: Oid,
+    /// Why no more tasks run or merge (`--on-conflict fail`).
+    pub(super) stopped: Option<String>,
+    pub(super) mode: RunMode,
+    /// Why no new task starts (`--max-tokens`, `--max-cost` reached).
+    pub(super) budget_spent: Option<String>,
+    pub(super) last_save: Instant,
+    /// The merge train, back from the merge thread once every merge is done.
+    pub(super) train: Option<MergeTrain>,
+    /// Why the target must not move even though tasks merged (`--verify-merged`).
+    pub(super) hold: Option<String>,
+}
+
+impl Scheduler {
+    pub(super) fn new(shared: Arc<Shared>, report: Report, tip: Oid, mode: RunMode) -> Self {
+        Self {
+            shared,
+            report,
+            tip,
+            stopped: None,
+            mode,
+            budget_spent: None,
+            last_save: Instant::now(),
+            train: None,
+            hold: None,
+        }
+    }
+
+    /// Runs the pending tasks and merges them, starting the train at `start` (after merging
+    /// the already finished tasks of `merge_first`, when resuming).
+    pub(super) async fn drive(
+        &mut self,
+        info: &RepoInfo,
+        start: Oid,
+        merge_first: Vec<TaskIdx>,
+    ) -> anyhow::Result<()> {
+        let shared = self.shared.clone();
+        let train = MergeTrain::new(&info.common_dir, &result_branch(&shared.plan.run_id), start)?;
+        let (job_tx, job_rx) = std::sync::mpsc::channel::<MergeJob>();
+        let (done_tx, done_rx) = mpsc::unbounded_channel::<MergeDone>();
+        let merge_thread = {
+            let shared = shared.clone();
+            std::thread::spawn(move || merge_loop(train, &shared, job_rx, done_tx))
+        };
+        let pending = shared
+            .plan
+            .indices()
+            .filter(|&i| {
+                self.mode.runs_workers() && self.report.task(i).status == TaskStatus::Pending
+            })
+            .collect();
+        let mut flight = Flight {
+            pending,
+            halves: VecDeque::new(),
+            retries: VecDeque::new(),
+            running: JoinSet::new(),
+            running_ids: HashMap::new(),
+            merging: 0,
+            jobs: job_tx,
+            done: done_rx,
+        };
+        for idx in merge_first {
+            let t = self.report.task(idx);
+            let (Some(start), Some(tip)) = (t.start, t.commit) else {
+                continue;
+            };
+            let job = MergeJob {
+                idx,
+                start,
+                tip,
+                resolved: None,
+            };
+            // If the merge thread is gone already, the task stays finished and unmerged (for
+            // `swarm resume`).
+            let _ = flight.merge(job);
+        }
+        if let Err(e) = self.fly(&mut flight).await {
+            // Stop the workers still running (their process groups) before giving up.
+            shared.cancel.cancel();
+            while flight.running.join_next().await.is_some() {}
+            return Err(e);
+        }
+        let Flight {
+            pending,
+            halves,
+            retries,
+            jobs,
+            ..
+        } = flight;
+        drop(jobs);
+        self.train = merge_thread.join().ok();
+        self.mark_not_run(
+            pending
+                .into_iter()
+                .chain(halves.into_iter().flatten())
+                .chain(retries.into_iter().map(|(i, _)| i)),
+        );
+        self.save();
+        Ok(())
+    }
+
+    /// Starts tasks and merges what finishes until nothing runs or waits to be merged.
+    async fn fly(&mut self, flight: &mut Flight) -> anyhow::Result<()> {
+        loop {
+            self.start_what_may_start(flight)?;
+            if flight.running.is_empty() && flight.merging == 0 {
+                return Ok(());
+            }
+            tokio::select! {
+                joined = flight.running.join_next_with_id(), if !flight.running.is_empty() => {
+                    let ended = match joined {
+                        Some(Ok((id, ended))) => {
+                            flight.running_ids.remove(&id);
+                            ended
+                        }
+                        Some(Err(e)) => {
+                            // A panic in swarm's own code for these tasks: they fail, the run
+                            // goes on.
+                            for idx in flight.running_ids.remove(&e.id()).unwrap_or_default() {
+                                let t = self.report.task_mut(idx);
+                                t.status = TaskStatus::Failed;
+                                t.error = Some(format!("internal error in swarm: {e}"));
+                            }
+                            continue;
+                        }
+                        None => continue,
+                    };
+                    match ended {
+                        GroupEnd::Attempts(attempts) => {
+                            for attempt in attempts {
+                                if let Some(job) = self.on_attempt(attempt) {
+                                    flight.merge(job)?;
+                                }
+                            }
+                        }
+                        GroupEnd::Split {
+                            tasks,
+                            error,
+                            log,
+                            suspects,
+                        } => {
+                            let split = Split {
+                                tasks,
+                                error,
+                                log,
+                                suspects,
+                            };
+                            self.on_split(&mut flight.halves, split);
+                        }
+                    }
+                }
+                done = flight.done.recv(), if flight.merging > 0 => {
+                    let done = done.ok_or_else(merge_thread_stopped)?;
+                    flight.merging -= 1;
+                    if let Some(retry) = self.on_merged(done) {
+                        flight.retries.push_back(retry);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts pending tasks up to `--jobs`, and once the first wave is done and merged, the
+    /// retries and repairs of conflicted tasks, one at a time; none when the run is stopping.
+    fn start_what_may_start(&mut self, flight: &mut Flight) -> anyhow::Result<()> {
+        let shared = self.shared.clone();
+        if self.budget_spent.is_none()
+            && let Some(reason) = self.budget_spent_now()
+        {
+            self.budget_spent = Some(reason);
+        }
+        let may_start =
+            !shared.cancel.is_cancelled() && self.stopped.is_none() && self.budget_spent.is_none();
+        if !may_start {
+            return Ok(());
+        }
+        while flight.running.len() < shared.plan.settings.jobs {
+            let tasks = match flight.halves.pop_front() {
+                Some(half) => half,
+                None => {
+                    group::next_group(&shared.plan, &mut flight.pending, shared.layout.per_process)
+                }
+            };
+            for &idx in &tasks {
+                self.set_running(idx, 1, shared.base);
+            }
+            match tasks[..] {
+                [] => break,
+                [idx] => flight.spawn(idx, run_task(shared.clone(), idx, 1, shared.base, None)),
+                _ => flight.spawn_group(shared.clone(), tasks),
+            }
+        }
+        if flight.pending.is_empty()
+            && flight.halves.is_empty()
+            && flight.running.is_empty()
+            && flight.merging == 0
+            && let Some((idx, follow_up)) = flight.retries.pop_front()
+        {
+            let attempt = self.report.task(idx).attempts + 1;
+            match follow_up {
+                FollowUp::Retry(paths) => {
+                    let context = conflict_context(&paths);
+                    self.set_running(idx, attempt, self.tip);
+                    let retry = run_task(shared.clone(), idx, attempt, self.tip, Some(context));
+                    flight.spawn(idx, retry);
+                }
+                FollowUp::Repair => {
+                    let repair = self.conflict_repair(idx, attempt)?;
+                    self.set_running(idx, attempt, repair.task_start);
+                    flight.spawn(idx, repair_conflict(shared.clone(), repair));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tasks that never started (`left`): skipped, saying why, when the run stopped for a
+    /// reason of its own (not an interruption: those stay pending, for `swarm resume`).
+    fn mark_not_run(&mut self, left: impl Iterator<Item = TaskIdx>) {
+        let cancelled = self.shared.cancel.is_cancelled();
+        let not_run = match cancelled {
+            true => None,
+            false => self.stopped.clone().or_else(|| self.budget_spent.clone()),
+        };
+        for idx in left {
+            let t = self.report.task_mut(idx);
+            if t.status == TaskStatus::Pending {
+                if let Some(reason) = &not_run {
+                    t.status = TaskStatus::Skipped;
+                    t.error = Some(format!("not run: {reason}"));
+                    t.over_budget = self.stopped.is_none();
+                }
+            } else if t.status == TaskStatus::Conflict && cancelled {
+                t.error = Some("conflicted; the retry did not run (interrupted)".into());
+            }
+        }
+    }
+
+    /// Why no new task may start for lack of budget (`--max-tokens`, `--max-cost`), if so:
+    /// the run's meter, which counts what the model APIs answered.
+    fn budget_spent_now(&self) -> Option<String> {
+        self.shared.meter.exhausted().map(str::to_string)
+    }
+
+    /// A process over several tasks did not succeed: its tasks wait again, in smaller
+    /// processes run before any other first-wave task: each suspect alone and the others
+    /// together, or without suspects, two halves.
+    fn on_split(&mut self, halves: &mut VecDeque<Vec<TaskIdx>>, split: Split) {
+        let Split {
+            mut tasks,
+            error,
+            log,
+            suspects,
+        } = split;
+        let id = |i: &TaskIdx| self.report.task(*i).id.clone();
+        self.shared.sink.emit(Event::GroupSplit {
+            tasks: tasks.iter().map(id).collect(),
+            alone: suspects.iter().map(id).collect(),
+            error,
+            log: log.map(|l| l.display().to_string()),
+        });
+        for &idx in &tasks {
+            let t = self.report.task_mut(idx);
+            t.status = TaskStatus::Pending;
+            t.attempts = 0;
+            t.start = None;
+        }
+        let next: Vec<Vec<TaskIdx>> = match suspects.is_empty() {
+            true => {
+                let second = tasks.split_off(tasks.len() / 2);
+                vec![tasks, second]
+            }
+            false => {
+                let others = tasks
+                    .into_iter()
+                    .filter(|i| !suspects.contains(i))
+                    .collect();
+                std::iter::once(others)
+                    .chain(suspects.into_iter().map(|i| vec![i]))
+                    .collect()
+            }
+        };
+        for group in next.into_iter().rev() {
+            halves.push_front(group);
+        }
+        self.save();
+    }
+
+    fn set_running(&mut self, idx: TaskIdx, attempt: u32, start: Oid) {
+        let t = self.report.task_mut(idx);
+        t.status = TaskStatus::Running;
+        t.attempts = attempt;
+        t.start = Some(start);
+        self.save();
+    }
+
+    /// Records a finished attempt; returns the merge job if it is to be merged.
+    fn on_attempt(&mut self, a: Attempt) -> Option<MergeJob> {
+        let t = self.report.task_mut(a.idx);
+        t.duration_ms += a.duration.as_millis() as u64;
+        t.changed_files = a.changed.clone();
+        t.deleted_files = a.deleted.clone();
+        t.commit = a.tip.filter(|tip| *tip != a.start);
+        t.summary = a.summary.clone();
+        t.tokens.prompt = t.tokens.prompt.saturating_add(a.tokens.prompt);
+        t.tokens.completion = t.tokens.completion.saturating_add(a.tokens.completion);
+        t.turns += a.turns;
+        t.cost_usd += a.cost_usd;
+        t.requests = t.requests.saturating_add(a.requests);
+        if a.reported.is_some() {
+            t.reported = a.reported.clone();
+        }
+        t.over_budget = a.over_budget;
+        t.network.add(&a.network);
+        t.output_tail = a.output_tail.clone();
+        t.log = a.log.clone();
+        t.hint = a.hint.clone();
+        t.error = a.error.clone();
+        t.status = a.status;
+        let mut job = None;
+        if a.status == TaskStatus::Done
+            && let Some(tip) = a.tip
+        {
+            if let Some(reason) = &self.stopped {
+                t.status = TaskStatus::Skipped;
+                t.error = Some(format!("not merged: {reason}"));
+            } else if !self.mode.merges() {
+                // Stays `done`, its branch kept for `swarm diff` and `swarm merge`.
+            } else {
+                job = Some(MergeJob {
+                    idx: a.idx,
+                    start: a.start,
+                    tip,
+                    resolved: a.resolved,
+                });
+            }
+        }
+        self.shared.sink.emit(Event::TaskFinished {
+            task: t.id.clone(),
+            status: t.status,
+            changed_files: t.changed_files.clone(),
+            duration_ms: a.duration.as_millis() as u64,
+            error: t.error.clone(),
+            tokens: a.tokens.prompt + a.tokens.completion,
+            cost_usd: a.cost_usd,
+        });
+        self.save();
+        job
+    }
+
+    /// Records a merge; returns a retry to schedule for a conflict under `retry`.
+    fn on_merged(&mut self, done: MergeDone) -> Option<(TaskIdx, FollowUp)> {
+        let policy = self.shared.plan.settings.on_conflict;
+        let t = self.report.task_mut(done.idx);
+        let mut retry = None;
+        match done.outcome {
+            Ok(MergeOutcome::Merged { commit, fast_path }) => {
+                t.status = TaskStatus::Merged;
+                t.merge_commit = Some(commit);
+                self.tip = commit;
+                self.shared.sink.emit(Event::Merged {
+                    task: t.id.clone(),
+                    commit: commit.to_string(),
+                    fast_path,
+                });
+            }
+            Ok(MergeOutcome::Conflict { paths }) => {
+                t.status = TaskStatus::Conflict;
+                let list = paths
+                    .iter()
+                    .map(|p| p.display())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                t.error = Some(format!("merge conflict in {list}"));
+                let action = match policy {
+                    OnConflict::Retry if t.attempts < 2 => {
+                        retry = Some((done.idx, FollowUp::Retry(paths.clone())));
+                        ConflictAction::Retry
+                    }
+                    OnConflict::Repair if self.shared.model.is_some() => {
+                        retry = Some((done.idx, FollowUp::Repair));
+                        ConflictAction::Repair
+                    }
+                    OnConflict::Retry | OnConflict::Skip | OnConflict::Repair => {
+                        ConflictAction::Skip
+                    }
+                    OnConflict::Fail => {
+                        self.stopped = Some(format!(
+                            "merging stopped after task {} conflicted (--on-conflict fail)",
+                            t.id
+                        ));
+                        ConflictAction::Stop
+                    }
+                };
+                self.shared.sink.emit(Event::Conflict {
+                    task: t.id.clone(),
+                    paths,
+                    action,
+                });
+            }
+            Err(e) => {
+                t.status = TaskStatus::Failed;
+                t.error = Some(format!("merge failed: {e}"));
+            }
+        }
+        self.save();
+        retry
+    }
+
+    /// A conflict repair of task `idx` on the current integration tip.
+    fn conflict_repair(&self, idx: TaskIdx, attempt: u32) -> anyhow::Result<ConflictRepair> {
+        let t = self.report.task(idx);
+        let (Some(task_start), Some(task_tip)) = (t.start, t.commit) else {
+            anyhow::bail!("task {} has no commit to repair", t.id);
+        };
+        Ok(ConflictRepair {
+            idx,
+            tip: self.tip,
+            task_start,
+            task_tip,
+            attempt,
+            changed: t.changed_files.clone(),
+        })
+    }
+
+    /// Saves report.json, at most once a second while tasks run (rewriting it on every state
+    /// change is quadratic in the number of tasks); [`super::run`] always saves the final report.
+    fn save(&mut self) {
+        if self.last_save.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last_save = Instant::now();
+        self.report.compute_totals(0);
+        if let Err(e) = state::write_json_atomic(&self.shared.run_dir.report(), &self.report) {
+            tracing::warn!("cannot save report.json: {e:#}");
+        }
+    }
+}
+
+fn conflict_context(paths: &[RepoPath]) -> String {
+    let list: Vec<String> = paths.iter().map(|p| format!("- {}", p.display())).collect();
+    format!(
+        "A previous attempt at this task conflicted with changes other tasks already merged, in:\n{}\n\
+         This attempt starts from the current merged result, which contains those changes: \
+         keep them and apply the instruction on top.",
+        list.join("\n")
+    )
+}
+
+/// Merges the jobs in the order they come; gives the train back when the channel closes.
+fn merge_loop(
+    mut train: MergeTrain,
+    shared: &Shared,
+    jobs: std::sync::mpsc::Receiver<MergeJob>,
+    done: mpsc::UnboundedSender<MergeDone>,
+) -> MergeTrain {
+    for job in jobs {
+        let task = shared.plan.task(job.idx);
+        let req = MergeRequest {
+            task_id: &task.id,
+            files: &task.files,
+            instruction: &shared.plan.instruction,
+            run_id: &shared.plan.run_id,
+            start: job.start,
+            tip: job.tip,
+        };
+        let outcome = match job.resolved {
+            None => train.merge(&req),
+            Some(resolved) => {
+                train
+                    .merge_resolved(&req, resolved.tree, resolved.on)
+                    .map(|commit| MergeOutcome::Merged {
+                        commit,
+                        fast_path: false,
+                    })
+            }
+        }
+        .map_err(|e| format!("{e:#}"));
+        if done
+            .send(MergeDone {
+                idx: job.idx,
+                outcome,
+            })
+            .is_err()
+        {
+            break;
+        }
+    }
+    train
+}

@@ -1,0 +1,558 @@
+//! One attempt at one task: a pooled worktree, the worker, the commit, the scope check.
+
+use crate::git::commit::{self, CommitError};
+use crate::git::finish;
+use crate::git::worktree::{Lease, Slot};
+use crate::ids::TaskId;
+use crate::ids::TaskIdx;
+use crate::report::{Reported, Tokens};
+use crate::settings::Scope;
+use crate::worker::Verdict;
+use crate::worker::diagnose;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use swarm_sandbox::git_view::GitLayer;
+
+use anyhow::Context as _;
+use git2::Oid;
+
+use super::Shared;
+use super::worker_run::{Place, run_worker, set_up};
+use crate::events::Event;
+use crate::repo_path::RepoPath;
+use crate::report::TaskStatus;
+
+/// One attempt at one task, as a worker task returns it.
+pub(super) struct Attempt {
+    pub(super) idx: TaskIdx,
+    pub(super) attempt: u32,
+    pub(super) start: Oid,
+    pub(super) status: TaskStatus,
+    pub(super) tip: Option<Oid>,
+    pub(super) changed: Vec<RepoPath>,
+    /// Those of `changed` it deleted.
+    pub(super) deleted: Vec<RepoPath>,
+    pub(super) error: Option<String>,
+    pub(super) summary: Option<String>,
+    pub(super) output_tail: Option<String>,
+    pub(super) duration: Duration,
+    pub(super) tokens: Tokens,
+    pub(super) turns: u32,
+    pub(super) cost_usd: f64,
+    /// Model answers metered.
+    pub(super) requests: u32,
+    /// What an `--agent` said of its own spend.
+    pub(super) reported: Option<Reported>,
+    /// Stopped, or not started, because the run's budget was spent.
+    pub(super) over_budget: bool,
+    /// Connections asked of the allow-list proxy.
+    pub(super) network: crate::report::NetworkUse,
+    /// The log of what ran last.
+    pub(super) log: Option<PathBuf>,
+    /// The worktree it ran in.
+    pub(super) worktree: Option<PathBuf>,
+    /// What the sandbox probably did, if the attempt failed.
+    pub(super) hint: Option<String>,
+    /// A conflict resolved by the model: merge this tree rather than merging the branch.
+    pub(super) resolved: Option<Resolved>,
+}
+
+impl Attempt {
+    /// An attempt that has not produced anything yet: `status` unless it does.
+    pub(super) fn new(idx: TaskIdx, attempt: u32, start: Oid, status: TaskStatus) -> Self {
+        Self {
+            idx,
+            attempt,
+            start,
+            status,
+            tip: None,
+            changed: Vec::new(),
+            deleted: Vec::new(),
+            error: None,
+            summary: None,
+            output_tail: None,
+            duration: Duration::ZERO,
+            tokens: Tokens::default(),
+            turns: 0,
+            cost_usd: 0.0,
+            requests: 0,
+            reported: None,
+            over_budget: false,
+            network: Default::default(),
+            log: None,
+            worktree: None,
+            hint: None,
+            resolved: None,
+        }
+    }
+}
+
+/// The tree of a task's merge, resolved by the model on top of integration tip `on`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Resolved {
+    pub(super) tree: Oid,
+    pub(super) on: Oid,
+}
+
+/// What a worker reports, whichever kind it is.
+pub(super) struct WorkerResult {
+    pub(super) verdict: Verdict,
+    pub(super) summary: Option<String>,
+    pub(super) output_tail: Option<String>,
+    /// The log `output_tail` is the end of.
+    pub(super) log: Option<PathBuf>,
+    /// What its model answers cost (metered).
+    pub(super) cost_usd: f64,
+    pub(super) tokens: Tokens,
+    pub(super) turns: u32,
+    /// Model answers metered.
+    pub(super) requests: u32,
+    /// What an `--agent` said of its own spend.
+    pub(super) reported: Option<Reported>,
+    /// What the worker's own git wrote, in its views (commits to adopt).
+    pub(super) git: Option<GitLayer>,
+}
+
+impl WorkerResult {
+    fn just(verdict: Verdict, output_tail: Option<String>) -> Self {
+        Self {
+            verdict,
+            summary: None,
+            output_tail,
+            log: None,
+            cost_usd: 0.0,
+            tokens: Tokens::default(),
+            turns: 0,
+            requests: 0,
+            reported: None,
+            git: None,
+        }
+    }
+}
+
+/// Runs one attempt of one task in a pooled worktree. Never fails: problems are the task's
+/// status and error.
+pub(super) async fn run_task(
+    shared: Arc<Shared>,
+    idx: TaskIdx,
+    attempt: u32,
+    start: Oid,
+    context: Option<String>,
+) -> Attempt {
+    let started = Instant::now();
+    let mut a = Attempt::new(idx, attempt, start, TaskStatus::Failed);
+    if let Err(e) = attempt_task(&shared, &mut a, context.as_deref()).await {
+        a.status = TaskStatus::Failed;
+        a.error = Some(format!("{e:#}"));
+    }
+    a.duration = started.elapsed();
+    a.network = shared.network.take(&shared.plan.task(idx).id);
+    warn_about_checkout(&shared, &shared.plan.task(idx).id).await;
+    if !matches!(a.status, TaskStatus::Done | TaskStatus::NoChange) {
+        a.hint = a.hint.take().or_else(|| {
+            diagnose::hint(
+                a.output_tail.as_deref().unwrap_or(""),
+                &a.network,
+                &shared.plan.settings.sandbox,
+                a.worktree.as_deref(),
+                &shared.common_dir,
+            )
+        });
+    }
+    a
+}
+
+async fn attempt_task(
+    shared: &Arc<Shared>,
+    a: &mut Attempt,
+    context: Option<&str>,
+) -> anyhow::Result<()> {
+    let task = shared.plan.task(a.idx);
+    let branch = task.branch(&shared.plan.run_id);
+    let mut slot = start_attempt(shared, &[a.idx], a.attempt, a.start, &branch).await?;
+    a.worktree = Some(slot.path.clone());
+    // On an error the lease gives the worktree back (its next task resets it).
+    let mut result = work(shared, a.idx, &task.files, &mut slot, context).await?;
+    let git = result.git.take();
+    a.record_spend(&result);
+    let verdict = result.verdict;
+    a.summary = result.summary;
+    a.output_tail = result.output_tail.filter(|t| !t.is_empty());
+    a.log = result.log;
+
+    warn_about_new_branches(shared, &task.id).await?;
+    // A worktree whose link to the repository the worker changed is neither committed nor
+    // used again.
+    if let Err(why) = shared.pool.check_intact(&slot) {
+        tokio::task::spawn_blocking(move || slot.discard()).await?;
+        a.status = TaskStatus::Failed;
+        a.error = Some(why);
+        return Ok(());
+    }
+    if let Some(layer) = git
+        && let Err(why) = adopt_git(shared, &task.id, layer, &branch, a.start).await?
+    {
+        tokio::task::spawn_blocking(move || slot.release()).await??;
+        a.status = TaskStatus::Failed;
+        a.error = Some(why);
+        return Ok(());
+    }
+    step(shared, &task.id, "committing");
+    let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start).await? {
+        Ok(c) => c,
+        Err(e @ CommitError::RewroteBranch(tip)) => {
+            // Kept for inspection, like any failed task's branch.
+            a.tip = Some(tip);
+            a.status = TaskStatus::Failed;
+            a.error = Some(e.to_string());
+            return Ok(());
+        }
+        Err(
+            e @ (CommitError::Filtered(..)
+            | CommitError::Secret(..)
+            | CommitError::SecretName(..)
+            | CommitError::SecretMessage(..)),
+        ) => {
+            a.status = TaskStatus::Failed;
+            a.error = Some(e.to_string());
+            return Ok(());
+        }
+        Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
+    };
+    a.tip = Some(committed.tip);
+    a.changed = committed.changed;
+    a.deleted = committed.deleted;
+    if let Some(now) = committed.moved_head {
+        a.status = TaskStatus::Failed;
+        a.error = Some(format!(
+            "the worker moved HEAD away from its task branch (to {now}); its changes are kept \
+             on the task branch"
+        ));
+        return Ok(());
+    }
+    for path in &committed.skipped {
+        warn(
+            shared,
+            &task.id,
+            format!("{path} could not be staged (a nested repository?); left out"),
+        );
+    }
+    if committed.worker_commits > 0 {
+        warn(
+            shared,
+            &task.id,
+            format!(
+                "the worker made {} commit(s) itself; they are kept on the task branch",
+                committed.worker_commits
+            ),
+        );
+    }
+    a.over_budget = matches!(verdict, Verdict::OverBudget(_));
+    if let Verdict::Exited(code @ 1..=3) = verdict
+        && !a.changed.is_empty()
+    {
+        a.hint = Some(format!(
+            "the worker changed {} file(s) and exited with status {code}: some codemods exit \
+             {code} when they did their job (pyupgrade when it rewrites a file, `ruff check \
+             --fix` when findings are left); if this one does, pass --ok-exit-codes 0,{code} \
+             (docs/WORKERS.md lists common ones)",
+            a.changed.len()
+        ));
+    }
+    (a.status, a.error) = outcome(verdict, &a.changed, &task.files, shared.plan.settings.scope);
+    Ok(())
+}
+
+impl Attempt {
+    /// What the worker spent, and what it said it spent.
+    pub(super) fn record_spend(&mut self, result: &WorkerResult) {
+        self.cost_usd = result.cost_usd;
+        self.tokens = result.tokens;
+        self.turns = result.turns;
+        self.requests = result.requests;
+        self.reported = result.reported.clone();
+    }
+}
+
+/// A coarse step of a running task, for the live view.
+pub(super) fn step(shared: &Shared, task: &TaskId, step: &str) {
+    shared.sink.emit(Event::TaskStep {
+        task: task.clone(),
+        step: step.to_string(),
+    });
+}
+
+pub(super) fn warn(shared: &Shared, task: &TaskId, message: String) {
+    shared.sink.emit(Event::Warning {
+        task: Some(task.clone()),
+        message,
+    });
+}
+
+/// A worktree for an attempt at `tasks` (several: one process for them all), with `branch`
+/// at its start commit; says so in events.
+pub(super) async fn start_attempt(
+    shared: &Arc<Shared>,
+    tasks: &[TaskIdx],
+    attempt: u32,
+    start: Oid,
+    branch: &str,
+) -> anyhow::Result<Lease> {
+    let slot = {
+        let shared = shared.clone();
+        let branch = branch.to_string();
+        // Views show the run's base; a retry starts elsewhere, in a full checkout.
+        let view = shared.layout.views && start == shared.base;
+        tokio::task::spawn_blocking(move || match view {
+            true => shared.pool.acquire_view(&branch, start),
+            false => shared.pool.acquire(&branch, start),
+        })
+        .await??
+    };
+    if slot.fresh {
+        shared.sink.emit(Event::WorktreeCreated {
+            worktree: slot.path.display().to_string(),
+        });
+    }
+    let worktree = slot.path.display().to_string();
+    if tasks.len() > 1 {
+        shared.sink.emit(Event::GroupStarted {
+            tasks: tasks
+                .iter()
+                .map(|&i| shared.plan.task(i).id.clone())
+                .collect(),
+            worktree: worktree.clone(),
+        });
+    }
+    for &idx in tasks {
+        let task = shared.plan.task(idx);
+        shared.sink.emit(Event::TaskStarted {
+            task: task.id.clone(),
+            files: task.files.clone(),
+            attempt,
+            worktree: worktree.clone(),
+        });
+    }
+    Ok(slot)
+}
+
+/// `[worktree] setup` if the worktree needs it, then the worker, on `files` (task `idx`'s, or
+/// with `--per-process` those of every task its process runs).
+pub(super) async fn work(
+    shared: &Arc<Shared>,
+    idx: TaskIdx,
+    files: &[RepoPath],
+    slot: &mut Slot,
+    context: Option<&str>,
+) -> anyhow::Result<WorkerResult> {
+    let task = shared.plan.task(idx);
+    let task_dir = shared.run_dir.task_dir(&task.id);
+    std::fs::create_dir_all(&task_dir)?;
+    if shared.plan.settings.worktree.setup.is_some() && !slot.set_up {
+        step(shared, &task.id, "setup");
+    }
+    if let Some((verdict, tail)) = set_up(shared, Some(&task.id), slot).await? {
+        return Ok(WorkerResult::just(verdict, Some(tail)));
+    }
+    step(shared, &task.id, "running");
+    let git = shared.layout.git_views.then(|| shared.pool.git_dirs(slot));
+    run_worker(
+        shared,
+        idx,
+        files,
+        Place {
+            worktree: &slot.path,
+            view: slot.view.as_ref(),
+            git: git.as_ref(),
+        },
+        &task_dir,
+        context,
+    )
+    .await
+}
+
+/// With `--sandbox off`: paths of the user's checkout that changed while `task` ran, as a
+/// warning (a confined worker cannot write there).
+pub(super) async fn warn_about_checkout(shared: &Arc<Shared>, task: &TaskId) {
+    if shared.checkout_watch.is_none() {
+        return;
+    }
+    let changed = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || shared.checkout_watch.as_ref().map(|w| w.changed()))
+            .await
+    };
+    match changed {
+        Ok(Some(Ok(paths))) if !paths.is_empty() => {
+            let list: Vec<String> = paths.iter().take(10).map(|p| p.display()).collect();
+            warn(
+                shared,
+                task,
+                format!(
+                    "your checkout changed while this task ran (--sandbox off lets workers \
+                     write there): {}{}",
+                    list.join(", "),
+                    if paths.len() > 10 { ", …" } else { "" }
+                ),
+            );
+        }
+        Ok(Some(Err(e))) => tracing::warn!("cannot look at the checkout: {e:#}"),
+        _ => {}
+    }
+}
+
+/// Branches the worker made, whatever else it did: a warning (swarm leaves them be).
+pub(super) async fn warn_about_new_branches(
+    shared: &Arc<Shared>,
+    task: &TaskId,
+) -> anyhow::Result<()> {
+    let created = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || new_user_branches(&shared)).await??
+    };
+    if !created.is_empty() {
+        warn(
+            shared,
+            task,
+            format!(
+                "the worker created branch(es) {}; swarm leaves them as they are",
+                created.join(", ")
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Commits what the worker left in the worktree onto `branch` (which started at `start`),
+/// then gives the worktree back.
+/// Keeps the commits the worker made with its own git on its task branch (and says which other
+/// refs it made, which are not kept); `Err` when they cannot be kept.
+async fn adopt_git(
+    shared: &Arc<Shared>,
+    task: &TaskId,
+    layer: GitLayer,
+    branch: &str,
+    start: Oid,
+) -> anyhow::Result<Result<(), String>> {
+    // The common case: the worker's git wrote nothing (no repository to open for it).
+    if layer.untouched() {
+        return Ok(Ok(()));
+    }
+    let (common, branch) = (shared.common_dir.clone(), branch.to_string());
+    let adopted = tokio::task::spawn_blocking(move || {
+        let repo = git2::Repository::open(&common)?;
+        let layers = crate::git::adopt::Layers {
+            objects: &layer.objects,
+            refs: &layer.refs,
+            admin: &layer.admin,
+        };
+        anyhow::Ok(crate::git::adopt::adopt(&repo, &layers, &branch, start))
+    })
+    .await??;
+    match adopted {
+        Ok(adopted) => {
+            if !adopted.other_refs.is_empty() {
+                warn(
+                    shared,
+                    task,
+                    format!(
+                        "the worker's own git made {}; only its task branch is kept",
+                        adopted.other_refs.join(", ")
+                    ),
+                );
+            }
+            Ok(Ok(()))
+        }
+        Err(e @ crate::git::adopt::NotAdopted::Git(_)) => {
+            Err(e).context("cannot keep the worker's own commits")
+        }
+        Err(e) => Ok(Err(e.to_string())),
+    }
+}
+
+pub(super) async fn commit_attempt(
+    shared: &Arc<Shared>,
+    slot: Lease,
+    task: &TaskId,
+    branch: &str,
+    start: Oid,
+) -> anyhow::Result<Result<commit::Committed, CommitError>> {
+    let message = commit_message(shared, task);
+    let shared = shared.clone();
+    let branch = branch.to_string();
+    let (slot, committed) = tokio::task::spawn_blocking(move || {
+        let committed = shared.pool.commit(&slot, &branch, start, &message);
+        (slot, committed)
+    })
+    .await?;
+    tokio::task::spawn_blocking(move || slot.release()).await??;
+    Ok(committed)
+}
+
+/// The message of task `task`'s commit.
+pub(super) fn commit_message(shared: &Shared, task: &TaskId) -> String {
+    format!(
+        "swarm: {task}\n\n{}\n\nSwarm-Run: {}\nSwarm-Task: {task}\n",
+        shared.plan.instruction.trim(),
+        shared.plan.run_id,
+    )
+}
+
+/// The attempt's status and error, from the worker's verdict and what it changed.
+pub(super) fn outcome(
+    verdict: Verdict,
+    changed: &[RepoPath],
+    files: &[RepoPath],
+    scope: Scope,
+) -> (TaskStatus, Option<String>) {
+    match verdict {
+        Verdict::Interrupted => (TaskStatus::Interrupted, Some("interrupted".into())),
+        // Not merged; `swarm resume` runs it again (with a larger budget).
+        Verdict::OverBudget(why) => (TaskStatus::Skipped, Some(why)),
+        Verdict::Timeout(why) => (TaskStatus::Timeout, Some(why)),
+        Verdict::Failed(why) => (TaskStatus::Failed, Some(why)),
+        exited @ Verdict::Exited(_) => (TaskStatus::Failed, Some(exited.describe())),
+        Verdict::Done | Verdict::NoChange if changed.is_empty() => (TaskStatus::NoChange, None),
+        Verdict::Done | Verdict::NoChange => {
+            let outside: Vec<String> = changed
+                .iter()
+                .filter(|p| !files.contains(p))
+                .map(|p| p.display())
+                .collect();
+            if scope == Scope::Task && !outside.is_empty() {
+                (
+                    TaskStatus::Failed,
+                    Some(format!(
+                        "changed files outside its task: {} (pass --scope any to allow)",
+                        outside.join(", ")
+                    )),
+                )
+            } else {
+                (TaskStatus::Done, None)
+            }
+        }
+    }
+}
+
+/// Local branches that are not swarm's.
+pub(super) fn user_branches(
+    common_dir: &std::path::Path,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    Ok(finish::branches_under(common_dir, "")?
+        .into_iter()
+        .filter(|b| !b.starts_with(crate::ids::BRANCH_NAMESPACE))
+        .collect())
+}
+
+/// Branches that appeared since the last look (remembered, so each is reported once).
+fn new_user_branches(shared: &Shared) -> anyhow::Result<Vec<String>> {
+    let Some(known) = &shared.known_branches else {
+        return Ok(Vec::new());
+    };
+    let now = user_branches(&shared.common_dir)?;
+    let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
+    let created: Vec<String> = now.difference(&known).cloned().collect();
+    known.extend(created.iter().cloned());
+    Ok(created)
+}

@@ -1,0 +1,263 @@
+//! Running a task's worker in its worktree: `[worktree] setup` once per worktree, the
+//! `--exec` command (its `--verify`, and with `--repair` the model on a failing check), or
+//! the built-in agent; what each ran and spent as a [`WorkerResult`].
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::task::{WorkerResult, step, warn};
+use super::{Shared, WorkerKind};
+use crate::git::worktree::Slot;
+use crate::ids::{TaskId, TaskIdx};
+use crate::repo_path::RepoPath;
+use crate::report::{Reported, Tokens};
+use crate::settings::Scope;
+use crate::worker::Verdict;
+use crate::worker::exec::{self, AgentRun, ExecTask};
+use crate::worker::llm::LlmShared;
+use crate::worker::llm::agent::{self, AgentTask};
+use crate::worker::process::{self, Exit};
+use swarm_sandbox::git_view::GitDirs;
+use swarm_sandbox::overlay::OverlayView;
+
+/// Runs `[worktree] setup` in a worktree that has not had it yet. `Some` (the verdict and the
+/// output tail) when it did not succeed.
+pub(super) async fn set_up(
+    shared: &Shared,
+    task: Option<&TaskId>,
+    slot: &mut Slot,
+) -> anyhow::Result<Option<(Verdict, String)>> {
+    let Some(setup) = shared.plan.settings.worktree.setup.as_deref() else {
+        return Ok(None);
+    };
+    if slot.set_up {
+        return Ok(None);
+    }
+    let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
+    let ran = process::run(shared.shell(setup, task, &slot.path, slot.view.as_ref(), &log)).await?;
+    Ok(match ran.exit {
+        Exit::Code(0) => {
+            slot.set_up = true;
+            None
+        }
+        Exit::Cancelled => Some((Verdict::Interrupted, String::new())),
+        Exit::OverBudget => Some((
+            Verdict::OverBudget("stopped: the run's budget is spent".into()),
+            String::new(),
+        )),
+        other => Some((
+            Verdict::Failed(format!(
+                "worktree setup `{setup}` failed ({other:?}); see {}",
+                log.display()
+            )),
+            ran.output_tail,
+        )),
+    })
+}
+
+/// Where a worker runs: its worktree, the overlay view mounted there, the repository
+/// directories its own git writes (through views).
+#[derive(Clone, Copy)]
+pub(super) struct Place<'a> {
+    pub(super) worktree: &'a std::path::Path,
+    pub(super) view: Option<&'a OverlayView>,
+    pub(super) git: Option<&'a GitDirs>,
+}
+
+/// Runs the task's worker in its worktree: the `--exec` command, then `--verify` (and with
+/// `--repair`, the model on a failing check); or the built-in agent (which runs `--verify`
+/// itself and can react to it).
+pub(super) async fn run_worker(
+    shared: &Arc<Shared>,
+    idx: TaskIdx,
+    files: &[RepoPath],
+    place: Place<'_>,
+    task_dir: &std::path::Path,
+    context: Option<&str>,
+) -> anyhow::Result<WorkerResult> {
+    let Place {
+        worktree,
+        view,
+        git,
+    } = place;
+    let task = shared.plan.task(idx);
+    let settings = &shared.plan.settings;
+    let WorkerKind::Exec(command) = &shared.worker else {
+        let llm = shared
+            .model
+            .as_deref()
+            .context("no model for the built-in worker")?;
+        return run_agent(shared, llm, idx, worktree, task_dir, &task.files, context).await;
+    };
+    let instruction = shared.plan.instruction_for(idx);
+    let ran = exec::run(ExecTask {
+        command,
+        instruction: &instruction,
+        run_id: &shared.plan.run_id,
+        task_id: &task.id,
+        files,
+        worktree,
+        view,
+        task_dir,
+        timeout: settings.timeout(),
+        idle_timeout: settings.idle_timeout(),
+        sandbox: &settings.sandbox,
+        on_access: Some(shared.on_access(Some(&task.id))),
+        agent: settings.agent.as_ref().map(|agent| AgentRun {
+            settings: agent,
+            gateway: shared
+                .gateway
+                .as_ref()
+                .map(|g| (g, shared.agent_bindings.as_slice())),
+        }),
+        cancel: &shared.cancel,
+        meter: &shared.meter,
+        context,
+        ok_exit_codes: &settings.ok_exit_codes,
+        git,
+    })
+    .await?;
+    if ran.leftovers > 0 {
+        warn(
+            shared,
+            &task.id,
+            format!(
+                "the worker left {} process(es) running when it exited; they were stopped \
+                 with it",
+                ran.leftovers
+            ),
+        );
+    }
+    let usage = ran.usage.unwrap_or_default();
+    let spent = ran.spent.unwrap_or_default();
+    let mut result = WorkerResult {
+        verdict: ran.verdict,
+        summary: ran.summary,
+        output_tail: Some(ran.output_tail),
+        log: Some(exec::log_path(task_dir)),
+        tokens: spent.tokens,
+        turns: Reported::plausible(Tokens::default(), None, usage.turns)
+            .and_then(|r| r.turns)
+            .unwrap_or(0),
+        cost_usd: spent.cost_usd,
+        requests: spent.requests,
+        reported: Reported::plausible(usage.tokens, usage.cost_usd, usage.turns),
+        git: ran.git,
+    };
+    let Some(verify) = settings.verify.as_deref() else {
+        return Ok(result);
+    };
+    if result.verdict != Verdict::Done {
+        return Ok(result);
+    }
+    let Some((verdict, tail)) =
+        verify_exec(shared, &task.id, verify, worktree, view, task_dir).await?
+    else {
+        return Ok(result);
+    };
+    result.verdict = verdict;
+    result.output_tail = Some(tail.clone());
+    result.log = Some(task_dir.join("verify.log"));
+    let (Verdict::Failed(_), true, Some(llm)) =
+        (&result.verdict, settings.repair, shared.model.as_deref())
+    else {
+        return Ok(result);
+    };
+    // Codemod first, agent second: the model fixes what the command broke.
+    step(shared, &task.id, "repair");
+    let context = format!(
+        "The command `{command}` has already made this change in the worktree (the task's \
+         files are modified). The check `{verify}` now fails:\n\n{}\n\nFix what is broken, \
+         keeping the command's change, then call finish; the check runs again then.",
+        tail.trim_end()
+    );
+    let repaired = run_agent(
+        shared,
+        llm,
+        idx,
+        worktree,
+        task_dir,
+        &task.files,
+        Some(&context),
+    )
+    .await?;
+    Ok(WorkerResult {
+        summary: repaired.summary.or(result.summary),
+        git: result.git,
+        ..repaired
+    })
+}
+
+/// Runs `--verify` after an `--exec` worker: `None` when it passes, else the verdict and the
+/// check's output tail.
+async fn verify_exec(
+    shared: &Shared,
+    task: &TaskId,
+    verify: &str,
+    worktree: &std::path::Path,
+    view: Option<&OverlayView>,
+    task_dir: &std::path::Path,
+) -> anyhow::Result<Option<(Verdict, String)>> {
+    step(shared, task, "verify");
+    let log = task_dir.join("verify.log");
+    let ran = process::run(shared.shell(verify, Some(task), worktree, view, &log)).await?;
+    let verdict = match ran.exit {
+        Exit::Code(0) => return Ok(None),
+        Exit::Cancelled => Verdict::Interrupted,
+        Exit::OverBudget => Verdict::OverBudget("stopped: the run's budget is spent".into()),
+        Exit::TimedOut => Verdict::Timeout("--verify timed out (--timeout)".into()),
+        Exit::Idle => Verdict::Timeout("--verify was stale (--idle-timeout)".into()),
+        Exit::Code(c) => Verdict::Failed(format!("--verify `{verify}` failed (exit status {c})")),
+        Exit::Signal(s) => Verdict::Failed(format!("--verify `{verify}` was killed by signal {s}")),
+    };
+    Ok(Some((verdict, ran.output_tail)))
+}
+
+/// Runs the built-in agent on task `idx` in `worktree`, allowed to write `files` (with
+/// `--scope task`).
+pub(super) async fn run_agent(
+    shared: &Arc<Shared>,
+    llm: &LlmShared,
+    idx: TaskIdx,
+    worktree: &std::path::Path,
+    task_dir: &std::path::Path,
+    files: &[RepoPath],
+    context: Option<&str>,
+) -> anyhow::Result<WorkerResult> {
+    let task = shared.plan.task(idx);
+    let settings = &shared.plan.settings;
+    let instruction = shared.plan.instruction_for(idx);
+    let out = agent::run(AgentTask {
+        shared: llm,
+        events: &shared.sink,
+        instruction: &instruction,
+        task_id: &task.id,
+        files,
+        worktree,
+        task_dir,
+        scope_task: settings.scope == Scope::Task,
+        max_turns: settings.max_turns,
+        verify: settings.verify.as_deref(),
+        timeout: settings.timeout(),
+        idle_timeout: settings.idle_timeout(),
+        sandbox: &settings.sandbox,
+        on_access: Some(shared.on_access(Some(&task.id))),
+        run_tool: &settings.run_tool,
+        cancel: &shared.cancel,
+        context,
+    })
+    .await?;
+    Ok(WorkerResult {
+        verdict: out.verdict,
+        summary: out.summary,
+        output_tail: Some(out.output_tail),
+        log: Some(task_dir.join("transcript.jsonl")),
+        cost_usd: out.cost_usd,
+        tokens: out.tokens,
+        turns: out.turns,
+        requests: out.requests,
+        reported: None,
+        git: None,
+    })
+}

@@ -1,0 +1,480 @@
+//! The run report (docs/USAGE.md, "The report"): `report.json` in the run directory and
+//! stdout with `--json`.
+
+use serde::{Deserialize, Serialize};
+
+use git2::Oid;
+
+use crate::ids::{RunBranch, RunId, TaskId, TaskIdx, oid_hex};
+use crate::repo_path::RepoPath;
+
+pub(crate) const REPORT_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Not started yet (only seen while a run is in progress).
+    Pending,
+    Running,
+    /// Finished with changes, waiting for the merge train.
+    Done,
+    Merged,
+    NoChange,
+    Failed,
+    Conflict,
+    Timeout,
+    Skipped,
+    Interrupted,
+    Excluded,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Done => "done",
+            TaskStatus::Merged => "merged",
+            TaskStatus::NoChange => "no_change",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Conflict => "conflict",
+            TaskStatus::Timeout => "timeout",
+            TaskStatus::Skipped => "skipped",
+            TaskStatus::Interrupted => "interrupted",
+            TaskStatus::Excluded => "excluded",
+        }
+    }
+
+    /// Does `swarm resume` work on a task in this state? (`rerun_failed`: `--failed`.)
+    pub fn left_to_do(self, rerun_failed: bool) -> bool {
+        match self {
+            TaskStatus::Merged | TaskStatus::NoChange => false,
+            TaskStatus::Pending
+            | TaskStatus::Running
+            | TaskStatus::Done
+            | TaskStatus::Interrupted => true,
+            TaskStatus::Failed
+            | TaskStatus::Conflict
+            | TaskStatus::Timeout
+            | TaskStatus::Skipped
+            | TaskStatus::Excluded => rerun_failed,
+        }
+    }
+
+    /// Did the task end well (merged, or nothing to do)?
+    pub fn is_success(self) -> bool {
+        matches!(self, TaskStatus::Merged | TaskStatus::NoChange)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub prompt: u64,
+    pub completion: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskReport {
+    pub id: TaskId,
+    pub files: Vec<RepoPath>,
+    pub status: TaskStatus,
+    /// `swarm/<RUN-ID>/<TASK-ID>`. Written for readers, never read back: a loaded report
+    /// gets it from the ids ([`Report::parse`]), so no report or shard record can name
+    /// another branch for swarm to merge or delete.
+    #[serde(skip_deserializing)]
+    pub branch: String,
+    /// The task's own commit (tip of its branch), if it changed anything.
+    #[serde(with = "oid_hex::option")]
+    pub commit: Option<Oid>,
+    /// The commit the task's last attempt started from.
+    #[serde(with = "oid_hex::option")]
+    pub start: Option<Oid>,
+    /// The `--no-ff` merge commit that brought the task in.
+    #[serde(with = "oid_hex::option")]
+    pub merge_commit: Option<Oid>,
+    pub attempts: u32,
+    pub duration_ms: u64,
+    /// Model tokens, metered from the API's answers (swarm's gateway, the built-in worker).
+    pub tokens: Tokens,
+    /// Model round-trips (LLM worker), or the turns an `--agent` reported.
+    #[serde(default)]
+    pub turns: u32,
+    /// What its model answers cost at your prices, in US dollars (metered).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost_usd: f64,
+    /// Model answers metered.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub requests: u32,
+    /// What an `--agent` said of its own spend: kept for comparison, never counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<Reported>,
+    pub changed_files: Vec<RepoPath>,
+    /// Those of `changed_files` the task deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted_files: Vec<RepoPath>,
+    pub summary: Option<String>,
+    pub error: Option<String>,
+    pub output_tail: Option<String>,
+    /// Is the task branch still there (kept for inspection or a later merge)?
+    #[serde(default)]
+    pub branch_kept: bool,
+    /// The log of what failed last (the worker's, `--verify`'s, the agent's transcript).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<std::path::PathBuf>,
+    /// What the sandbox probably did to a failed task, and the setting that would allow it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// Connections its processes asked swarm's proxy for (with `--allow-domain`).
+    #[serde(default, skip_serializing_if = "NetworkUse::is_empty")]
+    pub network: NetworkUse,
+    /// Not run because the run's budget (`--max-tokens`, `--max-cost`) was spent: `swarm
+    /// resume` runs it (with a larger budget).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub over_budget: bool,
+}
+
+/// What an agent printed about its own spend (`--agent`), checked to be plausible: a negative,
+/// NaN or absurd value is dropped, not stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reported {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Tokens>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<u32>,
+}
+
+impl Reported {
+    /// The most tokens one task plausibly uses (a trillion).
+    const MAX_TOKENS: u64 = 1_000_000_000_000;
+    /// The most dollars one task plausibly costs.
+    const MAX_COST: f64 = 1_000_000.0;
+    const MAX_TURNS: u32 = 1_000_000;
+
+    /// What an agent said, with what is not plausible left out; `None` if nothing is left.
+    pub fn plausible(tokens: Tokens, cost_usd: Option<f64>, turns: u32) -> Option<Self> {
+        let reported = Self {
+            tokens: (tokens != Tokens::default()
+                && tokens.prompt <= Self::MAX_TOKENS
+                && tokens.completion <= Self::MAX_TOKENS)
+                .then_some(tokens),
+            cost_usd: cost_usd.filter(|c| c.is_finite() && (0.0..=Self::MAX_COST).contains(c)),
+            turns: (turns > 0 && turns <= Self::MAX_TURNS).then_some(turns),
+        };
+        (reported != Self::default()).then_some(reported)
+    }
+}
+
+/// A task's use of the allow-list proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkUse {
+    pub allowed: u32,
+    pub refused: u32,
+    /// `host:port` of the refused connections, each once.
+    #[serde(default)]
+    pub refused_hosts: Vec<String>,
+}
+
+impl NetworkUse {
+    pub fn is_empty(&self) -> bool {
+        self.allowed == 0 && self.refused == 0
+    }
+
+    pub fn add(&mut self, other: &NetworkUse) {
+        self.allowed += other.allowed;
+        self.refused += other.refused;
+        for host in &other.refused_hosts {
+            if !self.refused_hosts.contains(host) {
+                self.refused_hosts.push(host.clone());
+            }
+        }
+    }
+}
+
+impl TaskReport {
+    /// What the task changed, in words: `2 file(s) changed`, `1 file(s) changed, 1 deleted
+    /// (old.txt)`.
+    pub fn change_words(&self) -> String {
+        let mut words = format!("{} file(s) changed", self.changed_files.len());
+        if !self.deleted_files.is_empty() {
+            let names: Vec<String> = self
+                .deleted_files
+                .iter()
+                .take(3)
+                .map(|p| p.display())
+                .collect();
+            words.push_str(&format!(
+                ", {} deleted ({}{})",
+                self.deleted_files.len(),
+                names.join(", "),
+                if self.deleted_files.len() > 3 {
+                    ", …"
+                } else {
+                    ""
+                }
+            ));
+        }
+        words
+    }
+
+    /// Back to pending, to run again.
+    pub fn retry_from_scratch(&mut self) {
+        self.status = TaskStatus::Pending;
+        self.error = None;
+        self.attempts = 0;
+        self.branch_kept = false;
+        self.over_budget = false;
+    }
+
+    /// Does `swarm resume` work on this task? (`rerun_failed`: `--failed`.) A task skipped
+    /// for the run's budget is resumed too.
+    pub fn left_to_do(&self, rerun_failed: bool) -> bool {
+        self.status.left_to_do(rerun_failed) || self.over_budget
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Running,
+    Finished,
+    Interrupted,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Totals {
+    pub tasks: usize,
+    pub merged: usize,
+    pub no_change: usize,
+    pub failed: usize,
+    pub conflict: usize,
+    pub timeout: usize,
+    /// Not run or not merged for a reason of the run (`--on-conflict fail`, a budget,
+    /// `--review`).
+    pub skipped: usize,
+    /// Stopped by Ctrl-C (`swarm resume` runs them again).
+    #[serde(default)]
+    pub interrupted: usize,
+    /// Not started yet, or running.
+    #[serde(default)]
+    pub unfinished: usize,
+    /// Finished, their change waiting on their branch, not merged (`--dry-run`, `--review`
+    /// before the merge): `swarm merge RUN` merges them.
+    #[serde(default)]
+    pub unmerged: usize,
+    /// Merged, then left out because they break `--verify-merged`.
+    #[serde(default)]
+    pub excluded: usize,
+    /// Of the merged, those that needed more than one attempt (a conflict retried).
+    #[serde(default)]
+    pub retried: usize,
+    /// Model tokens, metered.
+    pub tokens: Tokens,
+    /// What the model answers cost at your prices, in US dollars (metered).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost_usd: f64,
+    /// Model answers metered.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub requests: u32,
+    pub duration_ms: u64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+impl Totals {
+    /// The counts of tasks that did not make it, by kind, with their labels: the same
+    /// categories everywhere (the summary, `swarm status`, the step summary).
+    pub fn problems(&self) -> [(usize, &'static str); 8] {
+        [
+            (self.failed, "failed"),
+            (self.conflict, "conflict"),
+            (self.timeout, "timeout"),
+            (self.excluded, "excluded"),
+            (self.skipped, "skipped"),
+            (self.interrupted, "interrupted"),
+            (self.unfinished, "not finished"),
+            (self.unmerged, "finished, not merged"),
+        ]
+    }
+
+    /// Every count, in words: "18 merged (9 after a retry), 2 no change, 1 timeout".
+    pub fn describe(&self) -> Vec<String> {
+        let merged = match self.retried {
+            0 => format!("{} merged", self.merged),
+            n => format!("{} merged ({n} after a retry)", self.merged),
+        };
+        let mut parts = vec![merged, format!("{} no change", self.no_change)];
+        parts.extend(self.problem_words());
+        parts
+    }
+
+    /// The problems there are, in words: "1 failed", "2 interrupted".
+    pub fn problem_words(&self) -> Vec<String> {
+        self.problems()
+            .into_iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect()
+    }
+
+    /// Tasks that neither merged nor needed no change.
+    pub fn not_ok(&self) -> usize {
+        self.problems().iter().map(|(n, _)| n).sum()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub run_id: RunId,
+    pub instruction: String,
+    #[serde(with = "oid_hex")]
+    pub base: Oid,
+    pub into: String,
+    /// Where `into` pointed when the run started (the first parent of the first merge).
+    #[serde(with = "oid_hex")]
+    pub into_start: Oid,
+    /// The final integration tip, or null when nothing was merged.
+    #[serde(with = "oid_hex::option")]
+    pub result: Option<Oid>,
+    /// Was `into` moved to `result`? If not, `result_branch` holds the result.
+    pub into_updated: bool,
+    /// `swarm/<RUN-ID>/result` when it holds the result (like `branch`, never read back).
+    pub result_branch: Option<String>,
+    /// When the target was not moved: the commands that merge the result by hand, for the
+    /// target as it was at the end of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_hint: Option<String>,
+    pub state: RunState,
+    pub started_at: String,
+    pub tasks: Vec<TaskReport>,
+    pub totals: Totals,
+    /// What `--verify-merged` found, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_merged: Option<VerifyMergedReport>,
+    /// How the workers' worktrees were made: `overlay` or `pool` (`--worktrees`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktrees: Option<String>,
+    /// The most tasks one worker process ran (`--per-process`; 1: a process per task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_process: Option<usize>,
+    /// Tracked files the pathspecs name that are in no task (binary, symlink, submodule,
+    /// left by the planner): the plan's `skipped`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_files: Vec<SkippedFile>,
+}
+
+/// A tracked file the pathspecs name that is in no task, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedFile {
+    pub file: RepoPath,
+    pub reason: String,
+}
+
+/// The outcome of `--verify-merged`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VerifyMergedReport {
+    pub command: String,
+    /// Does the final result pass the check?
+    pub passed: bool,
+    /// How many times the check ran.
+    pub runs: u32,
+    /// The tasks left out because they break the check.
+    pub excluded: Vec<TaskId>,
+    /// Why the result was not verified (the check fails on the base, or leaving tasks out
+    /// did not make it pass); the target is not moved then.
+    pub problem: Option<String>,
+}
+
+impl Report {
+    /// A report from its JSON (report.json, a shard record): the ids are checked by their
+    /// types, and branch names are derived from them, never taken from the text.
+    pub fn parse(json: &[u8]) -> serde_json::Result<Report> {
+        let mut report: Report = serde_json::from_slice(json)?;
+        for t in &mut report.tasks {
+            t.branch = report.run_id.task_branch(&t.id);
+        }
+        if report.result_branch.is_some() {
+            report.result_branch = Some(report.run_id.branch(&RunBranch::Result));
+        }
+        Ok(report)
+    }
+
+    /// Every task's index, in order.
+    pub fn indices(&self) -> impl DoubleEndedIterator<Item = TaskIdx> + Clone + use<> {
+        TaskIdx::all(self.tasks.len())
+    }
+
+    pub fn task(&self, idx: TaskIdx) -> &TaskReport {
+        &self.tasks[idx.get()]
+    }
+
+    pub fn task_mut(&mut self, idx: TaskIdx) -> &mut TaskReport {
+        &mut self.tasks[idx.get()]
+    }
+
+    /// The report with the secrets swarm knows redacted from its strings
+    /// ([`crate::secrets`]).
+    pub fn redacted(self) -> Report {
+        let Ok(json) = serde_json::to_vec(&self) else {
+            return self;
+        };
+        match crate::secrets::redact_bytes(&json) {
+            std::borrow::Cow::Borrowed(_) => self,
+            std::borrow::Cow::Owned(clean) => Report::parse(&clean).unwrap_or(self),
+        }
+    }
+
+    /// Forgets how the run ended, for a run that goes on (resume, merge): running again, its
+    /// result decided anew at the end.
+    pub fn reset_outcome(&mut self) {
+        self.state = RunState::Running;
+        self.result = None;
+        self.result_branch = None;
+        self.merge_hint = None;
+        self.into_updated = false;
+        self.verify_merged = None;
+    }
+
+    pub fn compute_totals(&mut self, duration_ms: u64) {
+        let mut t = Totals {
+            tasks: self.tasks.len(),
+            duration_ms,
+            ..Totals::default()
+        };
+        for task in &self.tasks {
+            match task.status {
+                TaskStatus::Merged => {
+                    t.merged += 1;
+                    t.retried += usize::from(task.attempts > 1);
+                }
+                TaskStatus::NoChange => t.no_change += 1,
+                TaskStatus::Failed => t.failed += 1,
+                TaskStatus::Conflict => t.conflict += 1,
+                TaskStatus::Timeout => t.timeout += 1,
+                TaskStatus::Skipped => t.skipped += 1,
+                TaskStatus::Interrupted => t.interrupted += 1,
+                TaskStatus::Excluded => t.excluded += 1,
+                TaskStatus::Pending | TaskStatus::Running => t.unfinished += 1,
+                TaskStatus::Done => t.unmerged += 1,
+            }
+            t.tokens.prompt = t.tokens.prompt.saturating_add(task.tokens.prompt);
+            t.tokens.completion = t.tokens.completion.saturating_add(task.tokens.completion);
+            t.cost_usd += task.cost_usd;
+            t.requests = t.requests.saturating_add(task.requests);
+        }
+        self.totals = t;
+    }
+
+    /// Every task merged or needed no change.
+    pub fn all_succeeded(&self) -> bool {
+        self.tasks.iter().all(|t| t.status.is_success())
+    }
+}

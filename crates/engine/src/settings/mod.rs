@@ -1,0 +1,435 @@
+//! Run settings, resolved in one place with one order:
+//! flags > `SWARM_*` environment > other environment (`OPENAI_BASE_URL`) > `swarm.toml` at the
+//! repository root > the user's config file > defaults.
+//!
+//! Each source is a [`Layer`] (clap gives flags precedence over their `SWARM_*` variables
+//! while building the command line's layer); layers are combined by one trait,
+//! [`layer::Combine`], and resolved once by [`Settings::from_layer`], where defaults are
+//! filled in and values checked.
+//!
+//! The repository's `swarm.toml` cannot weaken the sandbox nor send the API key elsewhere:
+//! `sandbox::restrict_repository_layer` drops what it may not set, with a warning
+//! ([`Resolved::warnings`]).
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub(crate) mod agents;
+mod error;
+pub(crate) mod home;
+pub(crate) mod layer;
+mod limits;
+pub(crate) mod policy;
+mod sandbox;
+
+pub use error::{Count, SettingsError};
+pub(crate) use layer::Combine;
+pub use layer::Layer;
+pub(crate) use policy::{ApiKey, ModelSettings, RunToolPolicy, WorktreeSettings};
+pub use policy::{OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
+pub(crate) use sandbox::sandbox_for_plan;
+pub(crate) use swarm_sandbox::allow_list::AllowList;
+pub(crate) use swarm_sandbox::policy::{NetworkAccess, SandboxPolicy};
+
+/// Fully resolved settings of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    pub jobs: usize,
+    pub timeout_secs: u64,
+    pub on_conflict: OnConflict,
+    pub scope: Scope,
+    pub batch: usize,
+    /// How many tasks one worker process runs at most (`--per-process`).
+    #[serde(default)]
+    pub per_process: PerProcess,
+    pub exec: Option<String>,
+    pub worktree: WorktreeSettings,
+    pub model: ModelSettings,
+    /// Model round-trips per task (LLM worker).
+    pub max_turns: u32,
+    /// Token budget of the whole run: no new task starts past it.
+    pub max_tokens: Option<u64>,
+    /// Spending cap of the whole run in US dollars: no new task starts past it.
+    #[serde(default)]
+    pub max_cost: Option<serde_json::Number>,
+    /// Check run in a task's worktree after its worker; a failing task is not merged.
+    pub verify: Option<String>,
+    /// Check run on the merged result; the tasks that break it are found and left out.
+    #[serde(default)]
+    pub verify_merged: Option<String>,
+    /// Hand a task whose `--verify` fails after its `--exec` worker to the model.
+    #[serde(default)]
+    pub repair: bool,
+    /// Move the target only if every task merged or needed no change.
+    #[serde(default)]
+    pub atomic: bool,
+    /// A worker process with no output and no file change this long is killed.
+    pub idle_timeout_secs: u64,
+    /// Exit statuses of the worker's command that mean it succeeded (`--ok-exit-codes`).
+    #[serde(default = "success_only")]
+    pub ok_exit_codes: Vec<i32>,
+    pub sandbox: SandboxPolicy,
+    /// What the built-in worker's `run` tool may run.
+    pub run_tool: RunToolPolicy,
+    /// `--agent`: the coding agent that `exec` runs, and what it may reach besides the
+    /// sandbox of other processes.
+    #[serde(default)]
+    pub agent: Option<agents::AgentSettings>,
+}
+
+/// Resolved settings, and what the CLI should warn about.
+#[derive(Debug)]
+pub struct Resolved {
+    pub settings: Settings,
+    /// Settings that were asked for where they may not be set (the repository's
+    /// `swarm.toml` weakening the sandbox), and were ignored.
+    pub warnings: Vec<String>,
+}
+
+/// Only 0 means success, as for any program.
+fn success_only() -> Vec<i32> {
+    vec![0]
+}
+
+impl Settings {
+    pub const DEFAULT_JOBS: usize = 4;
+    pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
+    pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 300;
+    pub const DEFAULT_MAX_TURNS: u32 = 50;
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    /// Does the run call a model: the built-in worker (no `--exec`), `--repair`, or
+    /// `--on-conflict repair`?
+    pub fn uses_model(&self) -> bool {
+        self.exec.is_none() || self.repair || self.on_conflict == OnConflict::Repair
+    }
+
+    /// What a run with these settings runs, by role: its worker, `[worktree] setup`, its
+    /// checks, the built-in agent and the commands it may run. What `swarm run PLAN.json`
+    /// shows before it runs a plan file's.
+    pub fn commands(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        match (&self.agent, &self.exec) {
+            (Some(agent), _) => out.push(("agent", format!("{}: {}", agent.name, agent.exec))),
+            (None, Some(exec)) => out.push(("exec", exec.clone())),
+            (None, None) => {}
+        }
+        if self.uses_model() {
+            let model = self.model.name.as_deref().unwrap_or("(no --model)");
+            let role = match self.exec {
+                None => "model",
+                Some(_) => "repair",
+            };
+            out.push((role, format!("the built-in agent, model {model}")));
+        }
+        if self.uses_model() && self.run_tool.enabled() {
+            out.push((
+                "run",
+                match self.run_tool.allow_all {
+                    true => "any command the model asks for (--allow-run)".to_string(),
+                    false => self.run_tool.patterns.join(", "),
+                },
+            ));
+        }
+        for (role, command) in [
+            ("setup", &self.worktree.setup),
+            ("verify", &self.verify),
+            ("verify-merged", &self.verify_merged),
+        ] {
+            if let Some(command) = command {
+                out.push((role, command.clone()));
+            }
+        }
+        out
+    }
+
+    /// Resolves the command line's layer over the environment, the repository's
+    /// `swarm.toml` (in `repo_root`, restricted) and the user's config file.
+    pub fn resolve(command_line: Layer, repo_root: &Path) -> Result<Resolved, SettingsError> {
+        let mut warnings = Vec::new();
+        let layer = layers(command_line, repo_root, &mut warnings)?;
+        Ok(Resolved {
+            settings: Self::from_layer(layer)?,
+            warnings,
+        })
+    }
+
+    /// The sandbox of this machine for a run whose settings come from elsewhere (a plan
+    /// file): the command line's layer over the repository's (restricted) and the user's.
+    pub fn local_sandbox(
+        command_line: Layer,
+        repo_root: &Path,
+        warnings: &mut Vec<String>,
+    ) -> Result<SandboxPolicy, SettingsError> {
+        sandbox::policy(&layers(command_line, repo_root, warnings)?)
+    }
+
+    /// Fills in the defaults of combined layers, and checks the values.
+    pub fn from_layer(layer: Layer) -> Result<Settings, SettingsError> {
+        let sandbox = sandbox::policy(&layer)?;
+        let agent = match &layer.run.agent {
+            Some(name) => Some(
+                agents::resolve(name, &layer.agents, layer.run.agent_model.clone()).map_err(
+                    |problem| match problem {
+                        agents::AgentProblem::Unknown => SettingsError::UnknownAgent {
+                            name: name.clone(),
+                            known: agents::names(&layer.agents).join(", "),
+                        },
+                        agents::AgentProblem::UnknownApi(api) => SettingsError::UnknownApi {
+                            name: name.clone(),
+                            api,
+                            known: agents::APIS
+                                .iter()
+                                .map(|r| r.name)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        },
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        let (mut run, model) = (layer.run, layer.model);
+        if let Some(agent) = &agent {
+            run.exec = Some(agent.exec.clone());
+        }
+        let at_least_one = |value, count| match value {
+            0 => Err(SettingsError::Zero(count)),
+            _ => Ok(value),
+        };
+        let jobs = at_least_one(run.jobs.unwrap_or(Self::DEFAULT_JOBS) as u64, Count::Jobs)?;
+        let batch = at_least_one(run.batch.unwrap_or(1) as u64, Count::Batch)?;
+        let per_process = run.per_process.unwrap_or_default();
+        if per_process == PerProcess::Tasks(0) {
+            return Err(SettingsError::Zero(Count::PerProcess));
+        }
+        let timeout_secs = at_least_one(
+            run.timeout.unwrap_or(Self::DEFAULT_TIMEOUT_SECS),
+            Count::Timeout,
+        )?;
+        let max_turns = at_least_one(
+            u64::from(run.max_turns.unwrap_or(Self::DEFAULT_MAX_TURNS)),
+            Count::MaxTurns,
+        )?;
+        let idle_timeout_secs = at_least_one(
+            run.idle_timeout.unwrap_or(Self::DEFAULT_IDLE_TIMEOUT_SECS),
+            Count::IdleTimeout,
+        )?;
+        for (value, count) in [
+            (model.max_output_tokens, Count::MaxOutputTokens),
+            (model.context_window, Count::ContextWindow),
+        ] {
+            if value == Some(0) {
+                return Err(SettingsError::Zero(count));
+            }
+        }
+        if run
+            .max_cost
+            .as_ref()
+            .is_some_and(|c| c.as_f64().is_none_or(|c| c <= 0.0))
+        {
+            return Err(SettingsError::Zero(Count::MaxCost));
+        }
+        let prices = model
+            .price
+            .iter()
+            .chain(model.prices.iter().flat_map(|p| p.values()));
+        if prices.clone().any(|p| !p.is_valid()) {
+            return Err(SettingsError::Price);
+        }
+        if let Some(choice) = &model.tool_choice
+            && !["auto", "required", "none"].contains(&choice.as_str())
+        {
+            return Err(SettingsError::ToolChoice(choice.clone()));
+        }
+        let ok_exit_codes = run.ok_exit_codes.unwrap_or_else(success_only);
+        if let Some(&bad) = ok_exit_codes.iter().find(|c| !(0..=255).contains(*c)) {
+            return Err(SettingsError::ExitCode(bad));
+        }
+        let worktree = WorktreeSettings {
+            copy: layer.worktree.copy.unwrap_or_default(),
+            setup: layer.worktree.setup,
+            mode: layer.worktree.mode.unwrap_or_default(),
+        };
+        for file in &worktree.copy {
+            crate::repo_path::RepoPath::from(file.as_str())
+                .check()
+                .map_err(SettingsError::CopyPath)?;
+        }
+        Ok(Settings {
+            jobs: jobs as usize,
+            timeout_secs,
+            on_conflict: run.on_conflict.unwrap_or(OnConflict::Retry),
+            scope: run.scope.unwrap_or(Scope::Task),
+            batch: batch as usize,
+            per_process,
+            exec: run.exec,
+            worktree,
+            model: ModelSettings {
+                name: model.name,
+                base_url: model
+                    .base_url
+                    .unwrap_or_else(|| ModelSettings::DEFAULT_BASE_URL.to_string())
+                    .trim_end_matches('/')
+                    .to_string(),
+                stream: model.stream.unwrap_or(true),
+                request_timeout_secs: model.request_timeout.unwrap_or(300),
+                connect_timeout_secs: model.connect_timeout.unwrap_or(10),
+                max_retries: model.max_retries.unwrap_or(6),
+                max_output_tokens: model.max_output_tokens,
+                temperature: model.temperature,
+                tool_choice: model.tool_choice.unwrap_or_else(|| "auto".into()),
+                extra_body: model.extra_body.unwrap_or_default(),
+                context_window: model.context_window,
+                price: model.price,
+                prices: model.prices.unwrap_or_default(),
+            },
+            max_turns: max_turns as u32,
+            max_tokens: run.max_tokens,
+            max_cost: run.max_cost,
+            verify: run.verify,
+            verify_merged: run.verify_merged,
+            repair: run.repair.unwrap_or(false),
+            atomic: run.atomic.unwrap_or(false),
+            idle_timeout_secs,
+            ok_exit_codes,
+            sandbox,
+            run_tool: RunToolPolicy {
+                allow_all: layer.sandbox.allow_any_run.unwrap_or(false),
+                patterns: layer.sandbox.allow_run.unwrap_or_default(),
+            },
+            agent,
+        })
+    }
+}
+
+/// The command line's layer over the environment, the repository's `swarm.toml`
+/// (restricted) and the user's config file.
+fn layers(
+    command_line: Layer,
+    repo_root: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<Layer, SettingsError> {
+    let mut repo =
+        sandbox::restrict_repository_layer(Layer::load(&repo_root.join("swarm.toml"))?, warnings);
+    // Its limits apply last, where they are tighter than the user's (the layer's own, since
+    // the repository's are taken out before the layers combine).
+    let repo_limits = limits::RepositoryLimits::take(&mut repo);
+    let upper = command_line.combine(Layer::from_env());
+    let given = limits::Given::by(&upper);
+    let mut layer = upper.combine(repo).combine(Layer::load_user()?);
+    limits::apply(&mut layer, repo_limits, &given, warnings);
+    Ok(layer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_repo_file_which_beats_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("swarm.toml"),
+            "[run]\njobs = 7\nscope = \"any\"\n[worktree]\nsetup = \"true\"\n",
+        )
+        .unwrap();
+        let mut flags = Layer::default();
+        flags.run.jobs = Some(3);
+        let s = Settings::resolve(flags, dir.path()).unwrap().settings;
+        assert_eq!(s.jobs, 3);
+        assert_eq!(s.scope, Scope::Any);
+        assert_eq!(s.timeout_secs, Settings::DEFAULT_TIMEOUT_SECS);
+        assert_eq!(s.worktree.setup.as_deref(), Some("true"));
+    }
+
+    #[test]
+    fn hidden_paths_add_up_across_layers() {
+        let mut upper = Layer::default();
+        upper.sandbox.hide = Some(vec!["/a".into()]);
+        upper.sandbox.allow_run = Some(vec!["x".into()]);
+        let mut lower = Layer::default();
+        lower.sandbox.hide = Some(vec!["/b".into()]);
+        lower.sandbox.allow_run = Some(vec!["y".into()]);
+        let both = upper.combine(lower);
+        assert_eq!(both.sandbox.hide.unwrap(), ["/a", "/b"]);
+        assert_eq!(both.sandbox.allow_run.unwrap(), ["x"]);
+    }
+
+    #[test]
+    fn zero_counts_are_refused() {
+        let mut layer = Layer::default();
+        layer.run.batch = Some(0);
+        assert!(matches!(
+            Settings::from_layer(layer),
+            Err(SettingsError::Zero(Count::Batch))
+        ));
+    }
+
+    #[test]
+    fn per_process_is_a_count_or_auto_in_every_layer() {
+        let file = |text: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("swarm.toml"), text).unwrap();
+            Settings::resolve(Layer::default(), dir.path()).map(|r| r.settings.per_process)
+        };
+        assert_eq!(file("").unwrap(), PerProcess::Auto);
+        assert_eq!(
+            file("[run]\nper_process = 8\n").unwrap(),
+            PerProcess::Tasks(8)
+        );
+        assert_eq!(
+            file("[run]\nper_process = \"auto\"\n").unwrap(),
+            PerProcess::Auto
+        );
+        for bad in ["-1", "\"lots\"", "true", "0"] {
+            assert!(
+                file(&format!("[run]\nper_process = {bad}\n")).is_err(),
+                "{bad}"
+            );
+        }
+        assert_eq!("12".parse(), Ok(PerProcess::Tasks(12)));
+        // plan.json keeps it as it was given.
+        for value in [PerProcess::Auto, PerProcess::Tasks(3)] {
+            let json = serde_json::to_string(&value).unwrap();
+            assert_eq!(serde_json::from_str::<PerProcess>(&json).unwrap(), value);
+        }
+    }
+
+    #[test]
+    fn api_keys_never_print() {
+        let key = ApiKey::new("sk-secret-123".into());
+        assert_eq!(format!("{key:?}"), "ApiKey(***)");
+    }
+
+    #[test]
+    fn local_endpoints() {
+        for (url, local) in [
+            ("http://127.0.0.1:11434/v1", true),
+            ("http://localhost:8000/v1", true),
+            ("http://[::1]:8000/v1", true),
+            ("https://api.openai.com/v1", false),
+            ("https://localhost.evil.example/v1", false),
+        ] {
+            assert_eq!(ModelSettings::url_is_local(url), local, "{url}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_with_the_keys_there_are() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("swarm.toml"), "[run]\njbos = 7\n").unwrap();
+        let err = Settings::resolve(Layer::default(), dir.path()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("jbos") && text.contains("jobs"), "{text}");
+    }
+}

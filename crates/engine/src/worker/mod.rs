@@ -1,0 +1,41 @@
+//! Workers: what edits a task's files in its worktree.
+//!
+//! - [`exec`]: an external command (`--exec`).
+//! - [`llm`]: the built-in coding agent over an OpenAI-compatible API.
+//! - [`process`]: running a command as a confined, time-limited process group (workers,
+//!   `--verify`, worktree setup).
+
+pub(crate) mod agent_output;
+pub(crate) mod diagnose;
+pub(crate) mod exec;
+pub(crate) mod llm;
+pub(crate) mod process;
+
+/// How a worker ended, before swarm looks at the worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Finished well (whether it changed anything is decided by the commit).
+    Done,
+    /// Finished and said nothing needed changing.
+    NoChange,
+    Failed(String),
+    /// The worker's command exited with this status, not one of `--ok-exit-codes`.
+    Exited(i32),
+    Timeout(String),
+    Interrupted,
+    /// Stopped because the run's budget was spent (why).
+    OverBudget(String),
+}
+
+impl Verdict {
+    /// In words, for an error message.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Verdict::Done => "done".into(),
+            Verdict::NoChange => "no change".into(),
+            Verdict::Failed(why) | Verdict::Timeout(why) | Verdict::OverBudget(why) => why.clone(),
+            Verdict::Exited(code) => format!("the worker exited with status {code}"),
+            Verdict::Interrupted => "interrupted".into(),
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! Running one command as a worker process: `sh -c` (or an argv), stdin from `/dev/null`, its
+//! own process group, confined in a jail (see [`swarm_sandbox`]), swarm's own clock for the
+//! timeout, output to a capped log file, secrets out of its environment and out of the log.
+//!
+//! - The timeout is measured by swarm, not trusted to the worker: at the limit the whole
+//!   process group gets SIGTERM, then SIGKILL after a grace period.
+//! - When the shell exits, whatever it left running in its group is killed at once, so a
+//!   background child cannot write into the worktree after the worker "finished".
+//! - stdout and stderr share one pipe (so the log keeps their order) read by a plain thread
+//!   that writes the log up to [`LOG_CAP`] bytes and keeps only the last [`TAIL_BYTES`] in
+//!   memory. A worker printing gigabytes costs disk up to the cap and no memory. Known secret
+//!   values are redacted from the log and the tail ([`crate::secrets`]).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{BufWriter, Read as _, Write as _};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+use crate::gateway::{Binding, GATEWAY_PORT, Gateway, Listener, Place, Spent};
+use crate::ids::TaskId;
+use crate::settings::{AllowList, NetworkAccess};
+use crate::{env_vars, secrets, state};
+use swarm_sandbox::jail::{JailSpec, StateView};
+use swarm_sandbox::proxy::{self, OnAccess, Proxy};
+use swarm_sandbox::{self as sandbox, SandboxPolicy, overlay::OverlayView};
+
+/// Bytes of output written to a task's log before it is truncated.
+pub(crate) const LOG_CAP: u64 = 8 * 1024 * 1024;
+/// Bytes of output kept for the report.
+pub(crate) const TAIL_BYTES: usize = 4096;
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(3);
+
+/// What a worker process runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Program<'a> {
+    /// A command line, run with `sh -c`.
+    Shell(&'a str),
+    /// A program and its arguments, run without a shell.
+    Argv(&'a [String]),
+}
+
+impl Program<'_> {
+    fn argv(&self) -> Vec<OsString> {
+        match self {
+            Program::Shell(command) => vec!["sh".into(), "-c".into(), (*command).into()],
+            Program::Argv(argv) => argv.iter().map(OsString::from).collect(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Program::Shell(command) => format!("sh -c {command}"),
+            Program::Argv(argv) => argv.join(" "),
+        }
+    }
+}
+
+pub(crate) struct ProcessRequest<'a> {
+    pub program: Program<'a>,
+    pub cwd: &'a Path,
+    pub env: Vec<(OsString, OsString)>,
+    pub log: &'a Path,
+    pub timeout: Duration,
+    /// No output and no file change under `cwd` for this long: the process is stale.
+    pub idle_timeout: Option<Duration>,
+    /// How to confine the process (`None`: not at all).
+    pub sandbox: Option<&'a SandboxPolicy>,
+    /// Writable besides `cwd` and the private temporary directory (confined processes).
+    pub also_writable: &'a [&'a Path],
+    /// The overlay view mounted on `cwd` in the jail (an overlay worktree), if any.
+    pub view: Option<&'a OverlayView>,
+    /// Told of each connection the process asks swarm's proxy for (with an allow-list).
+    pub on_access: Option<OnAccess>,
+    pub cancel: &'a CancellationToken,
+    /// An agent's process: its model requests go through swarm's gateway.
+    pub gateway: Option<GatewayAccess<'a>>,
+    /// Copy-on-write views of directories outside the worktree (an agent's state).
+    pub state_views: &'a [StateView],
+    /// A copy-on-write view of the repository's git directory, for the worker's own git.
+    pub git_view: Option<&'a StateView>,
+    /// Cancelled when the run's budget is spent: the process is stopped
+    /// ([`Exit::OverBudget`]).
+    pub budget: Option<&'a CancellationToken>,
+}
+
+/// The gateway an agent's process reaches, for which of its APIs.
+#[derive(Clone, Copy)]
+pub(crate) struct GatewayAccess<'a> {
+    pub gateway: &'a Arc<Gateway>,
+    pub task: &'a TaskId,
+    pub bindings: &'a [Binding],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    Code(i32),
+    Signal(i32),
+    TimedOut,
+    /// Killed at the idle limit (no output, no file change).
+    Idle,
+    Cancelled,
+    /// Stopped because the run's budget was spent.
+    OverBudget,
+}
+
+#[derive(Debug)]
+pub(crate) struct ProcessOutcome {
+    pub exit: Exit,
+    pub output_tail: String,
+    /// What its model requests through the gateway spent (an agent's process).
+    pub spent: Option<Spent>,
+    /// Processes it left running when it exited (stopped with it).
+    pub leftovers: u32,
+}
+
+pub(crate) async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
+    let started = Instant::now();
+    let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
+    let writer_err = writer.try_clone()?;
+    // Kept until the process is gone: its temporary directory, its proxy, its gateway.
+    let (mut cmd, keep) = command(&req)?;
+    cmd.stdout(writer).stderr(writer_err);
+    let log = state::create_file(req.log)
+        .with_context(|| format!("cannot create {}", req.log.display()))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start `{}`", req.program.describe()))?;
+    // Our copies of the pipe's write end must go, or the reader never sees end-of-file.
+    drop(cmd);
+    let pgid = child.id().map(|p| p as i32);
+    // If this future is dropped (a caller's timeout), the whole group goes with it.
+    let mut group = GroupGuard(pgid);
+    let (tail_tx, tail_rx) = tokio::sync::oneshot::channel();
+    // Milliseconds since `started` of the last sign of life (output or a file change).
+    let last_activity = Arc::new(AtomicU64::new(0));
+    {
+        let last_activity = last_activity.clone();
+        std::thread::spawn(move || {
+            let _ = tail_tx.send(capture(reader, log, &last_activity, started));
+        });
+    }
+    let (exit, left_in_group) = wait(&mut child, pgid, &req, &last_activity, started).await?;
+    // Dealt with in `wait`; a later signal could hit a reused process group id.
+    group.0 = None;
+    // Normally the pipe closes as soon as the group is gone; a process that escaped the group
+    // (setsid) may hold it open, and is not waited for.
+    let (output_tail, _bytes) = tokio::time::timeout(Duration::from_secs(2), tail_rx)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| (String::new(), 0));
+    Ok(ProcessOutcome {
+        exit,
+        output_tail,
+        spent: keep.gateway.as_ref().map(Listener::spent),
+        // Only a process that ended by itself left anything: one that was stopped had its
+        // children stopped with it.
+        leftovers: match &keep.leftovers {
+            _ if !matches!(exit, Exit::Code(_)) => 0,
+            Some(file) => {
+                let left = std::fs::read_to_string(file)
+                    .ok()
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0);
+                if left > 0 {
+                    let _ = std::fs::remove_file(file);
+                }
+                left
+            }
+            None => left_in_group,
+        },
+    })
+}
+
+/// What a process needs while it runs: its private temporary directory, with an allow-list
+/// its network proxy, for an agent its door to the model gateway.
+#[derive(Default)]
+struct Confinement {
+    tmp: Option<tempfile::TempDir>,
+    /// Where the jail says what the process left behind, if it left anything (out of its
+    /// reach).
+    leftovers: Option<std::path::PathBuf>,
+    proxy: Option<Proxy>,
+    gateway: Option<Listener>,
+}
+
+/// The command for `req`, but for its output: in a jail when confined (with what the jail
+/// needs kept until the process is gone), stdin from `/dev/null`, its own process group, and
+/// swarm's environment without its secrets.
+fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Confinement)> {
+    let argv = req.program.argv();
+    let confined = req.sandbox.filter(|p| p.enabled);
+    // In a jail with a network of its own, the gateway is a socket forwarded to its loopback;
+    // elsewhere, a port of the host's loopback.
+    let place = match confined {
+        Some(policy) if !policy.network => Place::Jail,
+        _ => Place::Host,
+    };
+    let gateway = req
+        .gateway
+        .map(|g| g.gateway.listen(g.task.clone(), g.bindings, place))
+        .transpose()?;
+    let (mut cmd, keep) = match confined {
+        Some(policy) => jailed(req, policy, &argv, gateway)?,
+        None => {
+            anyhow::ensure!(
+                req.view.is_none() && req.state_views.is_empty(),
+                "overlay views need the sandbox's jail"
+            );
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..]);
+            let keep = Confinement {
+                gateway,
+                ..Confinement::default()
+            };
+            (cmd, keep)
+        }
+    };
+    // A jail's standard input carries its doors' keys; the worker gets /dev/null.
+    if confined.is_none() {
+        cmd.stdin(Stdio::null());
+    }
+    cmd.current_dir(req.cwd).process_group(0).kill_on_drop(true);
+    // Swarm's environment without its secrets, nor the variables that would point the
+    // worker's git at another repository.
+    let pass = req.sandbox.map(|p| p.env.as_slice()).unwrap_or_default();
+    cmd.env_clear().envs(secrets::worker_env(pass));
+    if let Some(tmp) = &keep.tmp {
+        for var in ["TMPDIR", "TMP", "TEMP"] {
+            cmd.env(var, tmp.path());
+        }
+    }
+    if keep.proxy.is_some() {
+        let loopback_allowed = req.sandbox.is_some_and(|p| p.allows_loopback());
+        cmd.envs(proxy::worker_env(!loopback_allowed));
+    }
+    for (k, v) in no_background_git() {
+        cmd.env(k, v);
+    }
+    for (k, v) in &req.env {
+        cmd.env(k, v);
+    }
+    if let Some(gateway) = &keep.gateway {
+        cmd.envs(gateway.agent_env().iter().map(|(k, v)| (k, v)));
+    }
+    Ok((cmd, keep))
+}
+
+/// The command in a jail for `policy`: its private temporary directory, its views, its
+/// forwards to the proxy and the gateway.
+fn jailed(
+    req: &ProcessRequest<'_>,
+    policy: &SandboxPolicy,
+    argv: &[OsString],
+    gateway: Option<Listener>,
+) -> anyhow::Result<(Command, Confinement)> {
+    let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
+    let mut writable = vec![req.cwd.to_path_buf(), tmp.path().to_path_buf()];
+    writable.extend(req.also_writable.iter().map(|p| p.to_path_buf()));
+    writable.extend(policy.writable.iter().cloned());
+    let mut spec = JailSpec::new(argv, req.cwd, &writable, &policy.hide, policy.network)
+        .with_overlay(req.view)
+        .with_git_view(req.git_view, req.cwd)
+        .with_state_views(req.state_views);
+    let gateway_door = gateway.as_ref().and_then(Listener::door);
+    let proxy = match policy.network_access() {
+        NetworkAccess::AllowList(domains) => {
+            let allow = AllowList::parse(domains).map_err(anyhow::Error::msg)?;
+            Some(Proxy::start(
+                allow,
+                req.on_access.clone(),
+                gateway_door.clone(),
+            )?)
+        }
+        NetworkAccess::None | NetworkAccess::Full => None,
+    };
+    if let Some(proxy) = &proxy {
+        spec = spec.with_forward(proxy::FORWARD_PORT, &proxy.address());
+    }
+    if let Some(door) = &gateway_door {
+        spec = spec.with_forward(GATEWAY_PORT, door);
+    }
+    let leftovers =
+        swarm_sandbox::scratch::path("leftovers-").context("cannot name a temporary file")?;
+    let spec = spec.with_leftovers(&leftovers);
+    let keep = Confinement {
+        tmp: Some(tmp),
+        leftovers: Some(leftovers),
+        proxy,
+        gateway,
+    };
+    Ok((spec.command()?, keep))
+}
+
+/// Waits for the process to exit, or stops its group at the timeout, when it goes stale, or
+/// when the run is cancelled. Whatever the group still holds afterwards is killed.
+async fn wait(
+    child: &mut tokio::process::Child,
+    pgid: Option<i32>,
+    req: &ProcessRequest<'_>,
+    last_activity: &AtomicU64,
+    started: Instant,
+) -> anyhow::Result<(Exit, u32)> {
+    let grace = kill_grace();
+    Ok(tokio::select! {
+        status = child.wait() => {
+            let status = status?;
+            // Leftover background processes of the worker die with it.
+            let left = group_members(pgid);
+            signal_group(pgid, libc::SIGKILL);
+            (exit_of(status), left)
+        }
+        () = tokio::time::sleep(req.timeout) => {
+            stop_group(child, pgid, grace).await;
+            (Exit::TimedOut, 0)
+        }
+        () = stale(req.idle_timeout, req.view.map_or(req.cwd, |v| &v.upper), last_activity, started) => {
+            stop_group(child, pgid, grace).await;
+            (Exit::Idle, 0)
+        }
+        () = req.cancel.cancelled() => {
+            stop_group(child, pgid, grace).await;
+            (Exit::Cancelled, 0)
+        }
+        () = over_budget(req.budget) => {
+            stop_group(child, pgid, grace).await;
+            (Exit::OverBudget, 0)
+        }
+    })
+}
+
+/// Resolves when the run's budget is spent (never without a budget to watch).
+async fn over_budget(budget: Option<&CancellationToken>) {
+    match budget {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the process has shown no sign of life for `idle`: no output (tracked by
+/// the capture thread) and no file modified under `cwd` (checked only once output has been
+/// quiet for a while, by walking the tree for the newest modification time; for an overlay
+/// worktree, its upper layer, where every change lands).
+async fn stale(idle: Option<Duration>, cwd: &Path, last: &AtomicU64, started: Instant) {
+    let Some(idle) = idle else {
+        return std::future::pending().await;
+    };
+    let check_every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    loop {
+        tokio::time::sleep(check_every).await;
+        let now = started.elapsed();
+        let quiet = now.saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
+        if quiet < idle / 2 {
+            continue;
+        }
+        let cwd = cwd.to_path_buf();
+        let newest = tokio::task::spawn_blocking(move || newest_mtime(&cwd))
+            .await
+            .ok()
+            .flatten();
+        if let Some(age) = newest.and_then(|t| SystemTime::now().duration_since(t).ok())
+            && age < quiet
+        {
+            let at = now.saturating_sub(age);
+            last.fetch_max(at.as_millis() as u64, Ordering::Relaxed);
+            continue;
+        }
+        if quiet >= idle {
+            return;
+        }
+    }
+}
+
+/// The newest modification time of a file under `dir` (`.git` excluded).
+fn newest_mtime(dir: &Path) -> Option<SystemTime> {
+    let mut newest: Option<SystemTime> = None;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if let Ok(m) = meta.modified() {
+                newest = Some(newest.map_or(m, |n| n.max(m)));
+            }
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    newest
+}
+
+/// Kills the process group when dropped: no worker process outlives the code that runs it.
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        signal_group(self.0, libc::SIGKILL);
+    }
+}
+
+/// SIGTERM to the group, SIGKILL after `grace` if the shell has not exited.
+async fn stop_group(child: &mut tokio::process::Child, pgid: Option<i32>, grace: Duration) {
+    signal_group(pgid, libc::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        signal_group(pgid, libc::SIGKILL);
+        let _ = child.wait().await;
+    }
+    // Children that outlived the shell after SIGTERM.
+    signal_group(pgid, libc::SIGKILL);
+}
+
+/// How many processes of group `pgid` still run (an unconfined worker's leftovers; a jail's
+/// are counted inside it). Cheap when there are none: one `killpg(…, 0)`.
+fn group_members(pgid: Option<i32>) -> u32 {
+    let Some(pgid) = pgid.filter(|p| *p > 0) else {
+        return 0;
+    };
+    // SAFETY: signal 0 only checks that the group has a member.
+    if unsafe { libc::killpg(pgid, 0) } != 0 {
+        return 0;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let in_group = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            // `pid (name) STATE PPID PGRP …`
+            let mut rest = stat
+                .rsplit_once(')')
+                .map_or("", |(_, r)| r)
+                .split_whitespace();
+            let state = rest.next();
+            state != Some("Z") && rest.nth(1).and_then(|g| g.parse().ok()) == Some(pgid)
+        })
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| in_group(pid))
+        .count() as u32
+}
+
+fn signal_group(pgid: Option<i32>, signal: i32) {
+    if let Some(pgid) = pgid.filter(|p| *p > 0) {
+        // SAFETY: killpg only sends a signal; ESRCH (group already gone) is fine.
+        unsafe {
+            libc::killpg(pgid, signal);
+        }
+    }
+}
+
+fn exit_of(status: std::process::ExitStatus) -> Exit {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(sig)) => Exit::Signal(sig),
+        (None, None) => Exit::Code(-1),
+    }
+}
+
+fn kill_grace() -> Duration {
+    std::env::var(env_vars::SWARM_KILL_GRACE_MS)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_KILL_GRACE)
+}
+
+/// `git -c` settings for worker processes, appended to any `GIT_CONFIG_COUNT` the user has:
+/// no automatic maintenance or gc that would detach and outlive the task.
+fn no_background_git() -> Vec<(String, String)> {
+    let n: usize = std::env::var("GIT_CONFIG_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let settings = [("maintenance.auto", "false"), ("gc.auto", "0")];
+    let mut env = vec![(
+        "GIT_CONFIG_COUNT".to_string(),
+        (n + settings.len()).to_string(),
+    )];
+    for (i, (k, v)) in settings.iter().enumerate() {
+        env.push((format!("GIT_CONFIG_KEY_{}", n + i), k.to_string()));
+        env.push((format!("GIT_CONFIG_VALUE_{}", n + i), v.to_string()));
+    }
+    env
+}
+
+/// Copies the pipe into the log (up to the cap) and returns the tail and the byte count.
+/// Known secrets are redacted first; bytes that might begin a secret wait for the next read.
+fn capture(
+    mut reader: std::io::PipeReader,
+    log: File,
+    last_activity: &AtomicU64,
+    started: Instant,
+) -> (String, u64) {
+    let mut redactor = secrets::redactor().stream();
+    let mut out = CappedLog {
+        log: BufWriter::new(log),
+        tail: Vec::with_capacity(2 * TAIL_BYTES),
+        written: 0,
+        ok: true,
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total: u64 = 0;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        last_activity.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        total += n as u64;
+        out.push(&redactor.push(&buf[..n]));
+    }
+    out.push(&redactor.finish());
+    out.finish(total)
+}
+
+/// The log file up to [`LOG_CAP`], and the last [`TAIL_BYTES`] in memory.
+struct CappedLog {
+    log: BufWriter<File>,
+    tail: Vec<u8>,
+    written: u64,
+    ok: bool,
+}
+
+impl CappedLog {
+    fn push(&mut self, chunk: &[u8]) {
+        if self.ok && self.written < LOG_CAP {
+            let room = (LOG_CAP - self.written).min(chunk.len() as u64) as usize;
+            self.ok = self.log.write_all(&chunk[..room]).is_ok();
+        }
+        self.written += chunk.len() as u64;
+        self.tail
+            .extend_from_slice(&chunk[chunk.len().saturating_sub(TAIL_BYTES)..]);
+        if self.tail.len() > 2 * TAIL_BYTES {
+            self.tail.drain(..self.tail.len() - TAIL_BYTES);
+        }
+    }
+
+    fn finish(mut self, total: u64) -> (String, u64) {
+        if self.written > LOG_CAP {
+            let _ = writeln!(
+                self.log,
+                "\n[swarm: output truncated at {} bytes; {} bytes not logged]",
+                LOG_CAP,
+                self.written - LOG_CAP
+            );
+        }
+        let _ = self.log.flush();
+        if self.tail.len() > TAIL_BYTES {
+            self.tail.drain(..self.tail.len() - TAIL_BYTES);
+        }
+        (String::from_utf8_lossy(&self.tail).into_owned(), total)
+    }
+}

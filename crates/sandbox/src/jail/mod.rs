@@ -1,0 +1,589 @@
+//! The jail of one worker process, set up by swarm re-executing itself
+//! (`swarm __swarm-jail SPEC`), so the setup is ordinary Rust code in a fresh, single-threaded
+//! process rather than async-signal-safe code between `fork` and `exec`.
+//!
+//! ```text
+//! swarm ── jail (this process; in swarm's process group; dies with swarm: PDEATHSIG)
+//!            │ unshare: user (own uid/gid), PID, mount, IPC and, unless --network, network
+//!            └─ init (PID 1 of the new PID namespace; dies with the jail)
+//!                 │ /proc remounted (only this namespace's processes), credential stores
+//!                 │ hidden (empty mounts), Landlock (writes, signals, abstract sockets)
+//!                 ├─ the forwarder: 127.0.0.1:3128 → swarm's proxy (with an allow-list),
+//!                 │   127.0.0.1:3129 → swarm's model gateway (an agent's process)
+//!                 └─ the worker: `sh -c CMD` (or an argv), and everything it starts
+//! ```
+//!
+//! With an allow-list (`--allow-domain`), or for an agent whose model requests go through
+//! swarm's gateway, the network namespace gets its loopback up and init forks a forwarder
+//! that passes each connection to `127.0.0.1:`[`super::proxy::FORWARD_PORT`] on to the Unix
+//! socket of swarm's proxy ([`super::proxy`]), which decides, and `127.0.0.1:`
+//! [`crate::proxy::GATEWAY_PORT`] to the model gateway's (the engine's `gateway`). An agent's state
+//! directories are copy-on-write views ([`StateView`]): it reads the user's settings, and
+//! what it writes stays in its task's layer.
+//!
+//! When the worker exits, init exits, and the kernel kills every process left in the PID
+//! namespace, daemons that left the process group with `setsid` included, before init's exit
+//! is reported: nothing of a task outlives it. When swarm dies (even by `kill -9`), the jail
+//! gets SIGKILL, init with it, and the namespace with init. Processes inside see only their
+//! own namespace in `/proc` and cannot name, let alone signal, swarm or another task's
+//! processes (Landlock's signal scoping says the same where the kernel has it).
+//!
+//! The jail's exit status is the worker's (a signal is re-raised), so swarm reads it like a
+//! plain child's. A jail that cannot be set up prints why and exits [`JAIL_FAILED`] before
+//! the worker runs: nothing runs unconfined.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+
+use super::door::{DoorAddress, DoorKey, KEY_LEN};
+use super::overlay::OverlayView;
+
+mod forward;
+mod mounts;
+
+use forward::start_forwarders;
+pub use mounts::StateView;
+use mounts::{hide, loopback_up, mount, mount_git_view, mount_state_view, mount_view};
+
+/// The argument that makes swarm a jail.
+pub const ARG: &str = "__swarm-jail";
+/// Exit status of a jail that could not be set up (the worker did not run).
+pub const JAIL_FAILED: u8 = 125;
+
+/// An argument or a path: text when it is UTF-8, bytes otherwise (they need not be).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Bytes {
+    Text(String),
+    Raw(Vec<u8>),
+}
+
+impl Bytes {
+    fn of(s: &std::ffi::OsStr) -> Self {
+        match s.to_str() {
+            Some(text) => Bytes::Text(text.to_string()),
+            None => Bytes::Raw(s.as_bytes().to_vec()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Bytes::Text(text) => text.as_bytes(),
+            Bytes::Raw(raw) => raw,
+        }
+    }
+}
+
+/// What one jail runs, and how it confines it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JailSpec {
+    /// The program and its arguments (`sh -c CMD` for a command line).
+    pub argv: Vec<Bytes>,
+    pub cwd: Bytes,
+    /// Writable roots (Landlock); everything else is read-only.
+    pub writable: Vec<Bytes>,
+    /// Paths whose content is hidden (an empty directory, or an empty file).
+    pub hide: Vec<Bytes>,
+    /// Keep the network (no network namespace).
+    pub network: bool,
+    /// Ports of the namespace's loopback forwarded to Unix sockets of swarm's: its
+    /// allow-list proxy, its model gateway.
+    #[serde(default)]
+    pub forwards: Vec<(u16, Bytes)>,
+    /// The key of each of `forwards`' doors, in their order: sent on the jail's standard
+    /// input by [`JailSpec::command`], never on its command line.
+    #[serde(skip)]
+    pub keys: Vec<DoorKey>,
+    /// swarm's pid: if the jail's parent is not swarm any more, swarm has died.
+    pub parent: u32,
+    /// Mounted on the worktree before anything runs: the worker's view of it.
+    #[serde(default)]
+    pub overlay: Option<OverlayView>,
+    /// Copy-on-write views of directories outside the worktree (an agent's state): the
+    /// directory as it is below, the writes in a layer of swarm's.
+    #[serde(default)]
+    pub state_views: Vec<StateView>,
+    /// A copy-on-write view of the repository's git directory (a worker's own git), and the
+    /// worktree below it to keep as it is mounted.
+    #[serde(default)]
+    pub git_view: Option<(StateView, Bytes)>,
+    /// Where the jail writes how many processes the worker left running when it exited
+    /// (stopped with it), if any did.
+    #[serde(default)]
+    pub leftovers: Option<Bytes>,
+}
+
+impl JailSpec {
+    pub fn new(
+        argv: &[OsString],
+        cwd: &Path,
+        writable: &[PathBuf],
+        hide: &[PathBuf],
+        network: bool,
+    ) -> Self {
+        Self {
+            argv: argv.iter().map(|a| Bytes::of(a)).collect(),
+            cwd: Bytes::of(cwd.as_os_str()),
+            writable: writable.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
+            hide: hide.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
+            network,
+            forwards: Vec::new(),
+            keys: Vec::new(),
+            parent: std::process::id(),
+            overlay: None,
+            state_views: Vec::new(),
+            git_view: None,
+            leftovers: None,
+        }
+    }
+
+    /// Mounts `view` on its worktree in the jail's mount namespace.
+    pub fn with_overlay(mut self, view: Option<&OverlayView>) -> Self {
+        self.overlay = view.cloned();
+        self
+    }
+
+    /// Forwards `127.0.0.1:port` in the namespace to `door`.
+    pub fn with_forward(mut self, port: u16, door: &DoorAddress) -> Self {
+        self.forwards
+            .push((port, Bytes::of(door.socket.as_os_str())));
+        self.keys.push(door.key.clone());
+        self
+    }
+
+    /// Shows the git directory of `view` copy-on-write, `worktree` (below it) as it is.
+    pub fn with_git_view(mut self, view: Option<&StateView>, worktree: &Path) -> Self {
+        self.git_view = view.map(|v| (v.clone(), Bytes::of(worktree.as_os_str())));
+        self
+    }
+
+    /// Writes into `file` how many processes the worker left behind, if any.
+    pub fn with_leftovers(mut self, file: &Path) -> Self {
+        self.leftovers = Some(Bytes::of(file.as_os_str()));
+        self
+    }
+
+    /// Shows each of `views` on its directory, copy-on-write.
+    pub fn with_state_views(mut self, views: &[StateView]) -> Self {
+        self.state_views = views.to_vec();
+        self
+    }
+
+    /// The command that runs this spec in a jail. Its standard input is set: a pipe holding
+    /// the doors' keys (the worker's is `/dev/null`).
+    pub fn command(&self) -> anyhow::Result<tokio::process::Command> {
+        use std::io::Write as _;
+        let mut cmd = tokio::process::Command::new("/proc/self/exe");
+        cmd.arg(ARG).arg(serde_json::to_string(self)?);
+        if self.keys.is_empty() {
+            cmd.stdin(std::process::Stdio::null());
+            return Ok(cmd);
+        }
+        let (keys, mut sender) = std::io::pipe().context("cannot create a pipe for the jail")?;
+        for key in &self.keys {
+            sender.write_all(&key.0)?;
+        }
+        drop(sender);
+        cmd.stdin(keys);
+        Ok(cmd)
+    }
+}
+
+/// When this process was started as a jail: sets it up and runs the worker (returning only
+/// if that failed). `None` for an ordinary swarm command line.
+pub fn main_if_jail() -> Option<ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != ARG {
+        return None;
+    }
+    let error = match args
+        .next()
+        .map(|a| serde_json::from_slice::<JailSpec>(a.as_bytes()))
+    {
+        Some(Ok(mut spec)) => match read_keys(&mut spec) {
+            Ok(()) => run(&spec),
+            Err(e) => e,
+        },
+        Some(Err(e)) => anyhow::anyhow!("unreadable jail spec: {e}"),
+        None => anyhow::anyhow!("no jail spec"),
+    };
+    eprintln!("swarm: cannot confine the worker process: {error:#}");
+    Some(ExitCode::from(JAIL_FAILED))
+}
+
+/// Reads the doors' keys from standard input (to its end), then makes `/dev/null` the
+/// standard input the worker inherits.
+fn read_keys(spec: &mut JailSpec) -> anyhow::Result<()> {
+    use std::io::Read as _;
+    let mut keys = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take((KEY_LEN * spec.forwards.len() + 1) as u64)
+        .read_to_end(&mut keys)
+        .context("cannot read the jail's keys")?;
+    anyhow::ensure!(
+        keys.len() == KEY_LEN * spec.forwards.len(),
+        "the jail got {} bytes of keys for {} forwards",
+        keys.len(),
+        spec.forwards.len()
+    );
+    spec.keys = keys
+        .chunks(KEY_LEN)
+        .map(|c| DoorKey(c.try_into().unwrap_or([0; KEY_LEN])))
+        .collect();
+    let null = std::fs::File::open("/dev/null").context("/dev/null")?;
+    // SAFETY: dup2 onto our own standard input; `null` is closed when dropped.
+    if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) } < 0 {
+        return Err(errno("dup2"));
+    }
+    Ok(())
+}
+
+fn path(bytes: &Bytes) -> PathBuf {
+    PathBuf::from(OsString::from_vec(bytes.as_bytes().to_vec()))
+}
+
+fn errno(what: &str) -> anyhow::Error {
+    anyhow::anyhow!("{what}: {}", std::io::Error::last_os_error())
+}
+
+/// The jail process: namespaces, then init. Returns only on failure.
+fn run(spec: &JailSpec) -> anyhow::Error {
+    match jail(spec) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+enum Never {}
+
+fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
+    // SAFETY: prctl/getppid have no memory effects.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(errno("prctl(PR_SET_PDEATHSIG)"));
+        }
+        if libc::getppid() as u32 != spec.parent {
+            bail!("swarm has exited");
+        }
+    }
+    let argv: Vec<CString> = spec
+        .argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .context("an argument contains a NUL byte")?;
+    anyhow::ensure!(!argv.is_empty(), "nothing to run");
+    enter_namespaces(spec.network)?;
+    // Not dumpable from here on (uid_map is written): the worker, which runs as the same
+    // user, cannot read the doors' keys from the memory of init or the forwarder, nor trace
+    // them. Its own exec makes it dumpable again.
+    // SAFETY: prctl has no memory effects.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } != 0 {
+        return Err(errno("prctl(PR_SET_DUMPABLE)"));
+    }
+    if !spec.forwards.is_empty() && !spec.network {
+        loopback_up()?;
+    }
+    let status = pipe()?;
+    let lifeline = pipe()?;
+    // SAFETY: single-threaded; the child only runs `init`.
+    let init = unsafe { libc::fork() };
+    if init < 0 {
+        return Err(errno("fork"));
+    }
+    if init == 0 {
+        // SAFETY: closing fds this process owns.
+        unsafe {
+            libc::close(status[0]);
+            libc::close(lifeline[1]);
+        }
+        let e = match init_main(spec, &argv, status[1], lifeline[0]) {
+            Ok(never) => match never {},
+            Err(e) => e,
+        };
+        eprintln!("swarm: cannot confine the worker process: {e:#}");
+        // SAFETY: leaving the child without running the parent's destructors.
+        unsafe { libc::_exit(i32::from(JAIL_FAILED)) };
+    }
+    // SAFETY: closing our copies; the signals the worker gets directly (same process group)
+    // must not end the jail before the worker has had its grace period.
+    unsafe {
+        libc::close(status[1]);
+        libc::close(lifeline[0]);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
+    let init_status = wait_for(init)?;
+    // The worker's status, as init saw it; nothing if init itself was killed.
+    let mut buf = [0u8; 8];
+    // SAFETY: reading into a local buffer.
+    let n = unsafe { libc::read(status[0], buf.as_mut_ptr().cast(), buf.len()) };
+    let word = |at: usize| i32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+    if n != 8 {
+        exit_like(init_status)
+    }
+    if let (Some(file), left @ 1..) = (&spec.leftovers, word(4)) {
+        // The jail is swarm's code, outside the worker's Landlock domain: this file is out of
+        // the worker's reach.
+        let _ = std::fs::write(path(file), left.to_string());
+    }
+    exit_like(word(0))
+}
+
+/// Moves this process into new user, PID, mount and IPC namespaces (and network, unless
+/// `network`), as the caller's own uid and gid inside: files keep their owner, git sees no
+/// "dubious ownership".
+fn enter_namespaces(network: bool) -> anyhow::Result<()> {
+    // SAFETY: getuid and getgid take nothing and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    // SAFETY: as above.
+    let gid = unsafe { libc::getgid() };
+    let mut flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+    if !network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: this process is single-threaded (a fresh exec), as unshare(CLONE_NEWUSER) needs.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return Err(errno(
+            "cannot create namespaces (user, PID, mount, network)",
+        ));
+    }
+    std::fs::write("/proc/self/setgroups", "deny").context("/proc/self/setgroups")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).context("uid_map")?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).context("gid_map")?;
+    Ok(())
+}
+
+/// PID 1 of the new namespace: mounts, Landlock, then the worker; reaps orphans, passes
+/// signals on, and exits when the worker does (which ends every process left inside).
+fn init_main(
+    spec: &JailSpec,
+    argv: &[CString],
+    status_fd: i32,
+    lifeline_fd: i32,
+) -> anyhow::Result<Never> {
+    // SAFETY: prctl and poll on our own fd.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(errno("prctl(PR_SET_PDEATHSIG)"));
+        }
+        // The jail may have died before PDEATHSIG was set: its end of the lifeline is gone.
+        let mut fd = libc::pollfd {
+            fd: lifeline_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if libc::poll(&mut fd, 1, 0) > 0 && fd.revents & libc::POLLHUP != 0 {
+            libc::_exit(i32::from(JAIL_FAILED));
+        }
+    }
+    confine(spec)?;
+    let forwarder = match spec.forwards.is_empty() {
+        true => None,
+        false => Some(start_forwarders(
+            &spec.forwards,
+            &spec.keys,
+            &[status_fd, lifeline_fd],
+        )?),
+    };
+    // SAFETY: handlers only store the signal number in an atomic.
+    unsafe {
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            // No SA_RESTART: waitpid returns EINTR, and the signal is passed on.
+            action.sa_flags = 0;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+    let worker = start_worker(spec, argv, &[status_fd, lifeline_fd])?;
+    reap(worker, status_fd, forwarder)
+}
+
+/// The walls of the jail, from inside its namespaces: private mounts, a `/proc` of the new
+/// PID namespace, the hidden paths, then Landlock (writes only where `spec` allows).
+fn confine(spec: &JailSpec) -> anyhow::Result<()> {
+    mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .context("cannot make the mounts private")?;
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )
+    .context("cannot mount /proc for the new PID namespace")?;
+    if let Some(view) = &spec.overlay {
+        mount_view(view)?;
+    }
+    // The state views first: their layers may be under the git directory (a task's).
+    for view in &spec.state_views {
+        mount_state_view(view)?;
+    }
+    if let Some((view, worktree)) = &spec.git_view {
+        mount_git_view(view, &path(worktree))?;
+    }
+    for p in &spec.hide {
+        hide(&path(p))?;
+    }
+    let writable: Vec<PathBuf> = spec.writable.iter().map(path).collect();
+    super::restrict_writes(&writable).context("Landlock")
+}
+
+/// Forks the worker: default signal handling, `close` closed, in the task's directory, then
+/// `argv`. Returns its pid.
+fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Result<i32> {
+    let cwd = CString::new(spec.cwd.as_bytes()).context("the directory contains a NUL byte")?;
+    // SAFETY: init is single-threaded; the child only calls chdir/execvp/_exit.
+    let worker = unsafe { libc::fork() };
+    if worker < 0 {
+        return Err(errno("fork"));
+    }
+    if worker == 0 {
+        // SAFETY: syscalls on prepared C strings; _exit on failure.
+        unsafe {
+            for fd in close {
+                libc::close(*fd);
+            }
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                eprintln!(
+                    "swarm: cannot enter {}: {}",
+                    path(&spec.cwd).display(),
+                    std::io::Error::last_os_error()
+                );
+                libc::_exit(127);
+            }
+            let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+            ptrs.push(std::ptr::null());
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            eprintln!(
+                "swarm: cannot run {}: {}",
+                argv[0].to_string_lossy(),
+                std::io::Error::last_os_error()
+            );
+            libc::_exit(127);
+        }
+    }
+    Ok(worker)
+}
+
+/// Init's life once the worker runs: reaps orphans, passes signals on to every process of
+/// the namespace, and when the worker ends, writes its status to `status_fd` and exits
+/// (which ends every process left inside).
+fn reap(worker: i32, status_fd: i32, forwarder: Option<i32>) -> ! {
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: waitpid into a local.
+        let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
+        if pid == worker {
+            let mut bytes = [0u8; 8];
+            bytes[..4].copy_from_slice(&st.to_ne_bytes());
+            bytes[4..].copy_from_slice(&leftovers(forwarder).to_ne_bytes());
+            // SAFETY: writing a local buffer to our pipe, then leaving: the kernel ends
+            // every other process of the namespace.
+            unsafe {
+                libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(0);
+            }
+        }
+        if pid < 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => {
+                    let sig = PENDING.swap(0, Ordering::SeqCst);
+                    if sig != 0 {
+                        // Every process of the namespace but init, setsid'd ones included.
+                        // SAFETY: kill only sends a signal.
+                        unsafe { libc::kill(-1, sig) };
+                    }
+                }
+                // SAFETY: nothing left to wait for (cannot happen before the worker ends).
+                _ => unsafe { libc::_exit(0) },
+            }
+        }
+    }
+}
+
+/// The processes of the namespace still running, but init and the forwarder: what the
+/// worker left behind (the kernel ends them with init).
+fn leftovers(forwarder: Option<i32>) -> u32 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let running = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            // `pid (name) S …`: the state follows the last parenthesis; Z is a zombie.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != 1 && Some(pid) != forwarder)
+        .filter(running)
+        .count() as u32
+}
+
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    PENDING.store(sig, Ordering::SeqCst);
+}
+
+fn pipe() -> anyhow::Result<[i32; 2]> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a local array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(errno("pipe"));
+    }
+    Ok(fds)
+}
+
+fn wait_for(pid: i32) -> anyhow::Result<i32> {
+    loop {
+        let mut st = 0;
+        // SAFETY: waitpid into a local.
+        let rc = unsafe { libc::waitpid(pid, &mut st, 0) };
+        if rc == pid {
+            return Ok(st);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(errno("waitpid"));
+        }
+    }
+}
+
+/// Ends this process the way the worker ended: the same exit code, or the same signal.
+fn exit_like(status: i32) -> ! {
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        // SAFETY: resetting our own dispositions and signalling ourselves; no core dump.
+        unsafe {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            libc::signal(sig, libc::SIG_DFL);
+            libc::kill(libc::getpid(), sig);
+        }
+        std::process::exit(128 + sig);
+    }
+    std::process::exit(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        1
+    })
+}

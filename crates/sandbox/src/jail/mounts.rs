@@ -1,0 +1,254 @@
+//! The jail's mounts and its loopback, made from inside its namespaces: the worktree's
+//! overlay view, the copy-on-write views of an agent's state, the hidden credential stores.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStringExt as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use super::errno;
+use crate::overlay::{self, OverlayView};
+
+/// A directory seen through an overlay: reads from the directory itself, writes into
+/// `upper`, which the task keeps; the directory is never written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateView {
+    pub dir: PathBuf,
+    pub upper: PathBuf,
+    /// The overlay's scratch directory (same file system as `upper`).
+    pub work: PathBuf,
+}
+
+impl StateView {
+    fn options(&self) -> Option<String> {
+        Some(format!(
+            "userxattr,lowerdir={},upperdir={},workdir={}",
+            overlay::escape(self.dir.to_str()?),
+            overlay::escape(self.upper.to_str()?),
+            overlay::escape(self.work.to_str()?),
+        ))
+    }
+}
+
+/// Brings up the loopback of the new network namespace (for the forwarder).
+pub(super) fn loopback_up() -> anyhow::Result<()> {
+    // SAFETY: a socket for the ioctl, an ifreq on the stack, the socket closed after.
+    unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(errno("socket"));
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+            *dst = *src as libc::c_char;
+        }
+        req.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as i16;
+        let rc = libc::ioctl(sock, libc::SIOCSIFFLAGS, &req);
+        libc::close(sock);
+        if rc != 0 {
+            return Err(errno(
+                "cannot bring up the loopback of the network namespace",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Hides `p` from the worker: an empty read-only directory over a directory, the empty
+/// `/dev/null` over a file. A missing path needs nothing.
+pub(super) fn hide(p: &Path) -> anyhow::Result<()> {
+    let meta = match std::fs::metadata(p) {
+        Ok(meta) => meta,
+        // Nothing there, or nothing this user could read anyway.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            return Ok(());
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot hide {}", p.display())),
+    };
+    let target = p.to_str().context("a path to hide that is not UTF-8")?;
+    let mounted = if meta.is_dir() {
+        mount(
+            Some("tmpfs"),
+            target,
+            Some("tmpfs"),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("size=4k,mode=0700"),
+        )
+    } else {
+        mount(Some("/dev/null"), target, None, libc::MS_BIND, None)
+    };
+    mounted.with_context(|| format!("cannot hide {}", p.display()))
+}
+
+/// Mounts the overlay `view` on its worktree (before Landlock, which then lets the worker
+/// write beneath the mount point: into the upper layer, never the shared base).
+pub(super) fn mount_view(view: &OverlayView) -> anyhow::Result<()> {
+    let options = view
+        .options()
+        .context("the worktree's overlay paths are not UTF-8")?;
+    let target = view
+        .mount_point
+        .to_str()
+        .context("the worktree's path is not UTF-8")?;
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&options),
+    )
+    .context("cannot mount the worktree's overlay view")
+}
+
+/// Mounts a copy-on-write view on a directory outside the worktree (before the hidden paths
+/// are covered and before Landlock, which then lets the worker write beneath it: into the
+/// task's layer).
+pub(super) fn mount_state_view(view: &StateView) -> anyhow::Result<()> {
+    let options = view
+        .options()
+        .context("a state directory's path is not UTF-8")?;
+    let target = view
+        .dir
+        .to_str()
+        .context("a state directory's path is not UTF-8")?;
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&options),
+    )
+    .with_context(|| format!("cannot mount a copy-on-write view of {target}"))
+}
+
+/// `open_tree(2)` and `move_mount(2)` flags (linux/mount.h), which the libc crate lacks.
+const OPEN_TREE_CLONE: libc::c_ulong = 1;
+const AT_RECURSIVE: libc::c_ulong = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_ulong = 0x4;
+
+/// Mounts `view` on a git directory, with what is mounted at (or is) `carry`, below it —
+/// the worktree — kept as it was: cloned before the overlay hides it, and put back on top.
+/// Where something else is mounted below the git directory (not a setup swarm makes: a test
+/// of a full disk), the view would hide it, so there is none: the worker's git cannot write.
+pub(super) fn mount_git_view(view: &StateView, carry: &Path) -> anyhow::Result<()> {
+    if mounts_below(&view.dir, carry) {
+        return Ok(());
+    }
+    if !carry.starts_with(&view.dir) {
+        return mount_state_view(view);
+    }
+    let at = CString::new(carry.as_os_str().as_encoded_bytes()).context("NUL byte")?;
+    // SAFETY: open_tree on a valid C string; the result is a descriptor this function owns.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            at.as_ptr(),
+            OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_ulong,
+        )
+    } as i32;
+    if tree < 0 {
+        return Err(errno(
+            "cannot hold the worktree while the git view is mounted",
+        ));
+    }
+    let mounted = mount_state_view(view);
+    // SAFETY: move_mount of the descriptor onto a valid C string path, then closing it.
+    let moved = unsafe {
+        let rc = libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            at.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        );
+        let err = (rc != 0).then(|| errno("cannot put the worktree back over the git view"));
+        libc::close(tree);
+        err
+    };
+    mounted?;
+    moved.map_or(Ok(()), Err)
+}
+
+/// Is anything mounted strictly below `dir`, but at `except`? (`/proc/self/mountinfo`'s
+/// fifth field, with its octal escapes.)
+fn mounts_below(dir: &Path, except: &Path) -> bool {
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
+        return true;
+    };
+    info.split(|b| *b == b'\n').any(|line| {
+        let Some(field) = line.split(|b| *b == b' ').nth(4) else {
+            return false;
+        };
+        let at = PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(field)));
+        at != dir && at != except && at.starts_with(dir)
+    })
+}
+
+/// `\040` and the like, as the kernel escapes mount points.
+fn unescape_octal(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn mount(
+    source: Option<&str>,
+    target: &str,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> anyhow::Result<()> {
+    let c = |s: &str| CString::new(s).context("NUL byte");
+    let (source, target) = (source.map(c).transpose()?, c(target)?);
+    let (fstype, data) = (fstype.map(c).transpose()?, data.map(c).transpose()?);
+    let ptr = |s: &Option<CString>| s.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: valid C strings or null pointers.
+    let rc = unsafe {
+        libc::mount(
+            ptr(&source),
+            target.as_ptr(),
+            ptr(&fstype),
+            flags,
+            ptr(&data).cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(errno(&format!("mount {}", target.to_string_lossy())));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_unescaped_as_the_kernel_wrote_them() {
+        assert_eq!(unescape_octal(br"/a\040b/c\134d"), b"/a b/c\\d");
+        assert_eq!(unescape_octal(br"/plain\09"), br"/plain\09");
+    }
+}

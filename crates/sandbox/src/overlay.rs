@@ -1,0 +1,118 @@
+//! Overlay views: a worker sees its worktree as one shared checkout of the run's base (the
+//! lower layer, read-only) with its own changes on top (the upper layer). The overlay is
+//! mounted by the jail, inside the worker's own mount namespace, so nothing outside that
+//! namespace sees it and it goes away with the jail; what the worker changed is exactly the
+//! upper directory, which swarm reads from outside (the engine's `git::worktree`).
+//!
+//! Unprivileged overlay mounts need `userxattr` (the kernel keeps opaque directories as
+//! `user.overlay.opaque`); a deleted file is a whiteout (a character device 0/0) in the upper
+//! directory.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The extended attribute that marks an upper directory as opaque (it hides the lower one).
+pub const OPAQUE_XATTR: &str = "user.overlay.opaque";
+
+/// One worker's view of its worktree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverlayView {
+    /// The worktree's directory, where the view is mounted. It holds only the worktree's
+    /// `.git` file, and is also the top lower layer, so the view shows that file.
+    pub mount_point: PathBuf,
+    /// The run's base checkout (the bottom lower layer), shared by every view, never written.
+    pub base: PathBuf,
+    /// The worker's changes.
+    pub upper: PathBuf,
+    /// The overlay's scratch directory (same file system as `upper`).
+    pub work: PathBuf,
+}
+
+impl OverlayView {
+    /// The mount options, each path escaped as the kernel's parser expects.
+    pub fn options(&self) -> Option<String> {
+        let path = |p: &Path| p.to_str().map(escape);
+        Some(format!(
+            "userxattr,lowerdir={}:{},upperdir={},workdir={}",
+            path(&self.mount_point)?,
+            path(&self.base)?,
+            path(&self.upper)?,
+            path(&self.work)?
+        ))
+    }
+}
+
+/// Makes the folder overlayfs keeps inside a view's `work` folder (`work/work`, mode 000
+/// once unmounted) removable by its owner again; a link there is left alone.
+pub fn open_work_dir(work: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let inner = work.join("work");
+    if std::fs::symlink_metadata(&inner).is_ok_and(|m| m.is_dir()) {
+        let _ = std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o700));
+    }
+}
+
+/// Escapes the characters the overlay option parser splits on (`,` between options, `:`
+/// between lower layers) and its escape character.
+pub(super) fn escape(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if matches!(c, '\\' | ',' | ':') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Is `meta` (of an entry of an upper directory) a whiteout: a deleted path?
+pub fn is_whiteout(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    meta.file_type().is_char_device() && meta.rdev() == 0
+}
+
+/// Does the upper directory `dir` hide the lower directory of the same path?
+pub fn is_opaque(dir: &Path) -> bool {
+    xattr_is(dir, OPAQUE_XATTR, b"y")
+}
+
+fn xattr_is(path: &Path, name: &str, want: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let (Ok(path), Ok(name)) = (
+        std::ffi::CString::new(path.as_os_str().as_bytes()),
+        std::ffi::CString::new(name),
+    ) else {
+        return false;
+    };
+    let mut buf = [0u8; 8];
+    // SAFETY: valid C strings, a local buffer of the given length.
+    let n = unsafe {
+        libc::lgetxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    n >= 0 && &buf[..n as usize] == want
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_escaped_for_the_option_parser() {
+        let view = OverlayView {
+            mount_point: "/r/a,b".into(),
+            base: "/r/c:d".into(),
+            upper: "/r/e\\f".into(),
+            work: "/r/w".into(),
+        };
+        assert_eq!(
+            view.options().unwrap(),
+            "userxattr,lowerdir=/r/a\\,b:/r/c\\:d,upperdir=/r/e\\\\f,workdir=/r/w"
+        );
+    }
+}

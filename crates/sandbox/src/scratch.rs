@@ -1,0 +1,165 @@
+//! swarm's short-lived files outside the repository: the sockets of its proxies and gateway
+//! listeners, workers' private temporary directories, result-file directories.
+//!
+//! They live in one directory per swarm process, `$TMPDIR/swarm-<pid>-<random>/`, which
+//! holds a `lock` file locked (`flock`) for as long as the process lives: the directory is
+//! made under another name, locked, then renamed, so no directory of that name is ever
+//! unlocked while its process lives. Each piece is a
+//! [`tempfile::TempDir`] inside it, removed when dropped; the directory itself is removed
+//! when the command ends ([`close`]). A process killed with `kill -9` cannot remove
+//! anything, but its lock is released by the kernel: [`sweep`] (at the start of every run,
+//! and by `swarm clean`) removes the directories of this user whose lock nobody holds.
+//! Unix socket paths are limited to 108 bytes, so these cannot live under a repository's
+//! `.git/swarm/`, whose depth is the user's.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::files::{rename_noreplace, try_lock};
+
+/// The name of every process's directory starts with this, then its pid and a dash.
+const PREFIX: &str = "swarm-";
+
+/// This process's directory, and the open lock file that marks it alive.
+struct Root {
+    path: PathBuf,
+    _lock: File,
+}
+
+static ROOT: OnceLock<Result<Root, String>> = OnceLock::new();
+
+/// A new directory for one use (`prefix` names the use: `net-`, `tmp-`…), inside this
+/// process's scratch directory; removed when dropped.
+pub fn dir(prefix: &str) -> io::Result<tempfile::TempDir> {
+    let root = ROOT
+        .get_or_init(|| open_root().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| io::Error::other(e.clone()))?;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&root.path)
+}
+
+fn open_root() -> io::Result<Root> {
+    let staging = tempfile::Builder::new().prefix(".swarm-new-").tempdir()?;
+    let lock = File::create(staging.path().join("lock"))?;
+    if !try_lock(&lock)? {
+        return Err(io::Error::other(
+            "a new scratch directory is locked already",
+        ));
+    }
+    let name = staging
+        .path()
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy();
+    let path = staging.path().with_file_name(format!(
+        "{PREFIX}{}-{}",
+        std::process::id(),
+        name.trim_start_matches(".swarm-new-")
+    ));
+    rename_noreplace(staging.path(), &path)?;
+    // Renamed: nothing left for the guard to remove.
+    let _ = staging.keep();
+    Ok(Root { path, _lock: lock })
+}
+
+/// A new path in this process's scratch directory, named `prefix` and a number, that
+/// nothing is at (yet): for a file another process may write.
+pub fn path(prefix: &str) -> io::Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let root = ROOT
+        .get_or_init(|| open_root().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| io::Error::other(e.clone()))?;
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(root.path.join(format!("{prefix}{n}")))
+}
+
+/// Removes this process's scratch directory (what its guards have not removed already).
+pub fn close() {
+    if let Some(Ok(root)) = ROOT.get() {
+        let _ = std::fs::remove_dir_all(&root.path);
+    }
+}
+
+/// Removes the scratch directories in `tmp` that belonged to this user's swarm processes
+/// which have ended (killed before they could clean up). Returns how many.
+pub fn sweep(tmp: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return 0;
+    };
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let mine = ROOT.get().and_then(|r| r.as_ref().ok()).map(|r| &r.path);
+    entries
+        .flatten()
+        .filter(|entry| is_scratch_name(&entry.file_name().to_string_lossy()))
+        .map(|entry| entry.path())
+        .filter(|path| Some(path) != mine)
+        .filter(|path| is_stale(path, uid))
+        .filter(|path| std::fs::remove_dir_all(path).is_ok())
+        .count()
+}
+
+/// `swarm-<digits>-<anything>`.
+fn is_scratch_name(name: &str) -> bool {
+    name.strip_prefix(PREFIX)
+        .and_then(|rest| rest.split_once('-'))
+        .is_some_and(|(pid, _)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A directory (not a link) of `uid` whose lock file nobody holds.
+fn is_stale(path: &Path, uid: u32) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    if !meta.is_dir() || meta.uid() != uid {
+        return false;
+    }
+    let lock = path.join("lock");
+    match std::fs::symlink_metadata(&lock) {
+        Ok(m) if m.is_file() => File::open(&lock)
+            .and_then(|f| try_lock(&f))
+            .unwrap_or(false),
+        // Named only once locked: no lock file is no process.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_of_scratch_directories() {
+        assert!(is_scratch_name("swarm-1234-abcdef"));
+        assert!(!is_scratch_name("swarm-net-abcdef"));
+        assert!(!is_scratch_name("swarm--abc"));
+        assert!(!is_scratch_name("swarm-1234"));
+        assert!(!is_scratch_name("other-1234-x"));
+    }
+
+    #[test]
+    fn a_locked_directory_is_alive_and_an_unlocked_one_is_stale() {
+        let tmp = tempfile::tempdir().unwrap();
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let alive = tmp.path().join("swarm-1-alive");
+        let dead = tmp.path().join("swarm-2-dead");
+        for d in [&alive, &dead] {
+            std::fs::create_dir(d).unwrap();
+            File::create(d.join("lock")).unwrap();
+        }
+        let held = File::open(alive.join("lock")).unwrap();
+        assert!(try_lock(&held).unwrap());
+        assert!(!is_stale(&alive, uid));
+        assert!(is_stale(&dead, uid));
+        assert_eq!(sweep(tmp.path()), 1);
+        assert!(alive.exists() && !dead.exists());
+    }
+}

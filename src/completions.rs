@@ -1,0 +1,77 @@
+//! `swarm completions SHELL` and `swarm man`: shell completions and the man page, generated
+//! from the same clap definitions as `--help`, so they cannot disagree with it.
+
+use std::io::Write as _;
+
+use clap::{Args, CommandFactory as _};
+
+use crate::exit;
+use swarm_engine::app::AppResult;
+
+/// Print a completion script for a shell.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  swarm completions bash > ~/.local/share/bash-completion/completions/swarm
+  swarm completions zsh > \"${fpath[1]}/_swarm\"
+  swarm completions fish > ~/.config/fish/completions/swarm.fish")]
+pub(crate) struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+pub(crate) fn run(args: CompletionsArgs) -> AppResult<i32> {
+    let mut command = super::Cli::command();
+    // Into memory first: clap_complete panics when its writer fails (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "swarm", &mut script);
+    std::io::stdout().lock().write_all(&script)?;
+    Ok(exit::SUCCESS)
+}
+
+/// Print a man page (roff): swarm's, or a command's (`swarm man refactor`), as git and jj
+/// have one per command; or write them all into a folder, for packagers.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  swarm man refactor > swarm-refactor.1 && man ./swarm-refactor.1
+  swarm man --dir /usr/share/man/man1     # swarm.1, swarm-refactor.1, swarm-plan.1…")]
+pub(crate) struct ManArgs {
+    /// The command whose page to print (refactor, plan, run…); default: swarm's own.
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+    /// Write every page (swarm.1 and swarm-COMMAND.1) into this folder instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+pub(crate) fn man(args: ManArgs) -> AppResult<i32> {
+    let cli = super::Cli::command();
+    if let Some(dir) = &args.dir {
+        clap_mangen::generate_to(cli, dir)?;
+        return Ok(exit::SUCCESS);
+    }
+    let page = match &args.command {
+        None => cli,
+        Some(name) => {
+            let Some(sub) = cli.find_subcommand(name).cloned() else {
+                let names: Vec<String> = cli
+                    .get_subcommands()
+                    .map(|c| c.get_name().to_string())
+                    .collect();
+                return Err(swarm_engine::app::AppError::NoSuchCommand {
+                    name: name.clone(),
+                    known: names.join(", "),
+                });
+            };
+            // Named as its page is: `swarm-refactor`.
+            let full = format!("swarm-{}", sub.get_name());
+            sub.display_name(full)
+        }
+    };
+    let mut out = Vec::new();
+    clap_mangen::Man::new(page).render(&mut out)?;
+    std::io::stdout().lock().write_all(&out)?;
+    Ok(exit::SUCCESS)
+}

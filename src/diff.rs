@@ -1,0 +1,87 @@
+//! `swarm diff`, and the rendering of diffs (git's patch, git's diffstat, made by libgit2)
+//! that `--dry-run` and `--review` share.
+
+use std::io::IsTerminal as _;
+
+use clap::Args;
+use console::Style;
+
+use crate::exit;
+use swarm_engine::app::AppResult;
+use swarm_engine::app::diff::{self, Changes, Shown};
+use swarm_engine::app::ids::RunSelector;
+
+/// Show the unified diff of a run (what it merged into the target) or of one task.
+#[derive(Debug, Args)]
+pub(crate) struct DiffArgs {
+    /// The run (an id or a unique prefix).
+    pub run_id: RunSelector,
+    /// One task of the run (an id or a unique prefix); default: the whole run.
+    pub task_id: Option<String>,
+    /// Print a diffstat instead (as `git diff --stat`): each file's added and removed lines
+    /// with a +/- bar, renames as `old => new`, then the totals.
+    #[arg(long)]
+    pub stat: bool,
+}
+
+pub(crate) fn run(args: DiffArgs) -> AppResult<i32> {
+    let cwd = std::env::current_dir()?;
+    let color = super::use_color(std::io::stdout().is_terminal());
+    let mut out = std::io::stdout().lock();
+    match diff::of_run(&cwd, &args.run_id, args.task_id.as_deref())? {
+        Shown::Nothing(why) => eprintln!("swarm: {why}"),
+        Shown::Changes(changes) => write_changes(&changes, args.stat, color, &mut out)?,
+        Shown::Tasks(tasks) => {
+            // A run that merged nothing: each task's change, waiting on its branch.
+            for (title, changes) in &tasks {
+                std::io::Write::write_all(&mut out, format!("{title}\n").as_bytes())?;
+                write_changes(changes, args.stat, color, &mut out)?;
+            }
+        }
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// `changes` on `out`: its diffstat with `stat`, else its patch, coloured as git colours
+/// them when `color` (headers bold, hunk headers cyan, removed lines red, added green).
+pub(super) fn write_changes(
+    changes: &Changes,
+    stat: bool,
+    color: bool,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    if stat {
+        return out.write_all(changes.stat.as_bytes());
+    }
+    if !color {
+        return out.write_all(&changes.patch);
+    }
+    let (bold, cyan, red, green) = (
+        Style::new().bold().force_styling(true),
+        Style::new().cyan().force_styling(true),
+        Style::new().red().force_styling(true),
+        Style::new().green().force_styling(true),
+    );
+    let mut in_header = false;
+    for line in changes.patch.split_inclusive(|b| *b == b'\n') {
+        let text = String::from_utf8_lossy(line);
+        let body = text.trim_end_matches('\n');
+        in_header = match body.as_bytes().first() {
+            _ if body.starts_with("diff --git ") => true,
+            Some(b'@') => false,
+            _ => in_header,
+        };
+        let style = match body.as_bytes().first() {
+            _ if in_header => &bold,
+            Some(b'@') => &cyan,
+            Some(b'-') => &red,
+            Some(b'+') => &green,
+            _ => {
+                out.write_all(line)?;
+                continue;
+            }
+        };
+        writeln!(out, "{}", style.apply_to(body))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,460 @@
+//! `swarm refactor`: plan, run the workers, merge, clean up.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::Path;
+
+use clap::Args;
+
+use super::execute::{Output, execute, on_terminal};
+use crate::exit;
+use swarm_engine::app::Plan;
+use swarm_engine::app::env_vars;
+use swarm_engine::app::prepare::{self, PrepareRequest, Prepared, Purpose, Ready};
+use swarm_engine::app::reconcile;
+use swarm_engine::app::settings::{
+    Layer, OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode,
+};
+use swarm_engine::app::{self, AppError, AppResult};
+use swarm_engine::app::{RunMode, RunRequest};
+
+/// Plan, run the workers in parallel, merge every task branch with --no-ff, clean up.
+///
+/// Each selected file becomes a task (or each group of --batch files). A task runs in its own
+/// worktree on branch swarm/<RUN-ID>/<TASK-ID>; swarm commits what the worker changed and
+/// merges the branch into the target as soon as the task finishes.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  # Rename a function in every Python file that mentions it, 8 workers at a time:
+  swarm refactor 'rename foo to bar' 'src/**/*.py' --grep foo -j 8 \\
+      --exec 'sed -i \"s/\\bfoo\\b/bar/g\" \"$SWARM_FILE\"'
+
+  # Fix lint in every Python file, into a new branch (ruff exits 1 when findings are left):
+  swarm refactor 'ruff fixes' '*.py' --into lint-fixes -y --ok-exit-codes 0,1 \\
+      --exec 'ruff check --fix \"$SWARM_FILE\"'
+
+Workers get SWARM_FILE, SWARM_FILES, SWARM_INSTRUCTION, SWARM_TASK_ID, SWARM_RUN_ID,
+SWARM_WORKTREE, SWARM_TASK_FILE and SWARM_RESULT_FILE (see docs/WORKERS.md).
+Exit codes: 0 all merged or unchanged, 1 some tasks failed/conflicted/timed out,
+2 bad input (nothing changed), 3 swarm itself failed, 130 interrupted.")]
+pub(crate) struct RefactorArgs {
+    #[command(flatten)]
+    pub planning: PlanningArgs,
+
+    /// Keep worktrees and task branches after the run.
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Run the workers but merge nothing: print each task's diff and keep its branch;
+    /// `swarm merge RUN-ID` merges them later.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Run the workers, then show each task's diff and ask accept/skip/quit before merging
+    /// it (on a terminal).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub review: bool,
+
+    /// Print the run report as JSON on stdout (human output stays on stderr).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also append every event to FILE as a JSON line while the run goes (besides the run's
+    /// own events.jsonl).
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
+
+    /// Do not ask for confirmation (swarm asks only on a terminal).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+}
+
+/// What plans a run: the files, the tasks, the worker and every setting a plan file keeps
+/// (`refactor` and `plan` share them).
+#[derive(Debug, Args)]
+pub(crate) struct PlanningArgs {
+    /// What to do, in words; given to every worker (SWARM_INSTRUCTION).
+    pub instruction: String,
+
+    /// Files to work on, among those tracked at --base: globs ('src/**/*.rs', '*.py'),
+    /// files, directories, or exclusions (':!vendor'). Default: every tracked file.
+    pub pathspecs: Vec<String>,
+
+    /// Keep only files whose content matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    pub grep: Option<String>,
+
+    /// Exit 0 when no file matches the pathspecs and --grep (else it is an error, exit 2, as
+    /// a typo in CI should be).
+    #[arg(long)]
+    pub allow_empty: bool,
+
+    /// Files per task [default: 1].
+    #[arg(long, value_name = "N", env = env_vars::SWARM_BATCH)]
+    pub batch: Option<usize>,
+
+    /// Tasks one worker process runs at most: N, or auto (several when the --exec command
+    /// takes a list of files, naming $SWARM_FILES; one otherwise). Each task is still
+    /// committed and merged on its own; a failing process's tasks run again in halves
+    /// [default: auto].
+    #[arg(long, value_name = "N|auto", env = env_vars::SWARM_PER_PROCESS)]
+    pub per_process: Option<PerProcess>,
+
+    /// How files become tasks: file (one task per file, or per --batch files) or llm (a
+    /// planner model groups them and writes each task's instruction) [default: file].
+    #[arg(long, value_name = "HOW", conflicts_with = "batch")]
+    pub split: Option<SplitMode>,
+
+    /// Model of --split llm [default: the worker model, --model].
+    #[arg(long, value_name = "NAME")]
+    pub planner_model: Option<String>,
+
+    /// Worker command, run with `sh -c` in the task's worktree.
+    #[arg(long, value_name = "CMD", env = env_vars::SWARM_EXEC)]
+    pub exec: Option<String>,
+
+    /// Workers running at once [default: 4].
+    #[arg(short, long, value_name = "N", env = env_vars::SWARM_JOBS)]
+    pub jobs: Option<usize>,
+
+    /// Commit the tasks start from.
+    #[arg(long, value_name = "REV", default_value = "HEAD")]
+    pub base: String,
+
+    /// Branch that receives the merges [default: the current branch]; created at --base if it
+    /// does not exist.
+    #[arg(long, value_name = "BRANCH")]
+    pub into: Option<String>,
+
+    /// What a task whose merge conflicts gets: retry (once, on the merged result), skip (keep
+    /// its branch), fail (stop merging), repair (the model resolves it; needs --model)
+    /// [default: retry].
+    #[arg(long, value_name = "POLICY", env = env_vars::SWARM_ON_CONFLICT,
+          value_parser = super::keywords::<OnConflict>(OnConflict::NAMES))]
+    pub on_conflict: Option<OnConflict>,
+
+    /// May a worker change files outside its task? task: no (such a task fails), any: yes
+    /// [default: task].
+    #[arg(long, value_name = "SCOPE", env = env_vars::SWARM_SCOPE,
+          value_parser = super::keywords::<Scope>(Scope::NAMES))]
+    pub scope: Option<Scope>,
+
+    /// Model of the built-in worker (used when there is no --exec), e.g. gpt-4.1-mini.
+    #[arg(long, value_name = "NAME", env = env_vars::SWARM_MODEL)]
+    pub model: Option<String>,
+
+    /// OpenAI-compatible endpoint [default: OPENAI_BASE_URL, else https://api.openai.com/v1].
+    /// The key comes from SWARM_API_KEY or OPENAI_API_KEY.
+    #[arg(long, value_name = "URL", env = env_vars::SWARM_BASE_URL)]
+    pub base_url: Option<String>,
+
+    /// Model round-trips per task (built-in worker) [default: 50].
+    #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_TURNS)]
+    pub max_turns: Option<u32>,
+
+    /// Token budget of the whole run (the built-in worker's tokens and what --agent workers
+    /// report): no new task starts once it is spent; `swarm resume` finishes the rest.
+    #[arg(long, visible_alias = "max-run-tokens", value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
+    pub max_tokens: Option<u64>,
+
+    /// Spending cap of the whole run in US dollars (what --agent workers report, and the
+    /// built-in worker's tokens at your [model] price): no new task starts once it is
+    /// reached; `swarm resume --max-cost MORE` finishes the rest.
+    #[arg(long, value_name = "USD", env = env_vars::SWARM_MAX_COST)]
+    pub max_cost: Option<f64>,
+
+    /// The most tokens of one model answer (`max_tokens` of each request), so that a local
+    /// server with no cap cannot generate for minutes [default: the server's].
+    #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_OUTPUT_TOKENS)]
+    pub max_output_tokens: Option<u32>,
+
+    /// Check run in a task's worktree after its worker (`sh -c`); a failing task is not
+    /// merged. The built-in worker sees the failure and gets to fix it.
+    #[arg(long, value_name = "CMD", env = env_vars::SWARM_VERIFY)]
+    pub verify: Option<String>,
+
+    /// Check run (`sh -c`, confined) on the merged result before the target moves. If it
+    /// fails, swarm finds the tasks that break it by bisecting the merge sequence, leaves
+    /// them out (status `excluded`, branch kept) and merges the rest.
+    #[arg(long, value_name = "CMD", env = env_vars::SWARM_VERIFY_MERGED)]
+    pub verify_merged: Option<String>,
+
+    /// With --exec and --model: a task whose --verify fails after the command is handed to
+    /// the built-in agent, in the same worktree, with the failure output.
+    #[arg(long)]
+    pub repair: bool,
+
+    /// Exit statuses of the worker's command that mean success, comma-separated (`0,1` for
+    /// codemods that exit 1 when they rewrote a file or left findings: pyupgrade, `ruff check
+    /// --fix`) [default: 0].
+    #[arg(long, value_name = "CODES", value_delimiter = ',', env = env_vars::SWARM_OK_EXIT_CODES)]
+    pub ok_exit_codes: Option<Vec<i32>>,
+
+    /// A worker process with no output and no file change for this many seconds is stale and
+    /// killed [default: 300].
+    #[arg(long, value_name = "SECS", env = env_vars::SWARM_IDLE_TIMEOUT)]
+    pub idle_timeout: Option<u64>,
+
+    /// Confinement of worker processes: workspace-write (each in a jail: write only in the
+    /// task's worktree and a private temp dir, no network, credential stores hidden, no
+    /// process outlives it) or off [default: workspace-write]. Only this flag or your own
+    /// config can turn it off, not the repository's swarm.toml.
+    #[arg(long, value_name = "MODE", env = env_vars::SWARM_SANDBOX,
+          value_parser = super::keywords::<SandboxMode>(SandboxMode::NAMES))]
+    pub sandbox: Option<SandboxMode>,
+
+    /// How each worker's worktree is made: overlay (a view of one shared checkout through
+    /// an overlay mount in the worker's jail: start-up and per-task cost follow the change,
+    /// not the repository), pool (full checkouts, reused), or auto (overlay where the run
+    /// can use it) [default: auto].
+    #[arg(long, value_name = "MODE", env = env_vars::SWARM_WORKTREES,
+          value_parser = super::keywords::<WorktreeMode>(WorktreeMode::NAMES))]
+    pub worktrees: Option<WorktreeMode>,
+
+    /// Let worker processes reach the network.
+    #[arg(long)]
+    pub network: bool,
+
+    /// A coding agent as the worker: claude, codex, gemini, aider, opencode, or one of your
+    /// [agents.NAME] (`swarm agents` lists them). It runs under the sandbox with what that
+    /// agent needs (its API's domains, its state directory, its key variables); --model is
+    /// passed to it (docs/AGENTS.md).
+    #[arg(long, value_name = "NAME", env = env_vars::SWARM_AGENT, conflicts_with = "exec")]
+    pub agent: Option<String>,
+
+    /// Let worker processes reach this domain (and nothing else) through swarm's proxy:
+    /// `api.example.com`, `*.example.com`, or `host:port` (else ports 443 and 80).
+    /// Repeatable; adds to `[sandbox] allow_domains` of your config.
+    #[arg(long = "allow-domain", value_name = "DOMAIN")]
+    pub allow_domains: Vec<String>,
+
+    /// Let the built-in worker's `run` tool run any command (still confined); without it,
+    /// only commands matching `[sandbox] allow_run` in swarm.toml.
+    #[arg(long)]
+    pub allow_run: bool,
+
+    /// Wall-clock limit of one task, in seconds [default: 600].
+    #[arg(long, value_name = "SECS", env = env_vars::SWARM_TIMEOUT)]
+    pub timeout: Option<u64>,
+
+    /// Move the target only if every task merged (or needed no change); otherwise the merged
+    /// result stays on swarm/<RUN-ID>/result and the target where it was.
+    #[arg(long)]
+    pub atomic: bool,
+}
+
+impl PlanningArgs {
+    /// The settings given on the command line (and in their `SWARM_*` variables).
+    pub(super) fn layer(&self) -> Layer {
+        let mut layer = Layer::default();
+        let run = &mut layer.run;
+        run.jobs = self.jobs;
+        run.timeout = self.timeout;
+        run.on_conflict = self.on_conflict;
+        run.scope = self.scope;
+        run.batch = self.batch;
+        run.per_process = self.per_process;
+        run.exec = self.exec.clone();
+        run.max_turns = self.max_turns;
+        run.max_tokens = self.max_tokens;
+        run.max_cost = self.max_cost.and_then(serde_json::Number::from_f64);
+        run.verify = self.verify.clone();
+        run.verify_merged = self.verify_merged.clone();
+        run.repair = self.repair.then_some(true);
+        run.atomic = self.atomic.then_some(true);
+        run.idle_timeout = self.idle_timeout;
+        run.ok_exit_codes = self.ok_exit_codes.clone();
+        match &self.agent {
+            Some(agent) => {
+                run.agent = Some(agent.clone());
+                run.agent_model = self.model.clone();
+            }
+            None => layer.model.name = self.model.clone(),
+        }
+        layer.model.base_url = self.base_url.clone();
+        layer.model.max_output_tokens = self.max_output_tokens;
+        layer.sandbox.mode = self.sandbox;
+        layer.worktree.mode = self.worktrees;
+        layer.sandbox.network = self.network.then_some(true);
+        layer.sandbox.allow_domains = Some(self.allow_domains.clone()).filter(|d| !d.is_empty());
+        layer.sandbox.allow_any_run = self.allow_run.then_some(true);
+        layer
+    }
+
+    fn prepare_request(&self, purpose: Purpose) -> AppResult<PrepareRequest> {
+        Ok(PrepareRequest {
+            cwd: std::env::current_dir()?,
+            instruction: self.instruction.clone(),
+            pathspecs: self.pathspecs.clone(),
+            grep: self.grep.clone(),
+            split: match self.split {
+                Some(SplitMode::Llm) => prepare::SplitMode::Llm,
+                Some(SplitMode::File) | None => prepare::SplitMode::File,
+            },
+            planner_model: self.planner_model.clone(),
+            base: self.base.clone(),
+            into: self.into.clone(),
+            settings: self.layer(),
+            purpose,
+        })
+    }
+}
+
+/// Prepares a run, printing the warnings and the planner's progress; `None`: nothing to do
+/// (said on stderr).
+async fn prepared(args: &PlanningArgs, purpose: Purpose) -> AppResult<Option<Ready>> {
+    let warn = |w: &str| eprintln!("warning: {w}");
+    let note = |n: &str| eprintln!("swarm: {n}");
+    match prepare::prepare(args.prepare_request(purpose)?, &warn, &note).await? {
+        Prepared::NoFiles(why) if args.allow_empty => {
+            eprintln!("swarm: {why}; nothing to do");
+            Ok(None)
+        }
+        Prepared::NoFiles(why) => Err(AppError::NoFiles(why)),
+        Prepared::Nothing(why) => {
+            eprintln!("swarm: {why}");
+            Ok(None)
+        }
+        Prepared::Ready(ready) => Ok(Some(*ready)),
+    }
+}
+
+pub(crate) async fn run(args: RefactorArgs) -> AppResult<i32> {
+    let Some(ready) = prepared(&args.planning, Purpose::Run).await? else {
+        return Ok(exit::SUCCESS);
+    };
+    let interactive = super::confirm::interactive();
+    if interactive && !args.yes && !confirm(&ready.plan, ready.file_count, &ready.skipped)? {
+        eprintln!("swarm: nothing done");
+        return Ok(exit::SUCCESS);
+    }
+    if args.review && !interactive {
+        return Err(AppError::ReviewOffTerminal);
+    }
+    // The run's id from the start (the live view too), to find it with `swarm status`.
+    if !super::render::is_quiet() {
+        eprintln!(
+            "swarm: run {}: {} task(s) over {} file(s), -j {}, into {}{}",
+            ready.plan.run_id,
+            ready.plan.tasks.len(),
+            ready.file_count,
+            ready.plan.settings.jobs,
+            ready.into.branch,
+            match ready.skipped.as_str() {
+                "" => String::new(),
+                skipped => format!("; not tasks: {skipped}"),
+            }
+        );
+    }
+    let mode = match (args.review, args.dry_run) {
+        (true, _) => RunMode::Review,
+        (false, true) => RunMode::DryRun,
+        (false, false) => RunMode::Refactor,
+    };
+    let request = ready.into_request(mode, args.keep);
+    if args.review {
+        return review_then_merge(request, args.json, args.events.clone()).await;
+    }
+    execute(
+        request,
+        &Output {
+            json: args.json,
+            show_diffs: true,
+            events: args.events.clone(),
+        },
+    )
+    .await
+}
+
+/// `swarm plan`: the same planning as `refactor`, written to `output` instead of run (and
+/// with `json`, printed on stdout).
+pub(super) async fn plan_only(args: PlanningArgs, output: &Path, json: bool) -> AppResult<i32> {
+    let Some(ready) = prepared(&args, Purpose::PlanFile).await? else {
+        return Ok(exit::SUCCESS);
+    };
+    let text = ready.write_plan(output)?;
+    if json {
+        print!("{text}");
+    }
+    let plan = &ready.plan;
+    eprintln!(
+        "swarm: plan {}: {} task(s) over {} file(s), base {}, written to {}",
+        plan.run_id,
+        plan.tasks.len(),
+        ready.file_count,
+        swarm_engine::app::ids::short(&plan.base),
+        output.display()
+    );
+    eprintln!(
+        "  run it: swarm run {0}   (or one shard per machine: swarm run {0} --shard 1/N --push origin)",
+        output.display()
+    );
+    Ok(exit::SUCCESS)
+}
+
+/// `--split`: how the selected files become tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SplitMode {
+    File,
+    Llm,
+}
+
+/// `--review`: the workers run as for `--dry-run`, each finished task is shown and accepted
+/// or skipped, then the accepted ones are merged as `swarm merge` would.
+async fn review_then_merge(
+    request: RunRequest,
+    json: bool,
+    events: Option<std::path::PathBuf>,
+) -> AppResult<i32> {
+    let common_dir = request.info.common_dir.clone();
+    let (run_id, keep) = (request.plan.run_id.clone(), request.keep);
+    let outcome = on_terminal(request, events.as_deref()).await?;
+    let mut report = outcome.report;
+    if outcome.interrupted {
+        super::summary::print_summary(&report, true);
+        return Ok(exit::INTERRUPTED);
+    }
+    let color = super::use_color(std::io::stderr().is_terminal());
+    let accepted = super::review::ask(&common_dir, &mut report, color)?;
+    report.compute_totals(report.totals.duration_ms);
+    app::save_report(&common_dir, &report)?;
+    if accepted == 0 {
+        super::summary::print_summary(&report, false);
+        eprintln!("review: nothing accepted, nothing merged");
+        return Ok(if report.all_succeeded() {
+            exit::SUCCESS
+        } else {
+            exit::PARTIAL
+        });
+    }
+    let cwd = std::env::current_dir()?;
+    let continuing = reconcile::continue_run(
+        &cwd,
+        &(&run_id).into(),
+        RunMode::MergeOnly,
+        keep,
+        Default::default(),
+    )
+    .await?;
+    super::resume::run_continuing(continuing, RunMode::MergeOnly, json, events).await
+}
+
+fn confirm(plan: &Plan, files: usize, skipped: &str) -> AppResult<bool> {
+    let mut err = std::io::stderr().lock();
+    writeln!(
+        err,
+        "swarm will run {} task(s) over {files} file(s) with {} worker(s) at a time,\n\
+         running:",
+        plan.tasks.len(),
+        plan.settings.jobs,
+    )?;
+    for line in super::confirm::command_lines(&plan.settings) {
+        writeln!(err, "{line}")?;
+    }
+    writeln!(err, "and merge them into '{}'.", plan.into)?;
+    if !skipped.is_empty() {
+        writeln!(err, "(not tasks: {skipped})")?;
+    }
+    drop(err);
+    Ok(super::confirm::ask()?)
+}

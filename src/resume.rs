@@ -1,0 +1,102 @@
+//! `swarm resume`: finish an interrupted run.
+
+use clap::Args;
+
+use super::execute::{Output, execute};
+use crate::exit;
+use swarm_engine::app::AppResult;
+use swarm_engine::app::RunMode;
+use swarm_engine::app::ids::RunSelector;
+use swarm_engine::app::reconcile::{self, Continuing};
+
+/// Finish an interrupted run (Ctrl-C, a crash, kill -9): tasks that had not finished run
+/// again, finished ones are merged, and the target moves once at the end.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  swarm resume 20261121-133455-4f2a\n  swarm resume 20261121 --failed"
+)]
+pub(crate) struct ResumeArgs {
+    /// The run (an id or a unique prefix; `swarm status` lists them).
+    pub run_id: RunSelector,
+    /// Also run failed, timed-out and conflicted tasks again.
+    #[arg(long)]
+    pub failed: bool,
+    /// Keep worktrees and task branches after the run.
+    #[arg(long)]
+    pub keep: bool,
+    /// Check the merged result with this command (instead of the run's own
+    /// --verify-merged, if any); tasks that break it are left out.
+    #[arg(long, value_name = "CMD")]
+    pub verify_merged: Option<String>,
+    /// A new token budget for the whole run (tasks skipped for the old one run now).
+    #[arg(long, visible_alias = "max-run-tokens", value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// A new spending cap for the whole run, in US dollars.
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
+    /// Print the run report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Also append every event to FILE as a JSON line while the run goes.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
+    /// Accepted for scripts that pass it to every command: resume does not ask (it runs the
+    /// run's own plan).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+}
+
+pub(crate) async fn run(args: ResumeArgs) -> AppResult<i32> {
+    let mode = match args.failed {
+        true => RunMode::RerunFailed,
+        false => RunMode::Resume,
+    };
+    let cwd = std::env::current_dir()?;
+    let overrides = reconcile::Overrides {
+        verify_merged: args.verify_merged,
+        max_tokens: args.max_tokens,
+        max_cost: args.max_cost,
+        // An --atomic run stays atomic: the setting is the plan's.
+        atomic: false,
+    };
+    let continuing =
+        reconcile::continue_run(&cwd, &args.run_id, mode, args.keep, overrides).await?;
+    run_continuing(continuing, mode, args.json, args.events).await
+}
+
+/// Announces and runs a continuing run (resume, merge of a run).
+pub(super) async fn run_continuing(
+    continuing: Continuing,
+    mode: RunMode,
+    json: bool,
+    events: Option<std::path::PathBuf>,
+) -> AppResult<i32> {
+    let (request, to_do) = match continuing {
+        Continuing::Nothing(why) => {
+            super::render::say(&format!("swarm: {why}"));
+            return Ok(exit::SUCCESS);
+        }
+        Continuing::Ready { request, to_do } => (request, to_do),
+    };
+    super::render::say(&format!(
+        "swarm: run {}: {} {to_do} task(s) of {}, -j {}, into {}",
+        request.plan.run_id,
+        if mode.runs_workers() {
+            "resuming"
+        } else {
+            "merging"
+        },
+        request.plan.tasks.len(),
+        request.plan.settings.jobs,
+        request.into.branch
+    ));
+    execute(
+        *request,
+        &Output {
+            json,
+            show_diffs: true,
+            events,
+        },
+    )
+    .await
+}

@@ -1,0 +1,230 @@
+//! The summary after a run (stderr): the counts, a line per task with why the unsuccessful
+//! ones failed, kept branches, the merged check, and where the result is.
+
+use super::render::is_quiet;
+use swarm_engine::app::report::{Report, TaskStatus};
+
+/// The table printed after a run (stderr).
+pub(crate) fn print_summary(report: &Report, interrupted: bool) {
+    let shown = super::visible::value(report);
+    let report = shown.as_ref().unwrap_or(report);
+    let t = &report.totals;
+    let secs = t.duration_ms as f64 / 1000.0;
+    let mut counts = t.describe();
+    let tokens = t.tokens.prompt + t.tokens.completion;
+    if tokens > 0 {
+        counts.push(format!("{} tokens", human_count(tokens)));
+    }
+    if t.cost_usd > 0.0 {
+        counts.push(format!("${:.2} spent", t.cost_usd));
+    }
+    eprintln!(
+        "\nswarm: run {} {} in {secs:.1}s: {} task(s): {}",
+        report.run_id,
+        if interrupted {
+            "interrupted"
+        } else {
+            "finished"
+        },
+        t.tasks,
+        counts.join(", ")
+    );
+    if !report.skipped_files.is_empty() {
+        let shown: Vec<String> = report
+            .skipped_files
+            .iter()
+            .take(3)
+            .map(|s| s.file.display())
+            .collect();
+        eprintln!(
+            "  not tasks: {} ({}{}; all in the report's skipped_files)",
+            swarm_engine::app::describe_skipped(&report.skipped_files),
+            shown.join(", "),
+            if report.skipped_files.len() > 3 {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
+    if !is_quiet() {
+        print_table(report);
+        print_kept(report);
+        print_verify_merged(report);
+    }
+    print_result(report);
+    if interrupted {
+        // The documented way to finish: the tasks left run, then everything merges.
+        eprintln!("  finish it with: swarm resume {}", report.run_id);
+    }
+}
+
+/// `1234567` as `1.2M`.
+pub(super) fn human_count(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
+/// Unsuccessful tasks whose output the summary shows (`swarm status RUN` shows all).
+const EXPLAINED: usize = 10;
+
+/// One row per task (only the unsuccessful ones past 20 tasks).
+fn print_table(report: &Report) {
+    let show_all = report.tasks.len() <= 20;
+    // Tasks that never started are counted, not listed one by one.
+    let rows: Vec<_> = report
+        .tasks
+        .iter()
+        .filter(|t| show_all || !t.status.is_success())
+        .filter(|t| t.status != TaskStatus::Pending)
+        .collect();
+    if !rows.is_empty() {
+        let width = rows
+            .iter()
+            .map(|t| t.id.as_str().len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        eprintln!("  {:<11} {:<width$}  DETAIL", "STATUS", "TASK");
+        // Why they failed, for the first few; `swarm status RUN` has it for all.
+        let mut explained = 0;
+        for task in rows {
+            let detail = match (&task.error, task.status) {
+                (Some(e), _) => e.clone(),
+                (None, TaskStatus::Merged) => task.change_words(),
+                (None, TaskStatus::Done) => format!("{}, not merged yet", task.change_words()),
+                (None, _) => task
+                    .files
+                    .iter()
+                    .map(|f| f.display())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            };
+            eprintln!(
+                "  {:<11} {:<width$}  {detail}",
+                task.status.as_str(),
+                task.id
+            );
+            let lines = failure_lines(task);
+            if !lines.is_empty() && explained < EXPLAINED {
+                explained += 1;
+                for line in lines {
+                    eprintln!("  {:<11} {:<width$}  {line}", "", "");
+                }
+            }
+        }
+    }
+}
+
+/// Lines shown under an unsuccessful task: what the sandbox probably did (with the setting
+/// that would allow it), the last lines of its output, and its log.
+pub(crate) fn failure_lines(task: &swarm_engine::app::report::TaskReport) -> Vec<String> {
+    const LAST: usize = 5;
+    const WIDTH: usize = 160;
+    if task.status.is_success()
+        || matches!(
+            task.status,
+            TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done
+        )
+    {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    if let Some(hint) = &task.hint {
+        lines.push(format!("hint: {hint}"));
+    }
+    let tail: Vec<&str> = task
+        .output_tail
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let last = &tail[tail.len().saturating_sub(LAST)..];
+    if !last.is_empty() {
+        lines.push("last lines of output:".to_string());
+        for line in last {
+            let mut shown: String = line.chars().take(WIDTH).collect();
+            if line.chars().count() > WIDTH {
+                shown.push('…');
+            }
+            lines.push(format!("│ {shown}"));
+        }
+    }
+    if let Some(log) = task.log.as_deref().filter(|l| l.exists()) {
+        lines.push(format!("log: {}", log.display()));
+    }
+    lines
+}
+
+/// The branches kept for inspection, and how to inspect or remove them.
+fn print_kept(report: &Report) {
+    let kept: Vec<_> = report.tasks.iter().filter(|t| t.branch_kept).collect();
+    if let Some(first) = kept.first() {
+        eprintln!(
+            "kept {} branch(es): {}{}",
+            kept.len(),
+            kept.iter()
+                .take(5)
+                .map(|t| t.branch.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            if kept.len() > 5 { " …" } else { "" }
+        );
+        eprintln!(
+            "  inspect: swarm diff {} {}   remove: swarm clean {}",
+            report.run_id, first.id, report.run_id
+        );
+    }
+}
+
+fn print_verify_merged(report: &Report) {
+    let Some(v) = &report.verify_merged else {
+        return;
+    };
+    match (&v.problem, v.passed) {
+        (Some(problem), _) => eprintln!("verify-merged: {problem}"),
+        (None, true) => eprintln!(
+            "verify-merged: `{}` passes on the result ({} check run(s){})",
+            v.command,
+            v.runs,
+            if v.excluded.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} task(s) left out: {}",
+                    v.excluded.len(),
+                    swarm_engine::app::ids::join(&v.excluded)
+                )
+            }
+        ),
+        (None, false) => eprintln!("verify-merged: `{}` did not finish", v.command),
+    }
+}
+
+/// Where the result is: the target moved, or a branch and the commands that merge it.
+fn print_result(report: &Report) {
+    match (&report.result, report.into_updated, &report.result_branch) {
+        (Some(result), true, _) => {
+            eprintln!(
+                "result: {} is now at {}",
+                report.into,
+                swarm_engine::app::ids::short(result)
+            );
+        }
+        (Some(result), false, Some(branch)) => {
+            eprintln!(
+                "result: {} was NOT updated; the merged result ({}) is on branch {branch}",
+                report.into,
+                swarm_engine::app::ids::short(result)
+            );
+            if let Some(hint) = &report.merge_hint {
+                eprintln!("  merge it with: {hint}");
+            }
+        }
+        _ => eprintln!("result: nothing merged; {} unchanged", report.into),
+    }
+}

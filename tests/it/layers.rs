@@ -1,0 +1,71 @@
+//! The walls between swarm's crates (docs/ARCHITECTURE.md), read from `cargo metadata`: the
+//! command line over the engine over the sandbox, and only the command line with a terminal.
+
+use std::collections::BTreeMap;
+
+/// Each workspace crate's normal (not dev, not build) dependencies, by package name.
+fn dependencies() -> BTreeMap<String, Vec<String>> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().unwrap().to_string())
+                .collect();
+            (p["name"].as_str().unwrap().to_string(), deps)
+        })
+        .collect()
+}
+
+#[test]
+fn the_crates_are_layers_and_only_the_command_line_has_a_terminal() {
+    let deps = dependencies();
+    let names: Vec<&str> = deps.keys().map(String::as_str).collect();
+    assert_eq!(names, ["swarm", "swarm-engine", "swarm-sandbox"]);
+    let has = |krate: &str, dep: &str| deps[krate].iter().any(|d| d == dep);
+    // Downward only: the command line uses the engine's API, never the sandbox beneath it.
+    assert!(has("swarm", "swarm-engine"));
+    assert!(!has("swarm", "swarm-sandbox"));
+    assert!(has("swarm-engine", "swarm-sandbox"));
+    assert!(!has("swarm-sandbox", "swarm-engine"));
+    // "The engine never renders" is a compile error: it has nothing to render with.
+    for terminal in [
+        "clap",
+        "clap_complete",
+        "clap_mangen",
+        "indicatif",
+        "console",
+    ] {
+        assert!(has("swarm", terminal), "{terminal}");
+        for lower in ["swarm-engine", "swarm-sandbox"] {
+            assert!(!has(lower, terminal), "{lower} depends on {terminal}");
+        }
+    }
+    // The confinement knows nothing of git, models or HTTP clients.
+    for engine_only in ["git2", "reqwest", "hyper"] {
+        assert!(!has("swarm-sandbox", engine_only), "{engine_only}");
+    }
+}
