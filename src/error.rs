@@ -6,7 +6,7 @@ use crate::exit;
 use swarm_engine::app::PlanError;
 use swarm_engine::app::RepoError;
 use swarm_engine::app::settings::{Count, SettingsError};
-use swarm_engine::app::{AppError, Busy};
+use swarm_engine::app::{AppError, Busy, RunError};
 
 /// Prints `e` on stderr and gives the exit code.
 pub(crate) fn report(e: &AppError) -> i32 {
@@ -22,9 +22,9 @@ pub(crate) fn report(e: &AppError) -> i32 {
     if let Some(hint) = hint {
         eprintln!("hint: {}", super::visible::text(&hint));
     }
-    match e {
-        AppError::Internal(_) => exit::FAILED,
-        _ => exit::BAD_INPUT,
+    match e.is_input() {
+        true => exit::BAD_INPUT,
+        false => exit::FAILED,
     }
 }
 
@@ -130,6 +130,7 @@ fn describe(e: &AppError) -> (String, Option<String>) {
         AppError::Events { .. } => {
             Some("pass a path in a directory that exists and is writable".into())
         }
+        AppError::Run(e) => Some(run(e).into()),
         AppError::Internal(_) => None,
     };
     let message = match e {
@@ -138,6 +139,20 @@ fn describe(e: &AppError) -> (String, Option<String>) {
         other => other.to_string(),
     };
     (message, hint)
+}
+
+/// What to do after a run failed part way: what it did is kept, as after Ctrl-C.
+fn run(e: &RunError) -> &'static str {
+    match e {
+        RunError::Sandbox(_) => {
+            "the workers could not be confined as asked (docs/SECURITY.md); what the run did is \
+             kept: `swarm status` shows it, `swarm resume` goes on once the cause is fixed"
+        }
+        _ => {
+            "what the run did is kept: `swarm status` shows it, `swarm resume` goes on once \
+             the cause is fixed"
+        }
+    }
 }
 
 fn busy(doing: Busy) -> &'static str {

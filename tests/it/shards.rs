@@ -305,3 +305,51 @@ fn swarm_run_shows_a_plan_files_commands_and_asks_first() {
     let branch = report["tasks"][0]["branch"].as_str().unwrap();
     assert_eq!(repo.git(&["show", &format!("{branch}:a.txt")]), "edited");
 }
+
+/// A run another swarm process holds is the user's to wait for, whichever command finds it
+/// held and whenever: exit 2 with a hint, never swarm's own failure (exit 3), and nothing
+/// changed.
+#[test]
+fn a_run_held_by_another_process_is_refused_with_exit_2() {
+    use std::os::fd::AsRawFd as _;
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let plan = repo.home.join("plan.json");
+    repo.swarm(&[
+        "plan",
+        "x",
+        "--exec",
+        SED_FOO_BAR,
+        "-o",
+        plan.to_str().unwrap(),
+    ])
+    .assert_code(0);
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let run_id = serde_json::from_str::<serde_json::Value>(&text).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // This test is the other process: it holds the run's lock as a running swarm would.
+    let run_dir = repo.swarm_dir().join("runs").join(&run_id);
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let lock = std::fs::File::create(run_dir.join("lock")).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let run = repo.swarm(&["run", plan.to_str().unwrap(), "-y"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("still running in another swarm process"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("hint: "), "{}", run.stderr);
+    assert_eq!(repo.read("a.txt"), "foo\n");
+    assert_eq!(
+        repo.lines(&["branch", "--list", "swarm/*"]),
+        Vec::<String>::new()
+    );
+    drop(lock);
+    // Free again, the same plan runs.
+    repo.swarm(&["run", plan.to_str().unwrap(), "-y"])
+        .assert_code(0);
+}

@@ -78,7 +78,7 @@ impl AllowList {
 }
 
 /// `host[:port]` or `[v6]:port`, the port parsed.
-pub fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
+pub(crate) fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
     if let Some(rest) = s.strip_prefix('[') {
         let (host, after) = rest.split_once(']')?;
         return match after.strip_prefix(':') {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
 /// Bytes of a key.
-pub const KEY_LEN: usize = 32;
+pub(crate) const KEY_LEN: usize = 32;
 /// How long a connection may take to present its key.
 const ADMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -104,7 +104,7 @@ pub async fn admit<S: AsyncRead + Unpin>(conn: &mut S, key: &DoorKey) -> bool {
 }
 
 /// Connects to `socket` from the jail's forwarder, presenting `key` (blocking).
-pub fn knock(socket: &Path, key: &[u8]) -> io::Result<std::os::unix::net::UnixStream> {
+pub(crate) fn knock(socket: &Path, key: &[u8]) -> io::Result<std::os::unix::net::UnixStream> {
     use std::io::Write as _;
     let mut conn = std::os::unix::net::UnixStream::connect(socket)?;
     conn.write_all(key)?;

@@ -50,7 +50,7 @@ const WRITABLE_DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/de
 /// Confines the calling thread (and what it starts) to writing beneath `writable` and the
 /// devices, and, where the kernel has them, to signalling and reaching abstract sockets of its
 /// own Landlock domain only. Irreversible for the thread.
-pub fn restrict_writes(writable: &[PathBuf]) -> anyhow::Result<()> {
+pub(crate) fn restrict_writes(writable: &[PathBuf]) -> anyhow::Result<()> {
     let abi = ABI::V6;
     // A writable path that does not exist (yet) grants nothing.
     let writable: Vec<&PathBuf> = writable.iter().filter(|p| p.exists()).collect();

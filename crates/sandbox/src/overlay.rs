@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The extended attribute that marks an upper directory as opaque (it hides the lower one).
-pub const OPAQUE_XATTR: &str = "user.overlay.opaque";
+pub(crate) const OPAQUE_XATTR: &str = "user.overlay.opaque";
 
 /// One worker's view of its worktree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

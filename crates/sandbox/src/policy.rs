@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// Credential stores hidden from workers, relative to the home directory.
-pub const DEFAULT_HIDDEN: &[&str] = &[
+pub(crate) const DEFAULT_HIDDEN: &[&str] = &[
     ".ssh",
     ".aws",
     ".azure",

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use crate::git::repo::RepoError;
 use crate::git::shard::RemoteError;
 use crate::ids::{IdError, RunId};
+use crate::orchestrator::{RunError, RunMode};
 use crate::plan::PlanError;
 use crate::settings::SettingsError;
 
@@ -98,6 +99,10 @@ pub enum AppError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The run itself failed (swarm's own failure: exit 3; a busy run becomes
+    /// [`AppError::RunBusy`]).
+    #[error(transparent)]
+    Run(RunError),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -151,7 +156,25 @@ impl From<serde_json::Error> for AppError {
 impl AppError {
     /// Is this the user's input to fix (rather than swarm failing)?
     pub fn is_input(&self) -> bool {
-        !matches!(self, AppError::Internal(_))
+        !matches!(self, AppError::Internal(_) | AppError::Run(_))
+    }
+
+    /// The failure of a run in `mode`: another process holding it is the user's to sort out
+    /// (what could not be done named after the command), anything else is swarm's.
+    pub(crate) fn of_run(e: RunError, mode: RunMode) -> Self {
+        match e {
+            RunError::Busy { run } => AppError::RunBusy {
+                run,
+                doing: match mode {
+                    RunMode::Resume | RunMode::RerunFailed => Busy::Resume,
+                    RunMode::MergeOnly => Busy::Merge,
+                    RunMode::Refactor | RunMode::DryRun | RunMode::Review | RunMode::RunShard => {
+                        Busy::RunShard
+                    }
+                },
+            },
+            other => AppError::Run(other),
+        }
     }
 }
 

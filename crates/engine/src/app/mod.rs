@@ -29,7 +29,7 @@ pub use error::{AppError, AppResult, Busy};
 pub use process::start_process;
 
 pub use crate::git::repo::{RepoError, RepoInfo};
-pub use crate::orchestrator::{RunMode, RunOutcome, RunRequest};
+pub use crate::orchestrator::{RunError, RunMode, RunOutcome, RunRequest};
 pub use crate::plan::{Plan, PlanError, describe_skipped};
 pub use crate::secrets::random_hex;
 
@@ -78,7 +78,10 @@ pub async fn execute(
     // What runs killed with `kill -9` left in the temporary directory (their sockets, their
     // workers' temporary files): nobody else cleans it.
     tokio::task::spawn_blocking(|| swarm_sandbox::scratch::sweep(&std::env::temp_dir()));
-    Ok(orchestrator::run(request, cancel, sink).await?)
+    let mode = request.mode;
+    orchestrator::run(request, cancel, sink)
+        .await
+        .map_err(|e| AppError::of_run(e, mode))
 }
 
 /// Saves a run's report (after `--review` marked what it skipped).

@@ -64,13 +64,12 @@ pub async fn continue_run(
     let info = repo::discover(cwd)?;
     let id = runs::resolve(&info.common_dir, wanted)?;
     let run_dir = RunDir::new(&info.common_dir, &id);
-    if run_dir.is_running() {
-        return Err(AppError::RunBusy {
-            run: id,
-            doing: Busy::Resume,
-        });
-    }
-    let recovered = runs::recover_killed(&info, &id, Busy::Resume)?;
+    // Held from here to the run's end: nobody starts the run between its recovery and it.
+    let busy = match mode {
+        RunMode::MergeOnly => Busy::Merge,
+        _ => Busy::Resume,
+    };
+    let (lock, recovered) = runs::recover_killed(&info, &id, busy)?;
     let mut plan: Plan = state::read_json(&run_dir.plan())?;
     if let Some(check) = overrides.verify_merged {
         plan.settings.verify_merged = Some(check);
@@ -153,6 +152,7 @@ pub async fn continue_run(
                 report,
                 tip,
                 recovered,
+                lock,
             }),
         }),
         to_do,
@@ -280,6 +280,7 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
                 report,
                 tip: into_start,
                 recovered: Vec::new(),
+                lock: None,
             }),
         }),
         records,

@@ -71,13 +71,18 @@ pub fn show(cwd: &Path, wanted: &RunSelector) -> AppResult<Report> {
 
 /// Puts right what a swarm process killed while it held run `id` left: locks on the run's
 /// branches, a final update of the checkout cut off half way ([`crate::git::interrupted`]).
-/// Takes the run's lock for it; says what it did.
-pub fn recover_killed(info: &repo::RepoInfo, id: &RunId, doing: Busy) -> AppResult<Vec<String>> {
+/// Takes the run's lock for it, and gives it to the caller with what it did (no lock: the
+/// run has no records).
+pub(crate) fn recover_killed(
+    info: &repo::RepoInfo,
+    id: &RunId,
+    doing: Busy,
+) -> AppResult<(Option<state::RunLock>, Vec<String>)> {
     use crate::git::interrupted;
     let run_dir = RunDir::new(&info.common_dir, id);
-    let Some(_lock) = (match run_dir.path.is_dir() {
+    let Some(lock) = (match run_dir.path.is_dir() {
         true => state::RunLock::try_acquire(&run_dir)?,
-        false => return Ok(Vec::new()),
+        false => return Ok((None, Vec::new())),
     }) else {
         return Err(AppError::RunBusy {
             run: id.clone(),
@@ -98,7 +103,7 @@ pub fn recover_killed(info: &repo::RepoInfo, id: &RunId, doing: Busy) -> AppResu
     let repo = info.open()?;
     let staging = run_dir.path.join("checkout");
     said.extend(interrupted::recover_update(&repo, &info.git_dir, &staging)?);
-    Ok(said)
+    Ok((Some(lock), said))
 }
 
 /// Which runs to clean.
@@ -149,7 +154,7 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
     // A checkout a killed run left half updated is put back before its records go.
     let mut recovered = Vec::new();
     for id in &runs {
-        recovered.extend(recover_killed(&info, id, Busy::Clean)?);
+        recovered.extend(recover_killed(&info, id, Busy::Clean)?.1);
     }
     let (worktrees, branches) = match &run_id {
         Some(id) => (

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use super::checks;
-use super::error::{AppError, AppResult, Busy};
+use super::error::AppResult;
 use super::reconcile::local_sandbox;
 use crate::git::repo::{self, IntoTarget, RepoInfo};
 use crate::git::shard;
@@ -169,12 +169,6 @@ pub async fn prepare(
     }
     let mut warnings = Vec::new();
     plan.settings.sandbox = local_sandbox(&plan, settings, &info.workdir, &mut warnings)?;
-    if RunDir::new(&info.common_dir, &plan.run_id).is_running() {
-        return Err(AppError::RunBusy {
-            run: plan.run_id,
-            doing: Busy::RunShard,
-        });
-    }
     let api_key = checks::worker(&plan.settings)?;
     super::agents::installed(&plan.settings)?;
     super::checks::budgets(&plan.settings)?;

@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context as _;
 use git2::Oid;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +26,7 @@ use crate::settings::{ApiKey, WorktreeMode};
 use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
+mod error;
 mod finish;
 mod group;
 mod mode;
@@ -38,6 +38,7 @@ mod verify_merged;
 mod watch;
 mod worker_run;
 
+pub use error::RunError;
 pub(crate) use mode::Continuation;
 pub use mode::RunMode;
 use scheduler::Scheduler;
@@ -205,13 +206,15 @@ pub(crate) fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
 /// Runs `req`. `cancel` stops the run (Ctrl-C: exit 130, resumable); every event goes to
 /// `sink` (and to the run's events.jsonl).
 pub(crate) async fn run(
-    req: RunRequest,
+    mut req: RunRequest,
     cancel: CancellationToken,
     sink: Arc<EventSink>,
-) -> anyhow::Result<RunOutcome> {
+) -> Result<RunOutcome, RunError> {
     let started = Instant::now();
     let run_dir = RunDir::new(&req.info.common_dir, &req.plan.run_id);
-    let _lock = open_run(&run_dir, &req.plan, &sink)?;
+    // A continued run's lock, taken before its recovery; a new run takes it here.
+    let held = req.continuation.as_mut().and_then(|c| c.lock.take());
+    let _lock = open_run(&run_dir, &req.plan, &sink, held)?;
     let views = use_views(&req, &sink).await;
     let git_views = views || git_views_work(&req).await;
     let (mut report, first_tip, merge_first) = match req.continuation {
@@ -239,7 +242,8 @@ pub(crate) async fn run(
     let per_process = group::tasks_per_process(&req.plan.settings, to_run);
     report.per_process = Some(per_process);
     report.compute_totals(0);
-    state::write_json_atomic(&run_dir.report(), &report)?;
+    state::write_json_atomic(&run_dir.report(), &report)
+        .map_err(|e| RunError::classify("saving the run's report", e))?;
     sink.emit(Event::RunStarted {
         run_id: req.plan.run_id.clone(),
         base: req.plan.base.to_string(),
@@ -292,7 +296,9 @@ pub(crate) async fn run(
         && !cancel.is_cancelled()
         && sched.tip != req.into_start
     {
-        driven = verify_merged::verify_merged(&mut sched, req.into_start, &command).await;
+        driven = verify_merged::verify_merged(&mut sched, req.into_start, &command)
+            .await
+            .map_err(|e| RunError::classify("checking the merged result", e));
     }
     if let Err(e) = &driven {
         tracing::error!("run failed: {e:#}");
@@ -312,7 +318,8 @@ pub(crate) async fn run(
         hold: hold.as_deref(),
     };
     finish::finish(&shared, &ending, &mut report).await;
-    let report = close_report(&shared, report, interrupted, started)?;
+    let report = close_report(&shared, report, interrupted, started)
+        .map_err(|e| RunError::classify("saving the run's report", e))?;
     driven?;
     Ok(RunOutcome {
         report,
@@ -410,24 +417,33 @@ pub(crate) async fn views_unavailable(
 
 /// Takes the run's lock and writes what a run starts with: its owner, its plan, the event
 /// log. Refuses a run that another swarm process holds.
-fn open_run(run_dir: &RunDir, plan: &Plan, sink: &EventSink) -> anyhow::Result<state::RunLock> {
-    std::fs::create_dir_all(&run_dir.path)
-        .with_context(|| format!("cannot create {}", run_dir.path.display()))?;
-    let lock = state::RunLock::try_acquire(run_dir)?.with_context(|| {
-        format!(
-            "run {} is in progress in another swarm process",
-            plan.run_id
-        )
-    })?;
-    state::write_json_atomic(
-        &run_dir.owner(),
-        &state::Owner {
-            pid: std::process::id(),
-            started_at: state::now_rfc3339(),
-        },
-    )?;
-    state::write_json_atomic(&run_dir.plan(), plan)?;
-    sink.log_to_run_file(&run_dir.events())?;
+fn open_run(
+    run_dir: &RunDir,
+    plan: &Plan,
+    sink: &EventSink,
+    held: Option<state::RunLock>,
+) -> Result<state::RunLock, RunError> {
+    let lock = match held {
+        Some(lock) => lock,
+        None => {
+            std::fs::create_dir_all(&run_dir.path)
+                .map_err(|e| RunError::io(format!("create {}", run_dir.path.display()), e))?;
+            state::RunLock::try_acquire(run_dir)
+                .map_err(|e| RunError::io("lock the run", e))?
+                .ok_or_else(|| RunError::Busy {
+                    run: plan.run_id.clone(),
+                })?
+        }
+    };
+    let owner = state::Owner {
+        pid: std::process::id(),
+        started_at: state::now_rfc3339(),
+    };
+    state::write_json_atomic(&run_dir.owner(), &owner)
+        .and_then(|()| state::write_json_atomic(&run_dir.plan(), plan))
+        .map_err(|e| RunError::classify("writing the run's records", e))?;
+    sink.log_to_run_file(&run_dir.events())
+        .map_err(|e| RunError::io(format!("write {}", run_dir.events().display()), e))?;
     Ok(lock)
 }
 
@@ -497,7 +513,7 @@ impl Shared {
         run_dir: RunDir,
         services: Services,
         layout: Layout,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, RunError> {
         let Services {
             api_key,
             sink,
@@ -508,23 +524,26 @@ impl Shared {
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
         let settings = &plan.settings;
         let model = match (&settings.model.name, settings.uses_model()) {
-            (Some(name), true) => Some(Arc::new(LlmShared::new(
-                settings,
-                name.clone(),
-                api_key,
-                meter.clone(),
-            )?)),
+            (Some(name), true) => Some(Arc::new(
+                LlmShared::new(settings, name.clone(), api_key, meter.clone())
+                    .map_err(|e| RunError::classify("starting the model client", e))?,
+            )),
             _ => None,
         };
-        let (gateway, agent_bindings) = agent_gateway(settings, &meter, &sink)?;
+        let (gateway, agent_bindings) =
+            agent_gateway(settings, &meter, &sink).map_err(RunError::Sandbox)?;
         let worker = match (&settings.exec, &model) {
             (Some(command), _) => WorkerKind::Exec(command.clone()),
             (None, Some(_)) => WorkerKind::Llm,
-            (None, None) => anyhow::bail!("the plan has neither an --exec command nor a --model"),
+            (None, None) => {
+                return Err(RunError::Other(anyhow::anyhow!(
+                    "the plan has neither an --exec command nor a --model"
+                )));
+            }
         };
         let checkout_watch = match settings.sandbox.enabled {
             true => None,
-            false => Some(watch::CheckoutWatch::new(&info.workdir)?),
+            false => Some(watch::CheckoutWatch::new(&info.workdir).map_err(RunError::Worktree)?),
         };
         let pool = Arc::new(WorktreePool::new(
             &info.common_dir,
@@ -534,7 +553,10 @@ impl Shared {
         ));
         Ok(Self {
             known_branches: match workers_write_refs(&plan.settings.sandbox, &info.common_dir) {
-                true => Some(std::sync::Mutex::new(user_branches(&info.common_dir)?)),
+                true => Some(std::sync::Mutex::new(
+                    user_branches(&info.common_dir)
+                        .map_err(|e| RunError::classify("listing the branches", e))?,
+                )),
                 false => None,
             },
             network: Default::default(),

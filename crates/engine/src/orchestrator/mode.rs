@@ -54,6 +54,9 @@ pub struct Continuation {
     pub tip: Oid,
     /// What an earlier process of the run, killed, left and was put right (said as warnings).
     pub recovered: Vec<String>,
+    /// The run's lock, when the continuing command took it before putting right what a
+    /// killed process left (so nobody starts the run in between).
+    pub(crate) lock: Option<crate::state::RunLock>,
 }
 
 impl Continuation {

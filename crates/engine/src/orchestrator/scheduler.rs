@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use git2::Oid;
 
-use super::{RunMode, Shared, result_branch};
+use super::{RunError, RunMode, Shared, result_branch};
 use crate::events::{ConflictAction, Event};
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
@@ -94,8 +94,13 @@ impl Flight {
     }
 }
 
+/// The merge thread is gone: no merge can be handed to it.
+#[derive(Debug, thiserror::Error)]
+#[error("the merge thread stopped")]
+struct MergeThreadStopped;
+
 fn merge_thread_stopped() -> anyhow::Error {
-    anyhow::anyhow!("the merge thread stopped")
+    MergeThreadStopped.into()
 }
 
 struct MergeDone {
@@ -142,9 +147,10 @@ impl Scheduler {
         info: &RepoInfo,
         start: Oid,
         merge_first: Vec<TaskIdx>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), RunError> {
         let shared = self.shared.clone();
-        let train = MergeTrain::new(&info.common_dir, &result_branch(&shared.plan.run_id), start)?;
+        let train = MergeTrain::new(&info.common_dir, &result_branch(&shared.plan.run_id), start)
+            .map_err(|e| RunError::classify("starting the merge train", e))?;
         let (job_tx, job_rx) = std::sync::mpsc::channel::<MergeJob>();
         let (done_tx, done_rx) = mpsc::unbounded_channel::<MergeDone>();
         let merge_thread = {
@@ -187,7 +193,10 @@ impl Scheduler {
             // Stop the workers still running (their process groups) before giving up.
             shared.cancel.cancel();
             while flight.running.join_next().await.is_some() {}
-            return Err(e);
+            return Err(match e.is::<MergeThreadStopped>() {
+                true => RunError::MergeThread(e),
+                false => RunError::classify("running the tasks", e),
+            });
         }
         let Flight {
             pending,

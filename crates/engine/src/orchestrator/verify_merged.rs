@@ -105,6 +105,7 @@ impl Checker {
                 ))
                 .await
                 .map(Some)
+                .map_err(anyhow::Error::from)
             }
             Ok(Some((Verdict::Interrupted, _))) => Ok(None),
             Ok(Some((verdict, _))) => Err(anyhow::anyhow!(

@@ -20,8 +20,8 @@ use crate::gateway::{Binding, Gateway, Meter, Spent};
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::settings::agents::AgentSettings;
-use crate::worker::Verdict;
 use crate::worker::agent_output::{self, AgentUsage};
+use crate::worker::{Verdict, WorkerError};
 use crate::{env_vars, state};
 use std::sync::Arc;
 use swarm_sandbox::SandboxPolicy;
@@ -99,17 +99,19 @@ pub(crate) fn log_path(task_dir: &Path) -> PathBuf {
 /// The most of a result file swarm reads.
 const RESULT_FILE_CAP: u64 = 64 * 1024;
 
-pub(crate) async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
+pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> {
     std::fs::create_dir_all(task.task_dir)
-        .with_context(|| format!("cannot create {}", task.task_dir.display()))?;
+        .map_err(WorkerError::task_file("create", task.task_dir))?;
     let task_file = task.task_dir.join("TASK.md");
     state::write_file(
         &task_file,
         crate::secrets::redact(&task_markdown(&task)).as_bytes(),
     )
-    .with_context(|| format!("cannot write {}", task_file.display()))?;
-    let result_dir = swarm_sandbox::scratch::dir("result-")
-        .context("cannot create a directory for the result file")?;
+    .map_err(WorkerError::task_file("write", &task_file))?;
+    let result_dir = swarm_sandbox::scratch::dir("result-").map_err(WorkerError::task_file(
+        "create",
+        "a folder for the result file",
+    ))?;
     let result_file = result_dir.path().join("result.json");
 
     let first = task
@@ -145,13 +147,15 @@ pub(crate) async fn run(task: ExecTask<'_>) -> anyhow::Result<ExecOutcome> {
         None => None,
     };
     let state_views = match (task.agent, task.sandbox.enabled) {
-        (Some(agent), true) => state_views(agent.settings, task.task_dir)?,
+        (Some(agent), true) => {
+            state_views(agent.settings, task.task_dir).map_err(WorkerError::Sandbox)?
+        }
         _ => Vec::new(),
     };
     let git = match (task.git, task.sandbox.enabled) {
-        (Some(dirs), true) => {
-            Some(GitLayer::new(dirs).context("cannot make the views of the worker's git")?)
-        }
+        (Some(dirs), true) => Some(GitLayer::new(dirs).map_err(|e| {
+            WorkerError::Sandbox(anyhow::Error::new(e).context("the views of the worker's git"))
+        })?),
         _ => None,
     };
     let mut also_writable = vec![result_dir.path()];

@@ -7,9 +7,12 @@
 
 pub(crate) mod agent_output;
 pub(crate) mod diagnose;
+mod error;
 pub(crate) mod exec;
 pub(crate) mod llm;
 pub(crate) mod process;
+
+pub(crate) use error::WorkerError;
 
 /// How a worker ended, before swarm looks at the worktree.
 #[derive(Debug, Clone, PartialEq, Eq)]

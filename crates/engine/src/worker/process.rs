@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::gateway::{Binding, GATEWAY_PORT, Gateway, Listener, Place, Spent};
 use crate::ids::TaskId;
 use crate::settings::{AllowList, NetworkAccess};
+use crate::worker::WorkerError;
 use crate::{env_vars, secrets, state};
 use swarm_sandbox::jail::{JailSpec, StateView};
 use swarm_sandbox::proxy::{self, OnAccess, Proxy};
@@ -121,18 +122,18 @@ pub(crate) struct ProcessOutcome {
     pub leftovers: u32,
 }
 
-pub(crate) async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcome> {
+pub(crate) async fn run(req: ProcessRequest<'_>) -> Result<ProcessOutcome, WorkerError> {
     let started = Instant::now();
-    let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
-    let writer_err = writer.try_clone()?;
+    let (reader, writer) = std::io::pipe().map_err(WorkerError::Process)?;
+    let writer_err = writer.try_clone().map_err(WorkerError::Process)?;
     // Kept until the process is gone: its temporary directory, its proxy, its gateway.
-    let (mut cmd, keep) = command(&req)?;
+    let (mut cmd, keep) = command(&req).map_err(WorkerError::Sandbox)?;
     cmd.stdout(writer).stderr(writer_err);
-    let log = state::create_file(req.log)
-        .with_context(|| format!("cannot create {}", req.log.display()))?;
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start `{}`", req.program.describe()))?;
+    let log = state::create_file(req.log).map_err(WorkerError::task_file("create", req.log))?;
+    let mut child = cmd.spawn().map_err(|source| WorkerError::Start {
+        program: req.program.describe(),
+        source,
+    })?;
     // Our copies of the pipe's write end must go, or the reader never sees end-of-file.
     drop(cmd);
     let pgid = child.id().map(|p| p as i32);
@@ -147,7 +148,9 @@ pub(crate) async fn run(req: ProcessRequest<'_>) -> anyhow::Result<ProcessOutcom
             let _ = tail_tx.send(capture(reader, log, &last_activity, started));
         });
     }
-    let (exit, left_in_group) = wait(&mut child, pgid, &req, &last_activity, started).await?;
+    let (exit, left_in_group) = wait(&mut child, pgid, &req, &last_activity, started)
+        .await
+        .map_err(WorkerError::Process)?;
     // Dealt with in `wait`; a later signal could hit a reused process group id.
     group.0 = None;
     // Normally the pipe closes as soon as the group is gone; a process that escaped the group
@@ -308,7 +311,7 @@ async fn wait(
     req: &ProcessRequest<'_>,
     last_activity: &AtomicU64,
     started: Instant,
-) -> anyhow::Result<(Exit, u32)> {
+) -> std::io::Result<(Exit, u32)> {
     let grace = kill_grace();
     Ok(tokio::select! {
         status = child.wait() => {

@@ -52,9 +52,9 @@ pub use mounts::StateView;
 use mounts::{hide, loopback_up, mount, mount_git_view, mount_state_view, mount_view};
 
 /// The argument that makes swarm a jail.
-pub const ARG: &str = "__swarm-jail";
+pub(crate) const ARG: &str = "__swarm-jail";
 /// Exit status of a jail that could not be set up (the worker did not run).
-pub const JAIL_FAILED: u8 = 125;
+pub(crate) const JAIL_FAILED: u8 = 125;
 
 /// An argument or a path: text when it is UTF-8, bytes otherwise (they need not be).
 #[derive(Debug, Clone, Serialize, Deserialize)]
