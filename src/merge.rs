@@ -116,7 +116,6 @@ async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> AppResult<i32> 
     // Merging runs no worker: only the checks and the repairs of the merged result.
     let commands: Vec<_> = merge
         .request
-        .plan
         .settings
         .commands()
         .into_iter()

@@ -7,7 +7,6 @@ use clap::Args;
 
 use super::execute::{Output, execute, on_terminal};
 use crate::exit;
-use swarm_engine::app::Plan;
 use swarm_engine::app::env_vars;
 use swarm_engine::app::prepare::{self, PrepareRequest, Prepared, Purpose, Ready};
 use swarm_engine::app::reconcile;
@@ -324,7 +323,7 @@ pub(crate) async fn run(args: RefactorArgs) -> AppResult<i32> {
         return Ok(exit::SUCCESS);
     };
     let interactive = super::confirm::interactive();
-    if interactive && !args.yes && !confirm(&ready.plan, ready.file_count, &ready.skipped)? {
+    if interactive && !args.yes && !confirm(&ready, ready.file_count, &ready.skipped)? {
         eprintln!("swarm: nothing done");
         return Ok(exit::SUCCESS);
     }
@@ -338,7 +337,7 @@ pub(crate) async fn run(args: RefactorArgs) -> AppResult<i32> {
             ready.plan.run_id,
             ready.plan.tasks.len(),
             ready.file_count,
-            ready.plan.settings.jobs,
+            ready.settings.jobs,
             ready.into.branch,
             match ready.skipped.as_str() {
                 "" => String::new(),
@@ -439,16 +438,17 @@ async fn review_then_merge(
     super::resume::run_continuing(continuing, RunMode::MergeOnly, json, events).await
 }
 
-fn confirm(plan: &Plan, files: usize, skipped: &str) -> AppResult<bool> {
+fn confirm(ready: &Ready, files: usize, skipped: &str) -> AppResult<bool> {
+    let plan = &ready.plan;
     let mut err = std::io::stderr().lock();
     writeln!(
         err,
         "swarm will run {} task(s) over {files} file(s) with {} worker(s) at a time,\n\
          running:",
         plan.tasks.len(),
-        plan.settings.jobs,
+        ready.settings.jobs,
     )?;
-    for line in super::confirm::command_lines(&plan.settings) {
+    for line in super::confirm::command_lines(&ready.settings) {
         writeln!(err, "{line}")?;
     }
     writeln!(err, "and merge them into '{}'.", plan.into)?;

@@ -76,7 +76,16 @@ pub(super) async fn run_continuing(
             super::render::say(&format!("swarm: {why}"));
             return Ok(exit::SUCCESS);
         }
-        Continuing::Ready { request, to_do } => (request, to_do),
+        Continuing::Ready {
+            request,
+            to_do,
+            warnings,
+        } => {
+            for warning in &warnings {
+                eprintln!("warning: {warning}");
+            }
+            (request, to_do)
+        }
     };
     super::render::say(&format!(
         "swarm: run {}: {} {to_do} task(s) of {}, -j {}, into {}",
@@ -87,7 +96,7 @@ pub(super) async fn run_continuing(
             "merging"
         },
         request.plan.tasks.len(),
-        request.plan.settings.jobs,
+        request.settings.jobs,
         request.into.branch
     ));
     execute(

@@ -81,7 +81,7 @@ pub(crate) async fn run(args: RunArgs) -> AppResult<i32> {
     }
     let request = prepared.request;
     let intro = format!("swarm: {} runs:", args.plan.display());
-    if !super::confirm::commands_then_ask(&intro, &request.plan.settings.commands(), args.yes)? {
+    if !super::confirm::commands_then_ask(&intro, &request.settings.commands(), args.yes)? {
         eprintln!("swarm: nothing done");
         return Ok(exit::SUCCESS);
     }
@@ -92,7 +92,7 @@ pub(crate) async fn run(args: RunArgs) -> AppResult<i32> {
         shard_of.n,
         request.plan.tasks.len(),
         prepared.total,
-        request.plan.settings.jobs
+        request.settings.jobs
     ));
     let code = execute(
         *request,

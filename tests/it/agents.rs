@@ -304,7 +304,8 @@ fn the_repository_cannot_choose_or_define_an_agent() {
     );
     let plan: serde_json::Value =
         serde_json::from_str(&repo.run_file(&run.run_id(), "plan.json")).unwrap();
-    assert_eq!(plan["settings"]["agent"], serde_json::Value::Null);
+    assert_eq!(plan["settings"]["run"]["agent"], serde_json::Value::Null);
+    assert_eq!(plan["settings"]["agents"], serde_json::Value::Null);
     let run = repo.swarm(&["refactor", "x", "a.txt", "--agent", "evil", "-y"]);
     run.assert_code(2);
     assert!(run.stderr.contains("no agent 'evil'"), "{}", run.stderr);

@@ -194,6 +194,6 @@ fn the_repository_cannot_allow_domains() {
         serde_json::from_str(&repo.run_file(&run.run_id(), "plan.json")).unwrap();
     assert_eq!(
         plan["settings"]["sandbox"]["allow_domains"],
-        serde_json::json!([])
+        serde_json::Value::Null
     );
 }

@@ -105,7 +105,7 @@ fn two_shards_in_two_clones_merge_in_a_third_as_on_one_machine() {
     assert_eq!(json["base"], base);
     assert_eq!(json["tasks"].as_array().unwrap().len(), 7);
     assert_eq!(json["instruction"], "foo to bar");
-    assert_eq!(json["settings"]["exec"], SED_FOO_BAR);
+    assert_eq!(json["settings"]["run"]["exec"], SED_FOO_BAR);
     // Writing a plan changes nothing in the repository.
     assert!(repo.swarm_branches().is_empty());
     let plan = plan.to_str().unwrap();

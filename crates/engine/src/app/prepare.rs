@@ -58,6 +58,8 @@ pub struct PrepareRequest {
 pub struct Ready {
     pub info: RepoInfo,
     pub plan: Plan,
+    /// The plan's settings, resolved.
+    pub settings: Settings,
     pub into: IntoTarget,
     pub into_start: Oid,
     pub api_key: Option<ApiKey>,
@@ -86,6 +88,7 @@ impl Ready {
         RunRequest {
             info: self.info,
             plan: self.plan,
+            settings: self.settings,
             into: self.into,
             into_start: self.into_start,
             keep,
@@ -107,11 +110,11 @@ pub async fn prepare(
     let repo = info.open()?;
     let base = repo::resolve_base(&repo, &req.base)?;
     let into = repo::resolve_into(&repo, &info, req.into.as_deref())?;
-    let resolved = Settings::resolve(req.settings.clone(), &info.workdir)?;
+    let resolved = Settings::resolve(req.settings.clone(), None, &info.workdir)?;
     for warning in &resolved.warnings {
         warn(warning);
     }
-    let settings = resolved.settings;
+    let (settings, layer) = (resolved.settings, resolved.layer);
     // A plan runs elsewhere, later: the key and the sandbox are checked by `swarm run`.
     let api_key = match req.purpose {
         Purpose::Run => {
@@ -154,12 +157,13 @@ pub async fn prepare(
     if req.purpose == Purpose::Run {
         checks::checkout(&repo, &into, &tasks, settings.scope)?;
     }
-    let plan = new_plan(&req, base, &into, settings, tasks, not_tasks);
+    let plan = new_plan(&req, base, &into, layer, tasks, not_tasks);
     let file_count = plan.tasks.iter().map(|t| t.files.len()).sum();
     Ok(Prepared::Ready(Box::new(Ready {
         into_start: into.tip.unwrap_or(base),
         info,
         plan,
+        settings,
         into,
         api_key,
         skipped,
@@ -199,7 +203,7 @@ fn new_plan(
     req: &PrepareRequest,
     base: Oid,
     into: &IntoTarget,
-    settings: Settings,
+    settings: Layer,
     tasks: Vec<Task>,
     skipped: Vec<SkippedFile>,
 ) -> Plan {

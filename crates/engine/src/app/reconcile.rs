@@ -16,7 +16,7 @@ use crate::ids::{RunId, RunSelector};
 use crate::orchestrator::{self, Continuation, RunMode, RunRequest, result_branch};
 use crate::plan::{self, Plan};
 use crate::report::{Report, RunState, TaskStatus};
-use crate::settings::{Layer, OnConflict, Settings};
+use crate::settings::{Layer, OnConflict, PlanSource, Settings, SettingsError};
 use crate::state::{self, RunDir};
 
 /// What continuing gave.
@@ -27,6 +27,8 @@ pub enum Continuing {
     Ready {
         request: Box<RunRequest>,
         to_do: usize,
+        /// Settings asked for where they may not be set, and ignored.
+        warnings: Vec<String>,
     },
 }
 
@@ -54,6 +56,25 @@ pub struct Overrides {
     pub max_cost: Option<f64>,
 }
 
+impl Overrides {
+    /// The overrides as the command line's layer, over the run's own.
+    fn layer(self) -> AppResult<Layer> {
+        let mut layer = Layer::default();
+        layer.run.verify_merged = self.verify_merged;
+        layer.run.atomic = self.atomic.then_some(true);
+        layer.run.max_tokens = self.max_tokens;
+        layer.run.max_cost = match self.max_cost {
+            // Not a number: refused as a budget of nothing is.
+            Some(usd) => Some(
+                serde_json::Number::from_f64(usd)
+                    .ok_or(SettingsError::Zero(crate::settings::Count::MaxCost))?,
+            ),
+            None => None,
+        };
+        Ok(layer)
+    }
+}
+
 pub async fn continue_run(
     cwd: &Path,
     wanted: &RunSelector,
@@ -70,22 +91,10 @@ pub async fn continue_run(
         _ => Busy::Resume,
     };
     let (lock, recovered) = runs::recover_killed(&info, &id, busy)?;
-    let mut plan: Plan = state::read_json(&run_dir.plan())?;
-    if let Some(check) = overrides.verify_merged {
-        plan.settings.verify_merged = Some(check);
-    }
-    plan.settings.atomic |= overrides.atomic;
-    if let Some(n) = overrides.max_tokens {
-        plan.settings.max_tokens = Some(n);
-    }
-    if let Some(usd) = overrides.max_cost {
-        if usd.is_nan() || usd <= 0.0 {
-            return Err(
-                crate::settings::SettingsError::Zero(crate::settings::Count::MaxCost).into(),
-            );
-        }
-        plan.settings.max_cost = serde_json::Number::from_f64(usd);
-    }
+    let plan: Plan = state::read_json(&run_dir.plan())?;
+    let own = (plan.settings.clone(), PlanSource::Own);
+    let resolved = Settings::resolve(overrides.layer()?, Some(own), &info.workdir)?;
+    let (settings, warnings) = (resolved.settings, resolved.warnings);
     if !run_dir.report().exists() {
         return Err(AppError::NeverStarted(id));
     }
@@ -135,14 +144,15 @@ pub async fn continue_run(
         )));
     }
     let into = repo::resolve_into(&repo, &info, Some(&report.into))?;
-    let api_key = check_for_continuing(&plan.settings, merge_only).await?;
-    checks::checkout(&repo, &into, &plan.tasks, plan.settings.scope)?;
+    let api_key = check_for_continuing(&settings, merge_only).await?;
+    checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;
     // What a crashed run left behind.
     worktree::remove_run_worktrees(&info.common_dir, &id)?;
     Ok(Continuing::Ready {
         request: Box::new(RunRequest {
             info,
             plan,
+            settings,
             into,
             into_start,
             keep,
@@ -156,6 +166,7 @@ pub async fn continue_run(
             }),
         }),
         to_do,
+        warnings,
     })
 }
 
@@ -235,22 +246,17 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
     let repo = info.open()?;
     let mut plan = plan::file::read(&req.plan)?;
     let base = plan::file::base(&repo, &plan)?;
-    let run_dir = RunDir::new(&info.common_dir, &plan.run_id);
-    if run_dir.is_running() {
-        return Err(AppError::RunBusy {
-            run: plan.run_id,
-            doing: Busy::Merge,
-        });
-    }
     if let Some(remote) = &req.fetch {
         shard::fetch_run(&info.workdir, remote, &plan.run_id)?;
     }
-    let mut warnings = Vec::new();
-    plan.settings.sandbox = local_sandbox(&plan, Layer::default(), &info.workdir, &mut warnings)?;
-    if let Some(check) = req.verify_merged {
-        plan.settings.verify_merged = Some(check);
-    }
-    plan.settings.atomic |= req.atomic;
+    let overrides = Overrides {
+        verify_merged: req.verify_merged,
+        atomic: req.atomic,
+        ..Overrides::default()
+    };
+    let from_file = (plan.settings.clone(), PlanSource::File);
+    let resolved = Settings::resolve(overrides.layer()?, Some(from_file), &info.workdir)?;
+    let (settings, warnings) = (resolved.settings, resolved.warnings);
     let into = repo::resolve_into(
         &repo,
         &info,
@@ -259,8 +265,8 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
     plan.into = into.branch.clone();
     let into_start = into.tip.unwrap_or(base);
     let (report, records) = gather(&repo, &plan, &into.branch, into_start)?;
-    let api_key = check_for_continuing(&plan.settings, true).await?;
-    checks::checkout(&repo, &into, &plan.tasks, plan.settings.scope)?;
+    let api_key = check_for_continuing(&settings, true).await?;
+    checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;
     let missing = report
         .tasks
         .iter()
@@ -271,6 +277,7 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
         request: Box::new(RunRequest {
             info,
             plan,
+            settings,
             into,
             into_start,
             keep: false,
@@ -287,21 +294,6 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
         missing,
         warnings,
     })
-}
-
-/// The sandbox of a plan read from a file, on this machine: the plan cannot weaken it.
-pub fn local_sandbox(
-    plan: &Plan,
-    command_line: Layer,
-    workdir: &Path,
-    warnings: &mut Vec<String>,
-) -> AppResult<crate::settings::SandboxPolicy> {
-    let local = Settings::local_sandbox(command_line, workdir, warnings)?;
-    Ok(crate::settings::sandbox_for_plan(
-        &plan.settings.sandbox,
-        local,
-        warnings,
-    ))
 }
 
 /// The report a plan's merge starts from: tasks with a branch are finished (`done`), tasks a

@@ -7,14 +7,13 @@ use std::str::FromStr;
 
 use super::checks;
 use super::error::AppResult;
-use super::reconcile::local_sandbox;
 use crate::git::repo::{self, IntoTarget, RepoInfo};
 use crate::git::shard;
 use crate::ids::{RunBranch, RunId};
 use crate::orchestrator::{RunMode, RunRequest};
 use crate::plan;
 use crate::report::TaskStatus;
-use crate::settings::{Layer, Settings};
+use crate::settings::{Layer, PlanSource, Settings};
 use crate::state::RunDir;
 
 /// Shard K of N of a plan: the tasks at positions K, K+N, K+2N… (1-based), the same on every
@@ -147,7 +146,7 @@ pub async fn prepare(
     cwd: &Path,
     path: &Path,
     shard: Shard,
-    settings: Layer,
+    command_line: Layer,
     keep: bool,
 ) -> AppResult<ShardRun> {
     let info = repo::discover(cwd)?;
@@ -161,19 +160,14 @@ pub async fn prepare(
         .filter(|(i, _)| shard.has(*i))
         .map(|(_, t)| t)
         .collect();
-    if let Some(jobs) = settings.run.jobs {
-        // Checked as any setting is (at least 1).
-        let mut layer = Layer::default();
-        layer.run.jobs = Some(jobs);
-        plan.settings.jobs = Settings::from_layer(layer)?.jobs;
-    }
-    let mut warnings = Vec::new();
-    plan.settings.sandbox = local_sandbox(&plan, settings, &info.workdir, &mut warnings)?;
-    let api_key = checks::worker(&plan.settings)?;
-    super::agents::installed(&plan.settings)?;
-    super::checks::budgets(&plan.settings)?;
+    let plan_layer = (plan.settings.clone(), PlanSource::File);
+    let resolved = Settings::resolve(command_line, Some(plan_layer), &info.workdir)?;
+    let (settings, warnings) = (resolved.settings, resolved.warnings);
+    let api_key = checks::worker(&settings)?;
+    super::agents::installed(&settings)?;
+    super::checks::budgets(&settings)?;
     repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
-    checks::sandbox(&plan.settings.sandbox).await?;
+    checks::sandbox(&settings.sandbox).await?;
     let into = IntoTarget {
         branch: plan.into.clone(),
         tip: None,
@@ -183,6 +177,7 @@ pub async fn prepare(
         request: Box::new(RunRequest {
             info,
             plan,
+            settings,
             into,
             into_start: base,
             keep,

@@ -287,7 +287,7 @@ async fn attempt_group(
         }
     };
     let tips = commit_shares(shared, tasks, committed.tip, &shares).await?;
-    let settings = &plan.settings;
+    let settings = &shared.settings;
     Ok(Ok(tasks
         .iter()
         .zip(shares)

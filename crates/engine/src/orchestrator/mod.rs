@@ -22,7 +22,7 @@ use crate::git::worktree::WorktreePool;
 use crate::ids::{RunBranch, RunId, TaskId};
 use crate::plan::Plan;
 use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
-use crate::settings::{ApiKey, WorktreeMode};
+use crate::settings::{ApiKey, Settings, WorktreeMode};
 use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
@@ -47,6 +47,8 @@ use task::user_branches;
 pub struct RunRequest {
     pub info: RepoInfo,
     pub plan: Plan,
+    /// The plan's settings, resolved for this command (never stored).
+    pub settings: Settings,
     pub into: IntoTarget,
     /// Where `into` stands for this run: its tip, or the base when swarm creates it. For a
     /// continued run whose target already holds its earlier merges, that result (the report
@@ -76,6 +78,7 @@ pub struct RunOutcome {
 /// What every worker task shares.
 struct Shared {
     plan: Plan,
+    settings: Settings,
     base: Oid,
     run_dir: RunDir,
     pool: Arc<WorktreePool>,
@@ -239,7 +242,7 @@ pub(crate) async fn run(
         .iter()
         .filter(|t| t.status == TaskStatus::Pending)
         .count();
-    let per_process = group::tasks_per_process(&req.plan.settings, to_run);
+    let per_process = group::tasks_per_process(&req.settings, to_run);
     report.per_process = Some(per_process);
     report.compute_totals(0);
     state::write_json_atomic(&run_dir.report(), &report)
@@ -249,7 +252,7 @@ pub(crate) async fn run(
         base: req.plan.base.to_string(),
         into: req.into.branch.clone(),
         tasks: req.plan.tasks.len(),
-        jobs: req.plan.settings.jobs,
+        jobs: req.settings.jobs,
         worktrees: report.worktrees.clone().unwrap_or_default(),
         per_process,
     });
@@ -266,11 +269,7 @@ pub(crate) async fn run(
             ),
         });
     }
-    let meter = Meter::new(
-        &req.plan.settings,
-        spent_before(&report),
-        Some(sink.clone()),
-    );
+    let meter = Meter::new(&req.settings, spent_before(&report), Some(sink.clone()));
     let services = Services {
         api_key: req.api_key,
         sink,
@@ -280,6 +279,7 @@ pub(crate) async fn run(
     };
     let shared = Arc::new(Shared::new(
         req.plan,
+        req.settings,
         &req.info,
         run_dir,
         services,
@@ -291,7 +291,7 @@ pub(crate) async fn run(
     )?);
     let mut sched = Scheduler::new(shared.clone(), report, first_tip, req.mode);
     let mut driven = sched.drive(&req.info, first_tip, merge_first).await;
-    let check = shared.plan.settings.verify_merged.clone();
+    let check = shared.settings.verify_merged.clone();
     if let (Ok(()), true, Some(command)) = (&driven, req.mode.merges(), check)
         && !cancel.is_cancelled()
         && sched.tip != req.into_start
@@ -305,7 +305,7 @@ pub(crate) async fn run(
     }
     let interrupted = cancel.is_cancelled();
     let (tip, mut hold, mut report) = (sched.tip, sched.hold, sched.report);
-    if shared.plan.settings.atomic && hold.is_none() {
+    if shared.settings.atomic && hold.is_none() {
         hold = atomic_hold(&mut report);
     }
     let ending = finish::Ending {
@@ -370,7 +370,7 @@ fn agent_gateway(
 /// falls back to pooled checkouts where a probe cannot mount a view, saying so in the log;
 /// `overlay` was checked before the run (exit 2).
 pub(crate) async fn use_views(req: &RunRequest, sink: &EventSink) -> bool {
-    let settings = &req.plan.settings;
+    let settings = &req.settings;
     if settings.worktree.mode == WorktreeMode::Pool
         || settings.exec.is_none()
         || settings.repair
@@ -396,7 +396,7 @@ pub(crate) async fn use_views(req: &RunRequest, sink: &EventSink) -> bool {
 /// Can a confined `--exec` worker's git be given copy-on-write views here (overlays mount in
 /// its jail)? Asked when the worktrees are not views themselves.
 async fn git_views_work(req: &RunRequest) -> bool {
-    let settings = &req.plan.settings;
+    let settings = &req.settings;
     settings.sandbox.enabled
         && settings.exec.is_some()
         && req.mode.runs_workers()
@@ -482,7 +482,7 @@ impl Shared {
         view: Option<&'a swarm_sandbox::overlay::OverlayView>,
         log: &'a std::path::Path,
     ) -> crate::worker::process::ProcessRequest<'a> {
-        let settings = &self.plan.settings;
+        let settings = &self.settings;
         crate::worker::process::ProcessRequest {
             program: crate::worker::process::Program::Shell(command),
             cwd,
@@ -509,6 +509,7 @@ impl Shared {
 
     fn new(
         plan: Plan,
+        settings: Settings,
         info: &RepoInfo,
         run_dir: RunDir,
         services: Services,
@@ -522,16 +523,15 @@ impl Shared {
         } = services;
         let base = plan.base;
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
-        let settings = &plan.settings;
         let model = match (&settings.model.name, settings.uses_model()) {
             (Some(name), true) => Some(Arc::new(
-                LlmShared::new(settings, name.clone(), api_key, meter.clone())
+                LlmShared::new(&settings, name.clone(), api_key, meter.clone())
                     .map_err(|e| RunError::classify("starting the model client", e))?,
             )),
             _ => None,
         };
         let (gateway, agent_bindings) =
-            agent_gateway(settings, &meter, &sink).map_err(RunError::Sandbox)?;
+            agent_gateway(&settings, &meter, &sink).map_err(RunError::Sandbox)?;
         let worker = match (&settings.exec, &model) {
             (Some(command), _) => WorkerKind::Exec(command.clone()),
             (None, Some(_)) => WorkerKind::Llm,
@@ -548,11 +548,11 @@ impl Shared {
         let pool = Arc::new(WorktreePool::new(
             &info.common_dir,
             &plan.run_id,
-            plan.settings.worktree.copy.clone(),
+            settings.worktree.copy.clone(),
             &info.workdir,
         ));
         Ok(Self {
-            known_branches: match workers_write_refs(&plan.settings.sandbox, &info.common_dir) {
+            known_branches: match workers_write_refs(&settings.sandbox, &info.common_dir) {
                 true => Some(std::sync::Mutex::new(
                     user_branches(&info.common_dir)
                         .map_err(|e| RunError::classify("listing the branches", e))?,
@@ -561,6 +561,7 @@ impl Shared {
             },
             network: Default::default(),
             plan,
+            settings,
             base,
             run_dir,
             pool,

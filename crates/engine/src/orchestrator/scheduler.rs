@@ -292,7 +292,7 @@ impl Scheduler {
         if !may_start {
             return Ok(());
         }
-        while flight.running.len() < shared.plan.settings.jobs {
+        while flight.running.len() < shared.settings.jobs {
             let tasks = match flight.halves.pop_front() {
                 Some(half) => half,
                 None => {
@@ -468,7 +468,7 @@ impl Scheduler {
 
     /// Records a merge; returns a retry to schedule for a conflict under `retry`.
     fn on_merged(&mut self, done: MergeDone) -> Option<(TaskIdx, FollowUp)> {
-        let policy = self.shared.plan.settings.on_conflict;
+        let policy = self.shared.settings.on_conflict;
         let t = self.report.task_mut(done.idx);
         let mut retry = None;
         match done.outcome {

@@ -154,7 +154,7 @@ pub(super) async fn run_task(
             diagnose::hint(
                 a.output_tail.as_deref().unwrap_or(""),
                 &a.network,
-                &shared.plan.settings.sandbox,
+                &shared.settings.sandbox,
                 a.worktree.as_deref(),
                 &shared.common_dir,
             )
@@ -260,7 +260,7 @@ async fn attempt_task(
             a.changed.len()
         ));
     }
-    (a.status, a.error) = outcome(verdict, &a.changed, &task.files, shared.plan.settings.scope);
+    (a.status, a.error) = outcome(verdict, &a.changed, &task.files, shared.settings.scope);
     Ok(())
 }
 
@@ -349,7 +349,7 @@ pub(super) async fn work(
     let task = shared.plan.task(idx);
     let task_dir = shared.run_dir.task_dir(&task.id);
     std::fs::create_dir_all(&task_dir)?;
-    if shared.plan.settings.worktree.setup.is_some() && !slot.set_up {
+    if shared.settings.worktree.setup.is_some() && !slot.set_up {
         step(shared, &task.id, "setup");
     }
     if let Some((verdict, tail)) = set_up(shared, Some(&task.id), slot).await? {

@@ -28,7 +28,7 @@ pub(super) async fn set_up(
     task: Option<&TaskId>,
     slot: &mut Slot,
 ) -> anyhow::Result<Option<(Verdict, String)>> {
-    let Some(setup) = shared.plan.settings.worktree.setup.as_deref() else {
+    let Some(setup) = shared.settings.worktree.setup.as_deref() else {
         return Ok(None);
     };
     if slot.set_up {
@@ -82,7 +82,7 @@ pub(super) async fn run_worker(
         git,
     } = place;
     let task = shared.plan.task(idx);
-    let settings = &shared.plan.settings;
+    let settings = &shared.settings;
     let WorkerKind::Exec(command) = &shared.worker else {
         let llm = shared
             .model
@@ -226,7 +226,7 @@ pub(super) async fn run_agent(
     context: Option<&str>,
 ) -> anyhow::Result<WorkerResult> {
     let task = shared.plan.task(idx);
-    let settings = &shared.plan.settings;
+    let settings = &shared.settings;
     let instruction = shared.plan.instruction_for(idx);
     let out = agent::run(AgentTask {
         shared: llm,

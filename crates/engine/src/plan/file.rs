@@ -14,20 +14,25 @@ pub(crate) fn read(path: &Path) -> Result<Plan, PlanError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let plan: Plan = serde_json::from_str(&text).map_err(|e| PlanError::NotAPlan {
+    let not_a_plan = |e: serde_json::Error| PlanError::NotAPlan {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })?;
+    };
+    // The version first: another version's fields are not this one's.
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(not_a_plan)?;
+    if let Some(found) = value.get("schema_version").and_then(|v| v.as_u64())
+        && found != u64::from(PLAN_SCHEMA_VERSION)
+    {
+        return Err(PlanError::Schema {
+            path: path.to_path_buf(),
+            found: u32::try_from(found).unwrap_or(u32::MAX),
+        });
+    }
+    let plan: Plan = serde_json::from_value(value).map_err(not_a_plan)?;
     plan.validate().map_err(|message| PlanError::Invalid {
         path: path.to_path_buf(),
         message,
     })?;
-    if plan.schema_version != PLAN_SCHEMA_VERSION {
-        return Err(PlanError::Schema {
-            path: path.to_path_buf(),
-            found: plan.schema_version,
-        });
-    }
     Ok(plan)
 }
 

@@ -19,9 +19,11 @@ pub(crate) use select::{SelectOptions, Selection, select_files};
 use crate::ids::{RunId, TaskId, TaskIdx};
 use crate::repo_path::RepoPath;
 use crate::report::Report;
-use crate::settings::Settings;
+use crate::settings::Layer;
 
-pub(crate) const PLAN_SCHEMA_VERSION: u32 = 1;
+/// 2: `settings` is the layer of options the run was asked for, resolved by every command
+/// (1 stored them resolved).
+pub(crate) const PLAN_SCHEMA_VERSION: u32 = 2;
 
 /// Everything needed to run a refactor, with no secret in it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -36,7 +38,10 @@ pub struct Plan {
     pub into: String,
     pub pathspecs: Vec<String>,
     pub grep: Option<String>,
-    pub settings: Settings,
+    /// The run's options as they were asked for (every source combined, nothing resolved):
+    /// the worker, its checks, the limits. Each command resolves them again, under its own
+    /// flags; a plan file's may not weaken the sandbox.
+    pub settings: Layer,
     pub tasks: Vec<Task>,
     /// Tracked files the pathspecs name that are not in any task, with why: `binary`,
     /// `symlink`, `submodule` (swarm's edits are of text files), or the planner's reason

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::agents::AgentTable;
 use super::error::SettingsError;
@@ -42,7 +42,7 @@ macro_rules! combine_fields {
 
 /// One layer of settings: `swarm.toml`, the user's config file, or what the command line
 /// and the environment give.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Layer {
     #[serde(default)]
@@ -54,7 +54,7 @@ pub struct Layer {
     #[serde(default)]
     pub sandbox: SandboxTable,
     /// `[agents.NAME]`: the user's own agent presets (user config only).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub agents: BTreeMap<String, AgentTable>,
 }
 
@@ -75,32 +75,49 @@ combine_fields!(Layer {
 });
 
 /// `[run]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunTable {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_conflict: Option<OnConflict>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<Scope>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_process: Option<PerProcess>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_turns: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
     /// The run's spending cap in US dollars (`--max-cost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost: Option<serde_json::Number>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_merged: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repair: Option<bool>,
     /// Move the target only if every task merged (`--atomic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub atomic: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<u64>,
     /// Exit statuses of the worker's command that mean success (`--ok-exit-codes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ok_exit_codes: Option<Vec<i32>>,
     /// `--agent NAME`: a coding-agent preset as the worker (not in the repository's file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// `--model` with `--agent`: the agent's model (the command line only).
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_model: Option<String>,
 }
 
@@ -126,11 +143,14 @@ combine_fields!(RunTable {
 });
 
 /// `[worktree]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorktreeTable {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<WorktreeMode>,
 }
 
@@ -138,28 +158,41 @@ combine_fields!(WorktreeTable { copy, setup, mode });
 
 /// `[model]`: the OpenAI-compatible endpoint of the built-in worker. No key here: keys come
 /// from the environment only, so they never end up in a committed file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelTable {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_retries: Option<u32>,
     /// `max_tokens` of each request (`--max-output-tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<serde_json::Number>,
     /// `auto` (the default), `required`, or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<String>,
     /// More fields of each request body (`top_k`, `repeat_penalty`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
     /// The model's context window in tokens (else learned from the server, else large).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
     /// US dollars per million tokens, for the run's cost (`--max-cost`): no price list ships.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<super::policy::Price>,
     /// Prices of named models (`[model.prices] "claude-sonnet-4" = { … }`): a model takes the
     /// price of the longest name it starts with, else `price`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prices: Option<BTreeMap<String, super::policy::Price>>,
 }
 
@@ -180,27 +213,35 @@ combine_fields!(ModelTable {
 });
 
 /// `[sandbox]`: worker confinement and the built-in worker's `run` tool.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxTable {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<SandboxMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
     /// Domains workers may reach through swarm's proxy (`--allow-domain`); these add up
     /// across layers (user config and command line only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_domains: Option<Vec<String>>,
     /// More paths workers may write to (`~` is the home directory), e.g. a build cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable: Option<Vec<String>>,
     /// More paths hidden from workers (besides the credential stores); these add up across
     /// layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hide: Option<Vec<String>>,
     /// Credential stores workers may read after all (user config only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unhide: Option<Vec<String>>,
     /// Secret environment variables passed to workers anyway (user config only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<String>>,
     /// Command patterns the `run` tool may run without `--allow-run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_run: Option<Vec<String>>,
     /// `--allow-run`: any command (the command line only; not a file key).
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_any_run: Option<bool>,
 }
 
@@ -250,7 +291,7 @@ impl Layer {
                 });
             }
         };
-        toml::from_str(&text).map_err(|e| SettingsError::InvalidFile {
+        let layer: Self = toml::from_str(&text).map_err(|e| SettingsError::InvalidFile {
             path: path.to_path_buf(),
             message: match e.span() {
                 // The line, which names the key.
@@ -268,7 +309,28 @@ impl Layer {
                 }
                 None => e.message().to_string(),
             },
-        })
+        })?;
+        // Keys of a plan's layer that only the command line gives.
+        for (given, key, flag) in [
+            (
+                layer.run.agent_model.is_some(),
+                "agent_model",
+                "--model with --agent",
+            ),
+            (
+                layer.sandbox.allow_any_run.is_some(),
+                "allow_any_run",
+                "--allow-run",
+            ),
+        ] {
+            if given {
+                return Err(SettingsError::InvalidFile {
+                    path: path.to_path_buf(),
+                    message: format!("`{key}` is not a key of a settings file (it is {flag})"),
+                });
+            }
+        }
+        Ok(layer)
     }
 
     /// The user's own config file (`$SWARM_CONFIG`, else `$XDG_CONFIG_HOME/swarm/config.toml`,

@@ -8,13 +8,11 @@
 //! filled in and values checked.
 //!
 //! The repository's `swarm.toml` cannot weaken the sandbox nor send the API key elsewhere:
-//! `sandbox::restrict_repository_layer` drops what it may not set, with a warning
+//! `sandbox::restrict` drops what it may not set (as from a plan file), with a warning
 //! ([`Resolved::warnings`]).
 
 use std::path::Path;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 pub(crate) mod agents;
 mod error;
@@ -29,12 +27,13 @@ pub(crate) use layer::Combine;
 pub use layer::Layer;
 pub(crate) use policy::{ApiKey, ModelSettings, RunToolPolicy, WorktreeSettings};
 pub use policy::{OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
-pub(crate) use sandbox::sandbox_for_plan;
+use sandbox::Untrusted;
 pub(crate) use swarm_sandbox::allow_list::AllowList;
 pub(crate) use swarm_sandbox::policy::{NetworkAccess, SandboxPolicy};
 
-/// Fully resolved settings of one run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Fully resolved settings of one run: what the engine runs by. Never stored: a plan
+/// records the [`Layer`] they came from, and every command resolves it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub jobs: usize,
     pub timeout_secs: u64,
@@ -42,7 +41,6 @@ pub struct Settings {
     pub scope: Scope,
     pub batch: usize,
     /// How many tasks one worker process runs at most (`--per-process`).
-    #[serde(default)]
     pub per_process: PerProcess,
     pub exec: Option<String>,
     pub worktree: WorktreeSettings,
@@ -52,40 +50,46 @@ pub struct Settings {
     /// Token budget of the whole run: no new task starts past it.
     pub max_tokens: Option<u64>,
     /// Spending cap of the whole run in US dollars: no new task starts past it.
-    #[serde(default)]
     pub max_cost: Option<serde_json::Number>,
     /// Check run in a task's worktree after its worker; a failing task is not merged.
     pub verify: Option<String>,
     /// Check run on the merged result; the tasks that break it are found and left out.
-    #[serde(default)]
     pub verify_merged: Option<String>,
     /// Hand a task whose `--verify` fails after its `--exec` worker to the model.
-    #[serde(default)]
     pub repair: bool,
     /// Move the target only if every task merged or needed no change.
-    #[serde(default)]
     pub atomic: bool,
     /// A worker process with no output and no file change this long is killed.
     pub idle_timeout_secs: u64,
     /// Exit statuses of the worker's command that mean it succeeded (`--ok-exit-codes`).
-    #[serde(default = "success_only")]
     pub ok_exit_codes: Vec<i32>,
     pub sandbox: SandboxPolicy,
     /// What the built-in worker's `run` tool may run.
     pub run_tool: RunToolPolicy,
     /// `--agent`: the coding agent that `exec` runs, and what it may reach besides the
     /// sandbox of other processes.
-    #[serde(default)]
     pub agent: Option<agents::AgentSettings>,
 }
 
-/// Resolved settings, and what the CLI should warn about.
+/// Resolved settings, the layer they came from, and what the CLI should warn about.
 #[derive(Debug)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     pub settings: Settings,
+    /// Every source combined (what a new plan records).
+    pub layer: Layer,
     /// Settings that were asked for where they may not be set (the repository's
     /// `swarm.toml` weakening the sandbox), and were ignored.
     pub warnings: Vec<String>,
+}
+
+/// Where a plan's settings come from, which says how far they are trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlanSource {
+    /// The run's own record (`.git/swarm/runs/<RUN-ID>/plan.json`), written by swarm here.
+    Own,
+    /// A plan file (`swarm run PLAN.json`, `swarm merge PLAN.json`): anyone's text, held to
+    /// the rule of the repository's `swarm.toml`.
+    File,
 }
 
 /// Only 0 means success, as for any program.
@@ -152,25 +156,21 @@ impl Settings {
         out
     }
 
-    /// Resolves the command line's layer over the environment, the repository's
-    /// `swarm.toml` (in `repo_root`, restricted) and the user's config file.
-    pub fn resolve(command_line: Layer, repo_root: &Path) -> Result<Resolved, SettingsError> {
+    /// Resolves, once, the command line's layer over a plan's (`plan`: trusted as its
+    /// source says), the environment, the repository's `swarm.toml` (in `repo_root`,
+    /// restricted) and the user's config file.
+    pub(crate) fn resolve(
+        command_line: Layer,
+        plan: Option<(Layer, PlanSource)>,
+        repo_root: &Path,
+    ) -> Result<Resolved, SettingsError> {
         let mut warnings = Vec::new();
-        let layer = layers(command_line, repo_root, &mut warnings)?;
+        let layer = layers(command_line, plan, repo_root, &mut warnings)?;
         Ok(Resolved {
-            settings: Self::from_layer(layer)?,
+            settings: Self::from_layer(layer.clone())?,
+            layer,
             warnings,
         })
-    }
-
-    /// The sandbox of this machine for a run whose settings come from elsewhere (a plan
-    /// file): the command line's layer over the repository's (restricted) and the user's.
-    pub fn local_sandbox(
-        command_line: Layer,
-        repo_root: &Path,
-        warnings: &mut Vec<String>,
-    ) -> Result<SandboxPolicy, SettingsError> {
-        sandbox::policy(&layers(command_line, repo_root, warnings)?)
     }
 
     /// Fills in the defaults of combined layers, and checks the values.
@@ -312,21 +312,35 @@ impl Settings {
     }
 }
 
-/// The command line's layer over the environment, the repository's `swarm.toml`
-/// (restricted) and the user's config file.
+/// The command line's layer over a plan's, the environment, the repository's `swarm.toml`
+/// (restricted) and the user's config file. A plan file's layer is restricted as the
+/// repository's is, but quietly where this machine's own layers grant the same.
 fn layers(
     command_line: Layer,
+    plan: Option<(Layer, PlanSource)>,
     repo_root: &Path,
     warnings: &mut Vec<String>,
 ) -> Result<Layer, SettingsError> {
-    let mut repo =
-        sandbox::restrict_repository_layer(Layer::load(&repo_root.join("swarm.toml"))?, warnings);
+    let repo = Layer::load(&repo_root.join("swarm.toml"))?;
+    let mut repo = sandbox::restrict(repo, Untrusted::Repository, &Layer::default(), warnings);
     // Its limits apply last, where they are tighter than the user's (the layer's own, since
     // the repository's are taken out before the layers combine).
     let repo_limits = limits::RepositoryLimits::take(&mut repo);
-    let upper = command_line.combine(Layer::from_env());
+    let user = Layer::load_user()?;
+    let plan = match plan {
+        None => Layer::default(),
+        Some((plan, PlanSource::Own)) => plan,
+        Some((plan, PlanSource::File)) => {
+            let granted = command_line
+                .clone()
+                .combine(Layer::from_env())
+                .combine(user.clone());
+            sandbox::restrict(plan, Untrusted::PlanFile, &granted, warnings)
+        }
+    };
+    let upper = command_line.combine(plan).combine(Layer::from_env());
     let given = limits::Given::by(&upper);
-    let mut layer = upper.combine(repo).combine(Layer::load_user()?);
+    let mut layer = upper.combine(repo).combine(user);
     limits::apply(&mut layer, repo_limits, &given, warnings);
     Ok(layer)
 }
@@ -345,7 +359,7 @@ mod tests {
         .unwrap();
         let mut flags = Layer::default();
         flags.run.jobs = Some(3);
-        let s = Settings::resolve(flags, dir.path()).unwrap().settings;
+        let s = Settings::resolve(flags, None, dir.path()).unwrap().settings;
         assert_eq!(s.jobs, 3);
         assert_eq!(s.scope, Scope::Any);
         assert_eq!(s.timeout_secs, Settings::DEFAULT_TIMEOUT_SECS);
@@ -380,7 +394,7 @@ mod tests {
         let file = |text: &str| {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("swarm.toml"), text).unwrap();
-            Settings::resolve(Layer::default(), dir.path()).map(|r| r.settings.per_process)
+            Settings::resolve(Layer::default(), None, dir.path()).map(|r| r.settings.per_process)
         };
         assert_eq!(file("").unwrap(), PerProcess::Auto);
         assert_eq!(
@@ -428,7 +442,7 @@ mod tests {
     fn an_unknown_key_is_refused_with_the_keys_there_are() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("swarm.toml"), "[run]\njbos = 7\n").unwrap();
-        let err = Settings::resolve(Layer::default(), dir.path()).unwrap_err();
+        let err = Settings::resolve(Layer::default(), None, dir.path()).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("jbos") && text.contains("jobs"), "{text}");
     }

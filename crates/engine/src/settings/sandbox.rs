@@ -13,58 +13,125 @@ use super::policy::{ModelSettings, SandboxMode};
 use swarm_sandbox::SandboxPolicy;
 use swarm_sandbox::allow_list::AllowList;
 
-/// The repository's `swarm.toml` without what it may not set: it is written by whoever
-/// wrote the repository (or planted by a merged worker edit). What is dropped is warned
-/// about.
-pub(crate) fn restrict_repository_layer(mut layer: Layer, warnings: &mut Vec<String>) -> Layer {
-    let mut refuse = |what: String| {
-        warnings.push(format!(
-            "swarm.toml asks for [sandbox] {what}; ignored: weakening the sandbox must come \
-             from the command line or your own config file (~/.config/swarm/config.toml)"
-        ))
-    };
-    let sandbox = &mut layer.sandbox;
-    if sandbox.mode == Some(SandboxMode::Off) {
-        refuse("mode = \"off\"".into());
-        sandbox.mode = None;
-    }
-    if sandbox.network == Some(true) {
-        refuse("network = true".into());
-        sandbox.network = None;
-    }
-    for (key, asked) in [
-        ("allow_domains", &mut sandbox.allow_domains),
-        ("writable", &mut sandbox.writable),
-        ("unhide", &mut sandbox.unhide),
-        ("env", &mut sandbox.env),
-    ] {
-        if let Some(list) = asked.take().filter(|l| !l.is_empty()) {
-            refuse(format!("{key} = {list:?}"));
+/// Where a layer that may not weaken the sandbox comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Untrusted {
+    /// The repository's `swarm.toml`: written by whoever wrote the repository (or planted by
+    /// a merged worker edit).
+    Repository,
+    /// A plan file: anyone's text. It may name the agent that runs (its commands are shown
+    /// before they run), not define one.
+    PlanFile,
+}
+
+impl Untrusted {
+    /// The warning for `key = value` asked for and ignored.
+    fn refused(self, key: &str, value: &str) -> String {
+        match self {
+            Untrusted::Repository => format!(
+                "swarm.toml asks for [sandbox] {key} = {value}; ignored: weakening the sandbox \
+                 must come from the command line or your own config file \
+                 (~/.config/swarm/config.toml)"
+            ),
+            Untrusted::PlanFile => {
+                let what = match key {
+                    "mode" => "--sandbox off".to_string(),
+                    "network" => "--network".to_string(),
+                    "allow_domains" => format!("--allow-domain {value}"),
+                    _ => format!("[sandbox] {key} = {value}"),
+                };
+                format!(
+                    "the plan asks for {what}; ignored: weakening the sandbox must come from \
+                     this command line or your own config file"
+                )
+            }
         }
     }
-    if let Some(agent) = layer.run.agent.take() {
+}
+
+/// `layer` without what it may not set, coming from `from`: whatever weakens the sandbox
+/// (off, the network, domains, writable paths, unhidden credential stores, secret
+/// variables), agent presets (and, in the repository's file, the choice of agent), and a
+/// model endpoint off this machine, which would get the API key. What is dropped is warned
+/// about, unless `granted` (this machine's own layers) gives the same anyway.
+pub(crate) fn restrict(
+    mut layer: Layer,
+    from: Untrusted,
+    granted: &Layer,
+    warnings: &mut Vec<String>,
+) -> Layer {
+    let mine = &granted.sandbox;
+    let sandbox = &mut layer.sandbox;
+    // As strict or stricter counts: `network = false` there wins over a config file's.
+    if sandbox.mode == Some(SandboxMode::Off) {
+        sandbox.mode = None;
+        if mine.mode != Some(SandboxMode::Off) {
+            warnings.push(from.refused("mode", "\"off\""));
+        }
+    }
+    if sandbox.network == Some(true) {
+        sandbox.network = None;
+        if mine.network != Some(true) {
+            warnings.push(from.refused("network", "true"));
+        }
+    }
+    for (key, asked, allowed) in [
+        (
+            "allow_domains",
+            &mut sandbox.allow_domains,
+            &mine.allow_domains,
+        ),
+        ("writable", &mut sandbox.writable, &mine.writable),
+        ("unhide", &mut sandbox.unhide, &mine.unhide),
+        ("env", &mut sandbox.env, &mine.env),
+    ] {
+        let allowed = allowed.as_deref().unwrap_or_default();
+        let extra: Vec<String> = asked
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| !allowed.contains(v))
+            .collect();
+        if !extra.is_empty() {
+            warnings.push(from.refused(key, &format!("{extra:?}")));
+        }
+    }
+    if from == Untrusted::Repository
+        && let Some(agent) = layer.run.agent.take()
+    {
         warnings.push(format!(
             "swarm.toml sets [run] agent = \"{agent}\"; ignored: an agent preset widens the \
              sandbox, so only --agent or your config file can choose one"
         ));
     }
-    if !layer.agents.is_empty() {
-        let names: Vec<&String> = layer.agents.keys().collect();
-        warnings.push(format!(
-            "swarm.toml defines [agents] {names:?}; ignored: agent presets belong in your \
-             config file (~/.config/swarm/config.toml)"
-        ));
-        layer.agents.clear();
+    let defined: Vec<String> = std::mem::take(&mut layer.agents)
+        .into_keys()
+        .filter(|name| !granted.agents.contains_key(name))
+        .collect();
+    if !defined.is_empty() {
+        warnings.push(match from {
+            Untrusted::Repository => format!(
+                "swarm.toml defines [agents] {defined:?}; ignored: agent presets belong in \
+                 your config file (~/.config/swarm/config.toml)"
+            ),
+            Untrusted::PlanFile => format!(
+                "the plan defines [agents] {defined:?}; ignored: agent presets belong in your \
+                 config file (~/.config/swarm/config.toml)"
+            ),
+        });
     }
-    // The key goes where the endpoint is: the repository may only name a local server.
+    // The key goes where the endpoint is: an untrusted layer may only name a local server.
     if let Some(url) = layer.model.base_url.take() {
         if ModelSettings::url_is_local(&url) {
             layer.model.base_url = Some(url);
-        } else {
+        } else if granted.model.base_url.as_deref() != Some(url.as_str()) {
+            let (whose, which) = match from {
+                Untrusted::Repository => ("swarm.toml sets", "the repository's own file"),
+                Untrusted::PlanFile => ("the plan sets", "a plan file"),
+            };
             warnings.push(format!(
-                "swarm.toml sets [model] base_url = \"{url}\"; ignored: the repository's own \
-                 file may only name a server on this machine (pass --base-url, or set it in \
-                 your config file)"
+                "{whose} [model] base_url = \"{url}\"; ignored: {which} may only name a \
+                 server on this machine (pass --base-url, or set it in your config file)"
             ));
         }
     }
@@ -100,51 +167,51 @@ pub(crate) fn policy(layer: &Layer) -> Result<SandboxPolicy, SettingsError> {
     })
 }
 
-/// The sandbox of a plan read from a file (`swarm run PLAN.json`, `swarm merge PLAN.json`):
-/// a plan file may come from anywhere, so it is held to the same rule as the repository's
-/// `swarm.toml`. The sandbox is this machine's (`local`: the command line, the user's config,
-/// the defaults); what the plan asks for beyond it is ignored with a warning, and what it
-/// hides is hidden too.
-pub(crate) fn sandbox_for_plan(
-    plan: &SandboxPolicy,
-    mut local: SandboxPolicy,
-    warnings: &mut Vec<String>,
-) -> SandboxPolicy {
-    let mut refuse = |what: String| {
-        warnings.push(format!(
-            "the plan asks for {what}; ignored: weakening the sandbox must come from this \
-             command line or your own config file"
-        ))
-    };
-    if !plan.enabled && local.enabled {
-        refuse("--sandbox off".into());
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_loses_what_weakens_and_is_warned_only_of_what_this_machine_does_not_grant() {
+        let mut plan = Layer::default();
+        plan.sandbox.mode = Some(SandboxMode::Off);
+        plan.sandbox.writable = Some(vec!["/cache".into(), "/etc".into()]);
+        plan.sandbox.hide = Some(vec!["/secrets".into()]);
+        plan.run.agent = Some("claude".into());
+        let mut granted = Layer::default();
+        granted.sandbox.writable = Some(vec!["/cache".into()]);
+        let mut warnings = Vec::new();
+        let kept = restrict(plan, Untrusted::PlanFile, &granted, &mut warnings);
+        assert_eq!(kept.sandbox.mode, None);
+        assert_eq!(kept.sandbox.writable, None);
+        // Stricter stays; a plan names its agent.
+        assert_eq!(
+            kept.sandbox.hide.as_deref(),
+            Some(&["/secrets".to_string()][..])
+        );
+        assert_eq!(kept.run.agent.as_deref(), Some("claude"));
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("--sandbox off"), "{warnings:?}");
+        assert!(
+            warnings[1].contains("[\"/etc\"]") && !warnings[1].contains("/cache"),
+            "{warnings:?}"
+        );
     }
-    if plan.network && !local.network {
-        refuse("--network".into());
+
+    #[test]
+    fn the_repository_may_make_the_sandbox_stricter_but_not_choose_an_agent() {
+        let mut repo = Layer::default();
+        repo.sandbox.network = Some(false);
+        repo.run.agent = Some("claude".into());
+        let mut warnings = Vec::new();
+        let kept = restrict(
+            repo,
+            Untrusted::Repository,
+            &Layer::default(),
+            &mut warnings,
+        );
+        assert_eq!(kept.sandbox.network, Some(false));
+        assert_eq!(kept.run.agent, None);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
     }
-    let extra: Vec<&String> = plan
-        .allow_domains
-        .iter()
-        .filter(|d| !local.allow_domains.contains(d))
-        .collect();
-    if !extra.is_empty() {
-        refuse(format!("--allow-domain {extra:?}"));
-    }
-    let extra: Vec<String> = plan
-        .writable
-        .iter()
-        .filter(|p| !local.writable.contains(p))
-        .map(|p| p.display().to_string())
-        .collect();
-    if !extra.is_empty() {
-        refuse(format!("[sandbox] writable = {extra:?}"));
-    }
-    let extra: Vec<&String> = plan.env.iter().filter(|v| !local.env.contains(v)).collect();
-    if !extra.is_empty() {
-        refuse(format!("[sandbox] env = {extra:?}"));
-    }
-    local.hide.extend(plan.hide.iter().cloned());
-    local.hide.sort();
-    local.hide.dedup();
-    local
 }

@@ -33,30 +33,41 @@ pub enum AgentOutput {
 }
 
 /// `[agents.NAME]` in the user's config file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentTable {
     /// The command line (`sh -c`), as for `--exec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<String>,
     /// The program that must be on PATH (its first word by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary: Option<String>,
     /// Domains it reaches directly through the allow-list proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_domains: Option<Vec<String>>,
     /// Its state directories (`~` is the home directory): copy-on-write views per task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable: Option<Vec<String>>,
     /// Its credential stores: hidden unless it uses its own login.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<Vec<String>>,
     /// Variables passed to it (and only to it) even if they look secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pass_env: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<AgentOutput>,
     /// The model API it speaks (`anthropic`, `openai`, `gemini`, `openrouter`): its requests
     /// go through swarm's gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<String>,
     /// Where its API's requests go (instead of the API's own endpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
     /// The variables it reads its endpoint from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url_env: Option<Vec<String>>,
     /// The variables it reads its key from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_env: Option<Vec<String>>,
 }
 
