@@ -30,10 +30,23 @@ pub(crate) fn report(e: &AppError) -> i32 {
 
 /// The message and the hint of `e`.
 fn describe(e: &AppError) -> (String, Option<String>) {
-    let hint: Option<String> = match e {
-        AppError::Settings(e) => return settings(e),
-        AppError::Repo(e) => repo(e).map(str::to_string),
-        AppError::Plan(e) => plan(e).map(str::to_string),
+    if let AppError::Settings(e) = e {
+        return settings(e);
+    }
+    let hint = runs_hint(e)
+        .or_else(|| worker_hint(e))
+        .or_else(|| input_hint(e));
+    let message = match e {
+        // The chain of causes says where it failed.
+        AppError::Internal(e) => format!("{e:#}"),
+        other => other.to_string(),
+    };
+    (message, hint)
+}
+
+/// The hint for finding runs and tasks, and for a run that is busy or failed.
+fn runs_hint(e: &AppError) -> Option<String> {
+    match e {
         AppError::Id(_) => Some("pass a RUN-ID (`swarm status` lists them) or a plan file".into()),
         AppError::Remote(_) => Some(
             "check the remote's name/URL and your credentials (swarm uses git's own setup)".into(),
@@ -49,96 +62,107 @@ fn describe(e: &AppError) -> (String, Option<String>) {
         AppError::RunBusy { doing, .. } => Some(busy(*doing).into()),
         AppError::RunRecords { run, .. } => Some(format!(
             "the run's files under .git/swarm/runs/{run}/ were changed by hand; its branches \
-             are intact (`git branch --list 'swarm/{run}/*'`), and `swarm clean {run}` removes \
-             the run"
+         are intact (`git branch --list 'swarm/{run}/*'`), and `swarm clean {run}` removes \
+         the run"
         )),
         AppError::NeverStarted(run) => Some(format!(
             "remove it with `swarm clean {run}` and start the run again"
         )),
-        AppError::ExecNotFound(program) => Some(format!(
-            "install it, or check the spelling; workers run `sh -c CMD` with your PATH (`command -v {program}` tells where it is)"
-        )),
-        AppError::NoSuchCommand { .. } => Some("`swarm --help` lists the commands".into()),
         AppError::CleanWhat => Some("pass a RUN-ID (see `swarm status`) or --all".into()),
-        AppError::NoWorker { for_plan: true } => {
-            Some("pass --exec CMD or --model NAME; the plan records it for swarm run".into())
-        }
-        AppError::NoWorker { for_plan: false } => Some(
-            "pass --exec CMD (e.g. --exec 'sed -i \"s/old/new/g\" \"$SWARM_FILE\"'), or --model \
-             NAME with SWARM_API_KEY (or OPENAI_API_KEY) set for the built-in agent"
-                .into(),
-        ),
-        AppError::AgentMissing { install, .. } => Some(format!(
-            "install it ({install}), or run `swarm agents` to see which agents are found"
-        )),
-        AppError::PerProcess(..) => Some("pass --per-process 1, or auto".into()),
-        AppError::BudgetUnmetered { .. } => Some(
-            "set its API key in your environment, so swarm's gateway meters its requests \
-             (`swarm agents` shows which variables), or declare the api of your [agents.NAME]; \
-             or drop the budget"
-                .into(),
-        ),
-        AppError::BudgetUnpriced => Some(
-            "set [model] price = { prompt = …, completion = … } (US dollars per million tokens) \
-             or [model.prices] per model in your config: swarm ships no price list"
-                .into(),
-        ),
         AppError::ShardAuto(_) => Some(
             "pass the shard as --shard K/N (GitHub Actions: --shard \"${{ matrix.shard }}/N\")"
                 .into(),
         ),
+        AppError::Run(e) => Some(run(e).into()),
+        _ => None,
+    }
+}
+
+/// The hint for what runs the tasks: the command, the agent, the model, budgets.
+fn worker_hint(e: &AppError) -> Option<String> {
+    match e {
+    AppError::ExecNotFound(program) => Some(format!(
+        "install it, or check the spelling; workers run `sh -c CMD` with your PATH (`command -v {program}` tells where it is)"
+    )),
+    AppError::NoWorker { for_plan: true } => {
+        Some("pass --exec CMD or --model NAME; the plan records it for swarm run".into())
+    }
+    AppError::NoWorker { for_plan: false } => Some(
+        "pass --exec CMD (e.g. --exec 'sed -i \"s/old/new/g\" \"$SWARM_FILE\"'), or --model \
+         NAME with SWARM_API_KEY (or OPENAI_API_KEY) set for the built-in agent"
+            .into(),
+    ),
+    AppError::AgentMissing { install, .. } => Some(format!(
+        "install it ({install}), or run `swarm agents` to see which agents are found"
+    )),
+    AppError::PerProcess(..) => Some("pass --per-process 1, or auto".into()),
+    AppError::BudgetUnmetered { .. } => Some(
+        "set its API key in your environment, so swarm's gateway meters its requests \
+         (`swarm agents` shows which variables), or declare the api of your [agents.NAME]; \
+         or drop the budget"
+            .into(),
+    ),
+    AppError::BudgetUnpriced => Some(
+        "set [model] price = { prompt = …, completion = … } (US dollars per million tokens) \
+         or [model.prices] per model in your config: swarm ships no price list"
+            .into(),
+    ),
+    AppError::RepairWithoutVerify => {
+        Some("pass --verify CMD (e.g. --verify 'cargo check'), or drop --repair".into())
+    }
+    AppError::ModelNeeded(_) => Some(
+        "pass --model NAME (or [model] name in swarm.toml) with SWARM_API_KEY (or \
+         OPENAI_API_KEY) set"
+            .into(),
+    ),
+    AppError::BadBaseUrl(_) => Some(
+        "pass the endpoint's base, e.g. https://api.openai.com/v1 or http://localhost:11434/v1"
+            .into(),
+    ),
+    AppError::NoApiKey { .. } => Some(
+        "set SWARM_API_KEY (or OPENAI_API_KEY); servers on localhost need none".into(),
+    ),
+    AppError::NoPlannerModel => Some(
+        "pass --planner-model NAME (or --model NAME) with SWARM_API_KEY (or OPENAI_API_KEY) set"
+            .into(),
+    ),
+        _ => None,
+    }
+}
+
+/// The hint for the rest of the input: repository, plan, files, sandbox, options.
+fn input_hint(e: &AppError) -> Option<String> {
+    match e {
+        AppError::Repo(e) => repo(e).map(str::to_string),
+        AppError::Plan(e) => plan(e).map(str::to_string),
+        AppError::NoSuchCommand { .. } => Some("`swarm --help` lists the commands".into()),
         AppError::NoFiles(_) => Some(
             "check the pathspecs (quoted, relative to this directory; `git ls-files` lists \
-             what they match) and --grep, or pass --allow-empty if matching nothing is fine"
-                .into(),
-        ),
-        AppError::RepairWithoutVerify => {
-            Some("pass --verify CMD (e.g. --verify 'cargo check'), or drop --repair".into())
-        }
-        AppError::ModelNeeded(_) => Some(
-            "pass --model NAME (or [model] name in swarm.toml) with SWARM_API_KEY (or \
-             OPENAI_API_KEY) set"
-                .into(),
-        ),
-        AppError::BadBaseUrl(_) => Some(
-            "pass the endpoint's base, e.g. https://api.openai.com/v1 or http://localhost:11434/v1"
-                .into(),
-        ),
-        AppError::NoApiKey { .. } => Some(
-            "set SWARM_API_KEY (or OPENAI_API_KEY); servers on localhost need none".into(),
-        ),
-        AppError::NoPlannerModel => Some(
-            "pass --planner-model NAME (or --model NAME) with SWARM_API_KEY (or OPENAI_API_KEY) set"
+         what they match) and --grep, or pass --allow-empty if matching nothing is fine"
                 .into(),
         ),
         AppError::NoOverlay(_) => Some(
             "pass --worktrees auto (overlay worktrees where they work, full checkouts \
-             elsewhere) or --worktrees pool"
+         elsewhere) or --worktrees pool"
                 .into(),
         ),
         AppError::Sandbox(_) => Some(
             "pass --sandbox off to run workers unconfined (no Landlock, no namespaces: see \
-             docs/SECURITY.md)"
+         docs/SECURITY.md)"
                 .into(),
         ),
         AppError::ReviewOffTerminal => Some(
             "run with --dry-run, look at the diffs (swarm diff RUN-ID), then merge with swarm \
-             merge RUN-ID"
+         merge RUN-ID"
                 .into(),
         ),
         AppError::IntoWithRun => Some("a run merges into the branch it was started for".into()),
         AppError::Events { .. } => {
             Some("pass a path in a directory that exists and is writable".into())
         }
-        AppError::Run(e) => Some(run(e).into()),
         AppError::Internal(_) => None,
-    };
-    let message = match e {
-        // The chain of causes says where it failed.
-        AppError::Internal(e) => format!("{e:#}"),
-        other => other.to_string(),
-    };
-    (message, hint)
+        _ => None,
+    }
 }
 
 /// What to do after a run failed part way: what it did is kept, as after Ctrl-C.

@@ -150,7 +150,22 @@ fn summary(report: &Report) -> String {
             _ => format!("**{part}**"),
         })
         .collect();
-    let result = match (&report.result, report.into_updated, &report.result_branch) {
+    let _ = writeln!(
+        out,
+        "{} of {} task(s) · {}\n",
+        counts.join(", "),
+        t.tasks,
+        result_words(report)
+    );
+    skipped_and_checks(report, &mut out);
+    task_table(report, &mut out);
+    out.push('\n');
+    out
+}
+
+/// Where the result is, in words.
+fn result_words(report: &Report) -> String {
+    match (&report.result, report.into_updated, &report.result_branch) {
         (Some(r), true, _) => format!(
             "`{}` is now at `{}`",
             report.into,
@@ -162,13 +177,11 @@ fn summary(report: &Report) -> String {
             swarm_engine::app::ids::abbrev(r, 12)
         ),
         _ => format!("nothing merged; `{}` unchanged", report.into),
-    };
-    let _ = writeln!(
-        out,
-        "{} of {} task(s) · {result}\n",
-        counts.join(", "),
-        t.tasks
-    );
+    }
+}
+
+/// The files that were not tasks, and `--verify-merged`'s outcome.
+fn skipped_and_checks(report: &Report, out: &mut String) {
     if !report.skipped_files.is_empty() {
         let files: Vec<String> = report
             .skipped_files
@@ -206,6 +219,10 @@ fn summary(report: &Report) -> String {
             }
         );
     }
+}
+
+/// A row per task (only those that did not succeed, in a large run).
+fn task_table(report: &Report, out: &mut String) {
     let all = report.tasks.len() <= SUMMARY_ROWS;
     let _ = writeln!(
         out,
@@ -239,8 +256,6 @@ fn summary(report: &Report) -> String {
             report.run_id
         );
     }
-    out.push('\n');
-    out
 }
 
 fn outputs(report: &Report) -> String {

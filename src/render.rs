@@ -238,6 +238,20 @@ impl Live {
 
     fn on_event(&self, event: &Event) {
         match event {
+            Event::TaskStarted { .. }
+            | Event::TaskStep { .. }
+            | Event::TaskFinished { .. }
+            | Event::Merged { .. }
+            | Event::Conflict { .. }
+            | Event::ModelUsage { .. } => self.on_task_event(event),
+            Event::GroupStarted { .. } | Event::GroupSplit { .. } => self.on_group_event(event),
+            _ => self.on_run_event(event),
+        }
+    }
+
+    /// A task's line: started, its steps, what it spent, how it ended.
+    fn on_task_event(&self, event: &Event) {
+        match event {
             Event::TaskStarted {
                 task,
                 files,
@@ -256,19 +270,6 @@ impl Live {
                     label.push_str(&format!(" [retry {attempt}]"));
                 }
                 self.add_line(std::slice::from_ref(task), label);
-            }
-            Event::GroupStarted { tasks, .. } => {
-                let first = tasks.first().map(|t| t.as_str()).unwrap_or_default();
-                let label = format!("{first} (+{} tasks, one process)", tasks.len() - 1);
-                self.add_line(tasks, label);
-            }
-            Event::GroupSplit { tasks, .. } => {
-                for task in tasks {
-                    self.drop_line(task);
-                }
-                if let Some(line) = plain_text(event) {
-                    let _ = self.multi.println(format!("  {line}"));
-                }
             }
             Event::TaskStep { task, step } => {
                 if let Some(line) = self.lock_workers().get(task) {
@@ -324,6 +325,33 @@ impl Live {
                     self.settle(task, "conflict");
                 }
             }
+            _ => {}
+        }
+    }
+
+    /// A process that runs several tasks: its line, and its split.
+    fn on_group_event(&self, event: &Event) {
+        match event {
+            Event::GroupStarted { tasks, .. } => {
+                let first = tasks.first().map(|t| t.as_str()).unwrap_or_default();
+                let label = format!("{first} (+{} tasks, one process)", tasks.len() - 1);
+                self.add_line(tasks, label);
+            }
+            Event::GroupSplit { tasks, .. } => {
+                for task in tasks {
+                    self.drop_line(task);
+                }
+                if let Some(line) = plain_text(event) {
+                    let _ = self.multi.println(format!("  {line}"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What concerns the whole run: warnings, the target, the checks of the merged result.
+    fn on_run_event(&self, event: &Event) {
+        match event {
             Event::Warning { task, message } => {
                 let _ = self.multi.println(format!(
                     "  warning{}: {message}",
@@ -351,6 +379,13 @@ impl Live {
 
 /// One line about `event` for a log, or `None` for events not worth a line.
 fn plain_text(event: &Event) -> Option<String> {
+    task_line(event)
+        .or_else(|| group_line(event))
+        .or_else(|| run_line(event))
+}
+
+/// A task's line: started, finished, merged, in conflict.
+fn task_line(event: &Event) -> Option<String> {
     let line = match event {
         Event::TaskStarted {
             task,
@@ -386,6 +421,26 @@ fn plain_text(event: &Event) -> Option<String> {
             ),
         },
         Event::Merged { task, commit, .. } => format!("merged    {task} ({})", &commit[..10]),
+        Event::Conflict {
+            task,
+            paths,
+            action,
+        } => {
+            let list: Vec<String> = paths.iter().map(|p| p.display()).collect();
+            format!(
+                "conflict  {task} in {}: {}",
+                list.join(", "),
+                action.as_str()
+            )
+        }
+        _ => return None,
+    };
+    Some(line)
+}
+
+/// A process that runs several tasks: started, split.
+fn group_line(event: &Event) -> Option<String> {
+    let line = match event {
         Event::GroupStarted { tasks, .. } => format!(
             "process   for {} tasks, each committed and merged on its own: {}",
             tasks.len(),
@@ -415,18 +470,14 @@ fn plain_text(event: &Event) -> Option<String> {
                 .map(|l| format!(" (log: {l})"))
                 .unwrap_or_default()
         ),
-        Event::Conflict {
-            task,
-            paths,
-            action,
-        } => {
-            let list: Vec<String> = paths.iter().map(|p| p.display()).collect();
-            format!(
-                "conflict  {task} in {}: {}",
-                list.join(", "),
-                action.as_str()
-            )
-        }
+        _ => return None,
+    };
+    Some(line)
+}
+
+/// What concerns the whole run: warnings, the target, checks, exclusions, the network.
+fn run_line(event: &Event) -> Option<String> {
+    let line = match event {
         Event::Warning { task, message } => format!(
             "warning{}: {message}",
             task.as_ref().map(|t| format!(" {t}")).unwrap_or_default()

@@ -69,3 +69,40 @@ fn the_crates_are_layers_and_only_the_command_line_has_a_terminal() {
         assert!(!has("swarm-sandbox", engine_only), "{engine_only}");
     }
 }
+
+/// Every source file of the product is at most 600 lines before its tests (functions are
+/// held to 80 by clippy's `too_many_lines`, set in Cargo.toml and clippy.toml).
+#[test]
+fn no_source_file_is_over_600_lines_outside_its_tests() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut long = Vec::new();
+    let mut seen = 0;
+    let mut dirs = vec![
+        root.join("src"),
+        root.join("crates/engine/src"),
+        root.join("crates/sandbox/src"),
+    ];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            seen += 1;
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines = text
+                .lines()
+                .take_while(|l| !l.starts_with("#[cfg(test)]"))
+                .count();
+            if lines > 600 {
+                long.push(format!("{}: {lines}", path.display()));
+            }
+        }
+    }
+    assert!(seen > 100, "only {seen} files: are the paths right?");
+    assert!(long.is_empty(), "over 600 lines:\n{}", long.join("\n"));
+}

@@ -103,46 +103,14 @@ pub async fn continue_run(
         return Err(AppError::RunRecords { run: id, problem });
     }
     let repo = info.open()?;
-    // Where the target stands for this run: where the run started, or the result it was
-    // moved to by the run's last attempt (merges continue from there).
-    let into_start = match (report.into_updated, report.result) {
-        (true, Some(result)) => result,
-        _ => report.into_start,
-    };
-    let tip = repo
-        .refname_to_id(&crate::git::branch_ref(&result_branch(&id)))
-        .unwrap_or(into_start);
-    // A run killed just after it moved the target (its update finished by the recovery).
-    let into_start = match repo.refname_to_id(&crate::git::branch_ref(&report.into)) {
-        Ok(at) if at == tip => tip,
-        _ => into_start,
-    };
+    let (into_start, tip) = where_it_stands(&repo, &report, &id);
     let run_start = report.into_start;
     mark_merged_from_git(&repo, &mut report, run_start, tip)?;
     let merge_only = !mode.runs_workers();
-    let to_do = report
-        .tasks
-        .iter()
-        .filter(|t| match merge_only {
-            true => t.status == TaskStatus::Done && t.commit.is_some(),
-            false => t.left_to_do(mode.reruns_failed()),
-        })
-        .count();
-    if merge_only && to_do == 0 {
-        return Ok(Continuing::Nothing(format!(
-            "run {id} has no finished task left to merge"
-        )));
-    }
-    if to_do == 0 && report.state == RunState::Finished {
-        return Ok(Continuing::Nothing(format!(
-            "run {id} has nothing left to do{}",
-            if mode.reruns_failed() {
-                ""
-            } else {
-                " (--failed runs failed tasks again)"
-            }
-        )));
-    }
+    let to_do = match left_to_do(&report, mode) {
+        Ok(to_do) => to_do,
+        Err(why) => return Ok(Continuing::Nothing(why)),
+    };
     let into = repo::resolve_into(&repo, &info, Some(&report.into))?;
     let api_key = check_for_continuing(&settings, merge_only).await?;
     checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;
@@ -168,6 +136,53 @@ pub async fn continue_run(
         to_do,
         warnings,
     })
+}
+
+/// Where the run's target starts for this attempt, and the integration tip so far.
+fn where_it_stands(repo: &git2::Repository, report: &Report, id: &RunId) -> (Oid, Oid) {
+    // Where the run started, or the result the run's last attempt moved the target to
+    // (merges continue from there).
+    let into_start = match (report.into_updated, report.result) {
+        (true, Some(result)) => result,
+        _ => report.into_start,
+    };
+    let tip = repo
+        .refname_to_id(&crate::git::branch_ref(&result_branch(id)))
+        .unwrap_or(into_start);
+    // A run killed just after it moved the target (its update finished by the recovery).
+    let into_start = match repo.refname_to_id(&crate::git::branch_ref(&report.into)) {
+        Ok(at) if at == tip => tip,
+        _ => into_start,
+    };
+    (into_start, tip)
+}
+
+/// How many tasks `mode` runs or merges; `Err` says why there are none.
+fn left_to_do(report: &Report, mode: RunMode) -> Result<usize, String> {
+    let id = &report.run_id;
+    let merge_only = !mode.runs_workers();
+    let to_do = report
+        .tasks
+        .iter()
+        .filter(|t| match merge_only {
+            true => t.status == TaskStatus::Done && t.commit.is_some(),
+            false => t.left_to_do(mode.reruns_failed()),
+        })
+        .count();
+    if merge_only && to_do == 0 {
+        return Err(format!("run {id} has no finished task left to merge"));
+    }
+    if to_do == 0 && report.state == RunState::Finished {
+        return Err(format!(
+            "run {id} has nothing left to do{}",
+            if mode.reruns_failed() {
+                ""
+            } else {
+                " (--failed runs failed tasks again)"
+            }
+        ));
+    }
+    Ok(to_do)
 }
 
 /// The merges on the integration branch say which tasks really are merged.

@@ -211,83 +211,35 @@ async fn attempt_group(
     let worktree = slot.path.clone();
     // On an error the lease gives the worktree back (its next task resets it).
     let result = work(shared, tasks[0], &files, &mut slot, None).await?;
-    let unshared = |error: String| {
-        Ok(Err(Unshared {
-            error,
-            log: result.log.clone(),
-            output: result.output_tail.clone().unwrap_or_default(),
-        }))
+    let unshared = |error: String| Unshared {
+        error,
+        log: result.log.clone(),
+        output: result.output_tail.clone().unwrap_or_default(),
     };
     match &result.verdict {
-        Verdict::Interrupted => {
-            return Ok(Ok(tasks
-                .iter()
-                .map(|&idx| {
-                    let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Interrupted);
-                    a.error = Some("interrupted".into());
-                    a
-                })
-                .collect()));
+        Verdict::Interrupted | Verdict::OverBudget(_) => {
+            return Ok(Ok(stopped(shared, tasks, &result)));
         }
-        Verdict::OverBudget(why) => {
-            return Ok(Ok(tasks
-                .iter()
-                .enumerate()
-                .map(|(k, &idx)| {
-                    let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Skipped);
-                    a.error = Some(why.clone());
-                    a.over_budget = true;
-                    if k == 0 {
-                        a.record_spend(&result);
-                    }
-                    a
-                })
-                .collect()));
-        }
-        Verdict::Failed(why) | Verdict::Timeout(why) => return unshared(why.clone()),
-        Verdict::Exited(_) => return unshared(result.verdict.describe()),
+        Verdict::Failed(why) | Verdict::Timeout(why) => return Ok(Err(unshared(why.clone()))),
+        Verdict::Exited(_) => return Ok(Err(unshared(result.verdict.describe()))),
         Verdict::Done | Verdict::NoChange => {}
     }
     warn_about_new_branches(shared, &first.id).await?;
     if let Err(why) = shared.pool.check_intact(&slot) {
         tokio::task::spawn_blocking(move || slot.discard()).await?;
-        return unshared(why);
+        return Ok(Err(unshared(why)));
     }
     step(shared, &first.id, "committing");
     let committed = match commit_attempt(shared, slot, &first.id, &branch, shared.base).await? {
         Ok(committed) => committed,
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
-        Err(e) => return unshared(e.to_string()),
+        Err(e) => return Ok(Err(unshared(e.to_string()))),
     };
-    if let Some(now) = committed.moved_head {
-        return unshared(format!(
-            "the worker moved HEAD away from its branch (to {now})"
-        ));
-    }
-    if committed.worker_commits > 0 {
-        return unshared(format!(
-            "the worker made {} commit(s) itself, which cannot be shared out among its tasks",
-            committed.worker_commits
-        ));
-    }
-    for path in &committed.skipped {
-        warn(
-            shared,
-            &first.id,
-            format!("{path} could not be staged (a nested repository?); left out"),
-        );
-    }
-    let shares = match share_out(plan, tasks, committed.changed) {
-        Ok(shares) => shares,
-        Err(path) => {
-            return unshared(format!(
-                "it changed {path}, which is no file of its tasks, so that change belongs to \
-                 none of them"
-            ));
-        }
+    let (tip, shares) = match shareable(shared, tasks, committed) {
+        Ok(shareable) => shareable,
+        Err(why) => return Ok(Err(unshared(why))),
     };
-    let tips = commit_shares(shared, tasks, committed.tip, &shares).await?;
-    let settings = &shared.settings;
+    let tips = commit_shares(shared, tasks, tip, &shares).await?;
     Ok(Ok(tasks
         .iter()
         .zip(shares)
@@ -299,7 +251,7 @@ async fn attempt_group(
                 result.verdict.clone(),
                 &share,
                 &plan.task(idx).files,
-                settings.scope,
+                shared.settings.scope,
             );
             a.tip = Some(tip);
             a.changed = share;
@@ -314,6 +266,66 @@ async fn attempt_group(
             a
         })
         .collect()))
+}
+
+/// The attempts of a process that was interrupted, or stopped by the run's budget: its
+/// spend is counted once.
+fn stopped(shared: &Shared, tasks: &[TaskIdx], result: &super::task::WorkerResult) -> Vec<Attempt> {
+    tasks
+        .iter()
+        .enumerate()
+        .map(|(k, &idx)| match &result.verdict {
+            Verdict::OverBudget(why) => {
+                let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Skipped);
+                a.error = Some(why.clone());
+                a.over_budget = true;
+                if k == 0 {
+                    a.record_spend(result);
+                }
+                a
+            }
+            _ => {
+                let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Interrupted);
+                a.error = Some("interrupted".into());
+                a
+            }
+        })
+        .collect()
+}
+
+/// The process's commit, as each task's share of its changes; `Err` says why it cannot be
+/// shared out (it moved HEAD, committed by itself, or changed a file of no task).
+fn shareable(
+    shared: &Shared,
+    tasks: &[TaskIdx],
+    committed: crate::git::commit::Committed,
+) -> Result<(git2::Oid, Vec<Vec<RepoPath>>), String> {
+    let first = &shared.plan.task(tasks[0]).id;
+    if let Some(now) = committed.moved_head {
+        return Err(format!(
+            "the worker moved HEAD away from its branch (to {now})"
+        ));
+    }
+    if committed.worker_commits > 0 {
+        return Err(format!(
+            "the worker made {} commit(s) itself, which cannot be shared out among its tasks",
+            committed.worker_commits
+        ));
+    }
+    for path in &committed.skipped {
+        warn(
+            shared,
+            first,
+            format!("{path} could not be staged (a nested repository?); left out"),
+        );
+    }
+    match share_out(&shared.plan, tasks, committed.changed) {
+        Ok(shares) => Ok((committed.tip, shares)),
+        Err(path) => Err(format!(
+            "it changed {path}, which is no file of its tasks, so that change belongs to none \
+             of them"
+        )),
+    }
 }
 
 /// The paths of `changed` that belong to each task (by position in `tasks`); `Err` with a

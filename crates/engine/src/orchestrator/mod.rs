@@ -16,12 +16,12 @@ use git2::Oid;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, EventSink};
-use crate::gateway::{self, Binding, Gateway, GatewayOptions, Meter, Spent};
+use crate::gateway::{self, Binding, Gateway, GatewayOptions, Meter};
 use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::git::worktree::WorktreePool;
 use crate::ids::{RunBranch, RunId, TaskId};
 use crate::plan::Plan;
-use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
+use crate::report::{Report, TaskStatus};
 use crate::settings::{ApiKey, Settings, WorktreeMode};
 use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
@@ -29,8 +29,10 @@ use crate::worker::llm::LlmShared;
 mod error;
 mod finish;
 mod group;
+mod merge_thread;
 mod mode;
 mod network;
+mod records;
 mod repair;
 mod scheduler;
 mod task;
@@ -41,6 +43,8 @@ mod worker_run;
 pub use error::RunError;
 pub(crate) use mode::Continuation;
 pub use mode::RunMode;
+pub(crate) use records::new_report;
+use records::{atomic_hold, close_report, open_run, spent_before};
 use scheduler::Scheduler;
 use task::user_branches;
 
@@ -127,20 +131,6 @@ struct Layout {
     git_views: bool,
 }
 
-/// Why `--atomic` keeps the target where it is, if so: a task that did not merge.
-fn atomic_hold(report: &mut Report) -> Option<String> {
-    report.compute_totals(0);
-    let t = &report.totals;
-    (t.not_ok() > 0).then(|| {
-        format!(
-            "--atomic: {} of {} task(s) did not merge ({})",
-            t.not_ok(),
-            t.tasks,
-            t.problem_words().join(", ")
-        )
-    })
-}
-
 /// Can a worker process write the git directory `common_dir` (and so make a branch)?
 fn workers_write_refs(
     sandbox: &crate::settings::SandboxPolicy,
@@ -151,59 +141,6 @@ fn workers_write_refs(
 
 pub(crate) fn result_branch(run_id: &RunId) -> String {
     run_id.branch(&RunBranch::Result)
-}
-
-/// The report of a run of `plan` that has not started: every task pending.
-pub(crate) fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
-    Report {
-        schema_version: REPORT_SCHEMA_VERSION,
-        run_id: plan.run_id.clone(),
-        instruction: plan.instruction.clone(),
-        base: plan.base,
-        into: into.to_string(),
-        into_start,
-        result: None,
-        into_updated: false,
-        result_branch: None,
-        merge_hint: None,
-        state: RunState::Running,
-        started_at: state::now_rfc3339(),
-        tasks: plan
-            .tasks
-            .iter()
-            .map(|t| TaskReport {
-                id: t.id.clone(),
-                files: t.files.clone(),
-                status: TaskStatus::Pending,
-                branch: t.branch(&plan.run_id),
-                commit: None,
-                start: None,
-                merge_commit: None,
-                attempts: 0,
-                duration_ms: 0,
-                tokens: Tokens::default(),
-                turns: 0,
-                cost_usd: 0.0,
-                requests: 0,
-                reported: None,
-                changed_files: Vec::new(),
-                deleted_files: Vec::new(),
-                summary: None,
-                error: None,
-                output_tail: None,
-                branch_kept: false,
-                log: None,
-                hint: None,
-                over_budget: false,
-                network: Default::default(),
-            })
-            .collect(),
-        totals: Default::default(),
-        verify_merged: None,
-        worktrees: None,
-        per_process: None,
-        skipped_files: plan.skipped.clone(),
-    }
 }
 
 /// Runs `req`. `cancel` stops the run (Ctrl-C: exit 130, resumable); every event goes to
@@ -220,7 +157,7 @@ pub(crate) async fn run(
     let _lock = open_run(&run_dir, &req.plan, &sink, held)?;
     let views = use_views(&req, &sink).await;
     let git_views = views || git_views_work(&req).await;
-    let (mut report, first_tip, merge_first) = match req.continuation {
+    let (report, first_tip, merge_first) = match req.continuation.take() {
         None => (
             new_report(&req.plan, &req.into.branch, req.into_start),
             req.into_start,
@@ -228,14 +165,117 @@ pub(crate) async fn run(
         ),
         Some(continuation) => {
             for message in &continuation.recovered {
-                sink.emit(Event::Warning {
-                    task: None,
-                    message: message.clone(),
-                });
+                warn_run(&sink, message.clone());
             }
             continuation.prepare(req.mode)
         }
     };
+    let (report, per_process) = announce(&req, &run_dir, &sink, report, views)?;
+    let meter = Meter::new(&req.settings, spent_before(&report), Some(sink.clone()));
+    let services = Services {
+        api_key: req.api_key.take(),
+        sink,
+        // A child token: an internal error stops the workers without looking like Ctrl-C.
+        cancel: cancel.child_token(),
+        meter,
+    };
+    let layout = Layout {
+        views,
+        per_process,
+        git_views,
+    };
+    let shared = Arc::new(Shared::new(
+        req.plan,
+        req.settings,
+        &req.info,
+        run_dir,
+        services,
+        layout,
+    )?);
+    let mut sched = Scheduler::new(shared.clone(), report, first_tip, req.mode);
+    let driven = sched.drive(&req.info, first_tip, merge_first).await;
+    let target = Target {
+        info: &req.info,
+        into: &req.into,
+        into_start: req.into_start,
+        keep: req.keep,
+        mode: req.mode,
+    };
+    conclude(&target, &shared, sched, driven, &cancel, started).await
+}
+
+/// Where a run's result goes.
+struct Target<'a> {
+    info: &'a RepoInfo,
+    into: &'a IntoTarget,
+    into_start: Oid,
+    keep: bool,
+    mode: RunMode,
+}
+
+/// After the tasks: `--verify-merged`, `--atomic`, the target moved once, everything
+/// cleaned up, the final report.
+async fn conclude(
+    req: &Target<'_>,
+    shared: &Arc<Shared>,
+    mut sched: Scheduler,
+    mut driven: Result<(), RunError>,
+    cancel: &CancellationToken,
+    started: Instant,
+) -> Result<RunOutcome, RunError> {
+    let check = shared.settings.verify_merged.clone();
+    if let (Ok(()), true, Some(command)) = (&driven, req.mode.merges(), check)
+        && !cancel.is_cancelled()
+        && sched.tip != req.into_start
+    {
+        driven = verify_merged::verify_merged(&mut sched, req.into_start, &command)
+            .await
+            .map_err(|e| RunError::classify("checking the merged result", e));
+    }
+    if let Err(e) = &driven {
+        tracing::error!("run failed: {e:#}");
+    }
+    let interrupted = cancel.is_cancelled();
+    let (tip, mut hold, mut report) = (sched.tip, sched.hold, sched.report);
+    if shared.settings.atomic && hold.is_none() {
+        hold = atomic_hold(&mut report);
+    }
+    let ending = finish::Ending {
+        info: req.info,
+        into: req.into,
+        into_start: req.into_start,
+        tip,
+        keep: req.keep,
+        stopped: interrupted || driven.is_err(),
+        hold: hold.as_deref(),
+    };
+    finish::finish(shared, &ending, &mut report).await;
+    let report = close_report(shared, report, interrupted, started)
+        .map_err(|e| RunError::classify("saving the run's report", e))?;
+    driven?;
+    Ok(RunOutcome {
+        report,
+        interrupted,
+    })
+}
+
+/// A warning of the whole run.
+fn warn_run(sink: &EventSink, message: String) {
+    sink.emit(Event::Warning {
+        task: None,
+        message,
+    });
+}
+
+/// Saves the report the run starts from and says the run started (and, without a git
+/// identity, whose name its commits carry); gives the report and the tasks per process.
+fn announce(
+    req: &RunRequest,
+    run_dir: &RunDir,
+    sink: &EventSink,
+    mut report: Report,
+    views: bool,
+) -> Result<(Report, usize), RunError> {
     report.worktrees = Some(if views { "overlay" } else { "pool" }.to_string());
     let to_run = report
         .tasks
@@ -259,85 +299,17 @@ pub(crate) async fn run(
     if let Ok(repo) = git2::Repository::open(&req.info.common_dir)
         && crate::git::configured_signature(&repo).is_none()
     {
-        sink.emit(Event::Warning {
-            task: None,
-            message: format!(
+        warn_run(
+            sink,
+            format!(
                 "no git identity (user.name, user.email): commits are made as {} <{}>; set \
                  them with git config, or GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL",
                 crate::git::FALLBACK_NAME,
                 crate::git::FALLBACK_EMAIL
             ),
-        });
+        );
     }
-    let meter = Meter::new(&req.settings, spent_before(&report), Some(sink.clone()));
-    let services = Services {
-        api_key: req.api_key,
-        sink,
-        // A child token: an internal error stops the workers without looking like Ctrl-C.
-        cancel: cancel.child_token(),
-        meter,
-    };
-    let shared = Arc::new(Shared::new(
-        req.plan,
-        req.settings,
-        &req.info,
-        run_dir,
-        services,
-        Layout {
-            views,
-            per_process,
-            git_views,
-        },
-    )?);
-    let mut sched = Scheduler::new(shared.clone(), report, first_tip, req.mode);
-    let mut driven = sched.drive(&req.info, first_tip, merge_first).await;
-    let check = shared.settings.verify_merged.clone();
-    if let (Ok(()), true, Some(command)) = (&driven, req.mode.merges(), check)
-        && !cancel.is_cancelled()
-        && sched.tip != req.into_start
-    {
-        driven = verify_merged::verify_merged(&mut sched, req.into_start, &command)
-            .await
-            .map_err(|e| RunError::classify("checking the merged result", e));
-    }
-    if let Err(e) = &driven {
-        tracing::error!("run failed: {e:#}");
-    }
-    let interrupted = cancel.is_cancelled();
-    let (tip, mut hold, mut report) = (sched.tip, sched.hold, sched.report);
-    if shared.settings.atomic && hold.is_none() {
-        hold = atomic_hold(&mut report);
-    }
-    let ending = finish::Ending {
-        info: &req.info,
-        into: &req.into,
-        into_start: req.into_start,
-        tip,
-        keep: req.keep,
-        stopped: interrupted || driven.is_err(),
-        hold: hold.as_deref(),
-    };
-    finish::finish(&shared, &ending, &mut report).await;
-    let report = close_report(&shared, report, interrupted, started)
-        .map_err(|e| RunError::classify("saving the run's report", e))?;
-    driven?;
-    Ok(RunOutcome {
-        report,
-        interrupted,
-    })
-}
-
-/// What the earlier attempts of a continued run spent (nothing for a new run).
-fn spent_before(report: &Report) -> Spent {
-    let mut spent = Spent::default();
-    for t in &report.tasks {
-        spent.add(&Spent {
-            tokens: t.tokens,
-            cost_usd: t.cost_usd,
-            requests: t.requests,
-        });
-    }
-    spent
+    Ok((report, per_process))
 }
 
 /// The gateway of an `--agent`'s model requests, when swarm serves any of its APIs (it holds
@@ -413,62 +385,6 @@ pub(crate) async fn views_unavailable(
     swarm_sandbox::probe_overlay(&settings.sandbox, &state::layers_dir(common_dir))
         .await
         .err()
-}
-
-/// Takes the run's lock and writes what a run starts with: its owner, its plan, the event
-/// log. Refuses a run that another swarm process holds.
-fn open_run(
-    run_dir: &RunDir,
-    plan: &Plan,
-    sink: &EventSink,
-    held: Option<state::RunLock>,
-) -> Result<state::RunLock, RunError> {
-    let lock = match held {
-        Some(lock) => lock,
-        None => {
-            std::fs::create_dir_all(&run_dir.path)
-                .map_err(|e| RunError::io(format!("create {}", run_dir.path.display()), e))?;
-            state::RunLock::try_acquire(run_dir)
-                .map_err(|e| RunError::io("lock the run", e))?
-                .ok_or_else(|| RunError::Busy {
-                    run: plan.run_id.clone(),
-                })?
-        }
-    };
-    let owner = state::Owner {
-        pid: std::process::id(),
-        started_at: state::now_rfc3339(),
-    };
-    state::write_json_atomic(&run_dir.owner(), &owner)
-        .and_then(|()| state::write_json_atomic(&run_dir.plan(), plan))
-        .map_err(|e| RunError::classify("writing the run's records", e))?;
-    sink.log_to_run_file(&run_dir.events())
-        .map_err(|e| RunError::io(format!("write {}", run_dir.events().display()), e))?;
-    Ok(lock)
-}
-
-/// The final report: its state and totals, secrets redacted (the CLI prints from it), saved,
-/// and announced.
-fn close_report(
-    shared: &Shared,
-    mut report: Report,
-    interrupted: bool,
-    started: Instant,
-) -> anyhow::Result<Report> {
-    report.state = if interrupted {
-        RunState::Interrupted
-    } else {
-        RunState::Finished
-    };
-    report.compute_totals(started.elapsed().as_millis() as u64);
-    let report = report.redacted();
-    state::write_json_atomic(&shared.run_dir.report(), &report)?;
-    shared.sink.emit(Event::RunFinished {
-        result: report.result.map(|r| r.to_string()),
-        merged: report.totals.merged,
-        failed: report.totals.not_ok(),
-    });
-    Ok(report)
 }
 
 impl Shared {

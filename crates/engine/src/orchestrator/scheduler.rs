@@ -9,8 +9,8 @@ use tokio::task::JoinSet;
 
 use super::group::{self, GroupEnd, run_group};
 use super::repair::{ConflictRepair, repair_conflict};
-use super::task::{Attempt, Resolved, run_task};
-use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
+use super::task::{Attempt, run_task};
+use crate::git::merge::{MergeOutcome, MergeTrain};
 use crate::git::repo::RepoInfo;
 use crate::report::Report;
 use crate::settings::OnConflict;
@@ -20,18 +20,13 @@ use std::time::{Duration, Instant};
 
 use git2::Oid;
 
+use super::merge_thread::{
+    MergeDone, MergeJob, MergeThreadStopped, merge_loop, merge_thread_stopped,
+};
 use super::{RunError, RunMode, Shared, result_branch};
 use crate::events::{ConflictAction, Event};
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
-
-pub(super) struct MergeJob {
-    pub(super) idx: TaskIdx,
-    pub(super) start: Oid,
-    pub(super) tip: Oid,
-    /// Merge this resolved tree instead (`--on-conflict repair`).
-    pub(super) resolved: Option<Resolved>,
-}
 
 /// A process over several tasks that did not succeed ([`GroupEnd::Split`]).
 struct Split {
@@ -92,20 +87,6 @@ impl Flight {
         self.merging += 1;
         Ok(())
     }
-}
-
-/// The merge thread is gone: no merge can be handed to it.
-#[derive(Debug, thiserror::Error)]
-#[error("the merge thread stopped")]
-struct MergeThreadStopped;
-
-fn merge_thread_stopped() -> anyhow::Error {
-    MergeThreadStopped.into()
-}
-
-struct MergeDone {
-    pub(super) idx: TaskIdx,
-    pub(super) outcome: Result<MergeOutcome, String>,
 }
 
 pub(super) struct Scheduler {
@@ -563,46 +544,4 @@ fn conflict_context(paths: &[RepoPath]) -> String {
          keep them and apply the instruction on top.",
         list.join("\n")
     )
-}
-
-/// Merges the jobs in the order they come; gives the train back when the channel closes.
-fn merge_loop(
-    mut train: MergeTrain,
-    shared: &Shared,
-    jobs: std::sync::mpsc::Receiver<MergeJob>,
-    done: mpsc::UnboundedSender<MergeDone>,
-) -> MergeTrain {
-    for job in jobs {
-        let task = shared.plan.task(job.idx);
-        let req = MergeRequest {
-            task_id: &task.id,
-            files: &task.files,
-            instruction: &shared.plan.instruction,
-            run_id: &shared.plan.run_id,
-            start: job.start,
-            tip: job.tip,
-        };
-        let outcome = match job.resolved {
-            None => train.merge(&req),
-            Some(resolved) => {
-                train
-                    .merge_resolved(&req, resolved.tree, resolved.on)
-                    .map(|commit| MergeOutcome::Merged {
-                        commit,
-                        fast_path: false,
-                    })
-            }
-        }
-        .map_err(|e| format!("{e:#}"));
-        if done
-            .send(MergeDone {
-                idx: job.idx,
-                outcome,
-            })
-            .is_err()
-        {
-            break;
-        }
-    }
-    train
 }

@@ -201,25 +201,31 @@ async fn attempt_task(
     step(shared, &task.id, "committing");
     let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start).await? {
         Ok(c) => c,
-        Err(e @ CommitError::RewroteBranch(tip)) => {
-            // Kept for inspection, like any failed task's branch.
-            a.tip = Some(tip);
-            a.status = TaskStatus::Failed;
-            a.error = Some(e.to_string());
-            return Ok(());
-        }
-        Err(
-            e @ (CommitError::Filtered(..)
-            | CommitError::Secret(..)
-            | CommitError::SecretName(..)
-            | CommitError::SecretMessage(..)),
-        ) => {
-            a.status = TaskStatus::Failed;
-            a.error = Some(e.to_string());
-            return Ok(());
-        }
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
+        Err(e) => {
+            if let CommitError::RewroteBranch(tip) = e {
+                // Kept for inspection, like any failed task's branch.
+                a.tip = Some(tip);
+            }
+            a.status = TaskStatus::Failed;
+            a.error = Some(e.to_string());
+            return Ok(());
+        }
     };
+    record_commit(shared, a, &task.id, committed, verdict);
+    Ok(())
+}
+
+/// What the task's commit says of the attempt: its tip and changes, its status, what to
+/// warn about, and the hint for a codemod that exits non-zero after doing its job.
+fn record_commit(
+    shared: &Shared,
+    a: &mut Attempt,
+    task: &TaskId,
+    committed: crate::git::commit::Committed,
+    verdict: Verdict,
+) {
+    let files = &shared.plan.task(a.idx).files;
     a.tip = Some(committed.tip);
     a.changed = committed.changed;
     a.deleted = committed.deleted;
@@ -229,19 +235,19 @@ async fn attempt_task(
             "the worker moved HEAD away from its task branch (to {now}); its changes are kept \
              on the task branch"
         ));
-        return Ok(());
+        return;
     }
     for path in &committed.skipped {
         warn(
             shared,
-            &task.id,
+            task,
             format!("{path} could not be staged (a nested repository?); left out"),
         );
     }
     if committed.worker_commits > 0 {
         warn(
             shared,
-            &task.id,
+            task,
             format!(
                 "the worker made {} commit(s) itself; they are kept on the task branch",
                 committed.worker_commits
@@ -260,8 +266,7 @@ async fn attempt_task(
             a.changed.len()
         ));
     }
-    (a.status, a.error) = outcome(verdict, &a.changed, &task.files, shared.settings.scope);
-    Ok(())
+    (a.status, a.error) = outcome(verdict, &a.changed, files, shared.settings.scope);
 }
 
 impl Attempt {

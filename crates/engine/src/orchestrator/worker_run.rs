@@ -76,20 +76,45 @@ pub(super) async fn run_worker(
     task_dir: &std::path::Path,
     context: Option<&str>,
 ) -> anyhow::Result<WorkerResult> {
-    let Place {
-        worktree,
-        view,
-        git,
-    } = place;
     let task = shared.plan.task(idx);
-    let settings = &shared.settings;
     let WorkerKind::Exec(command) = &shared.worker else {
         let llm = shared
             .model
             .as_deref()
             .context("no model for the built-in worker")?;
-        return run_agent(shared, llm, idx, worktree, task_dir, &task.files, context).await;
+        return run_agent(
+            shared,
+            llm,
+            idx,
+            place.worktree,
+            task_dir,
+            &task.files,
+            context,
+        )
+        .await;
     };
+    let result = run_exec(shared, idx, command, files, place, task_dir, context).await?;
+    let Some(verify) = shared.settings.verify.as_deref() else {
+        return Ok(result);
+    };
+    if result.verdict != Verdict::Done {
+        return Ok(result);
+    }
+    verify_then_repair(shared, idx, command, verify, place, task_dir, result).await
+}
+
+/// Runs the `--exec` command for the task.
+async fn run_exec(
+    shared: &Arc<Shared>,
+    idx: TaskIdx,
+    command: &str,
+    files: &[RepoPath],
+    place: Place<'_>,
+    task_dir: &std::path::Path,
+    context: Option<&str>,
+) -> anyhow::Result<WorkerResult> {
+    let task = shared.plan.task(idx);
+    let settings = &shared.settings;
     let instruction = shared.plan.instruction_for(idx);
     let ran = exec::run(ExecTask {
         command,
@@ -97,8 +122,8 @@ pub(super) async fn run_worker(
         run_id: &shared.plan.run_id,
         task_id: &task.id,
         files,
-        worktree,
-        view,
+        worktree: place.worktree,
+        view: place.view,
         task_dir,
         timeout: settings.timeout(),
         idle_timeout: settings.idle_timeout(),
@@ -115,7 +140,7 @@ pub(super) async fn run_worker(
         meter: &shared.meter,
         context,
         ok_exit_codes: &settings.ok_exit_codes,
-        git,
+        git: place.git,
     })
     .await?;
     if ran.leftovers > 0 {
@@ -131,7 +156,7 @@ pub(super) async fn run_worker(
     }
     let usage = ran.usage.unwrap_or_default();
     let spent = ran.spent.unwrap_or_default();
-    let mut result = WorkerResult {
+    Ok(WorkerResult {
         verdict: ran.verdict,
         summary: ran.summary,
         output_tail: Some(ran.output_tail),
@@ -144,24 +169,41 @@ pub(super) async fn run_worker(
         requests: spent.requests,
         reported: Reported::plausible(usage.tokens, usage.cost_usd, usage.turns),
         git: ran.git,
-    };
-    let Some(verify) = settings.verify.as_deref() else {
-        return Ok(result);
-    };
-    if result.verdict != Verdict::Done {
-        return Ok(result);
-    }
-    let Some((verdict, tail)) =
-        verify_exec(shared, &task.id, verify, worktree, view, task_dir).await?
+    })
+}
+
+/// `--verify` after the command that finished `result`; with `--repair`, a failing check
+/// hands the worktree to the model.
+async fn verify_then_repair(
+    shared: &Arc<Shared>,
+    idx: TaskIdx,
+    command: &str,
+    verify: &str,
+    place: Place<'_>,
+    task_dir: &std::path::Path,
+    mut result: WorkerResult,
+) -> anyhow::Result<WorkerResult> {
+    let task = shared.plan.task(idx);
+    let Some((verdict, tail)) = verify_exec(
+        shared,
+        &task.id,
+        verify,
+        place.worktree,
+        place.view,
+        task_dir,
+    )
+    .await?
     else {
         return Ok(result);
     };
     result.verdict = verdict;
     result.output_tail = Some(tail.clone());
     result.log = Some(task_dir.join("verify.log"));
-    let (Verdict::Failed(_), true, Some(llm)) =
-        (&result.verdict, settings.repair, shared.model.as_deref())
-    else {
+    let (Verdict::Failed(_), true, Some(llm)) = (
+        &result.verdict,
+        shared.settings.repair,
+        shared.model.as_deref(),
+    ) else {
         return Ok(result);
     };
     // Codemod first, agent second: the model fixes what the command broke.
@@ -176,7 +218,7 @@ pub(super) async fn run_worker(
         shared,
         llm,
         idx,
-        worktree,
+        place.worktree,
         task_dir,
         &task.files,
         Some(&context),

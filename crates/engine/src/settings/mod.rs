@@ -177,79 +177,21 @@ impl Settings {
     pub fn from_layer(layer: Layer) -> Result<Settings, SettingsError> {
         let sandbox = sandbox::policy(&layer)?;
         let agent = match &layer.run.agent {
-            Some(name) => Some(
-                agents::resolve(name, &layer.agents, layer.run.agent_model.clone()).map_err(
-                    |problem| match problem {
-                        agents::AgentProblem::Unknown => SettingsError::UnknownAgent {
-                            name: name.clone(),
-                            known: agents::names(&layer.agents).join(", "),
-                        },
-                        agents::AgentProblem::UnknownApi(api) => SettingsError::UnknownApi {
-                            name: name.clone(),
-                            api,
-                            known: agents::APIS
-                                .iter()
-                                .map(|r| r.name)
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                        },
-                    },
-                )?,
-            ),
+            Some(name) => Some(agent(name, &layer)?),
             None => None,
         };
         let (mut run, model) = (layer.run, layer.model);
         if let Some(agent) = &agent {
             run.exec = Some(agent.exec.clone());
         }
-        let at_least_one = |value, count| match value {
-            0 => Err(SettingsError::Zero(count)),
-            _ => Ok(value),
-        };
-        let jobs = at_least_one(run.jobs.unwrap_or(Self::DEFAULT_JOBS) as u64, Count::Jobs)?;
-        let batch = at_least_one(run.batch.unwrap_or(1) as u64, Count::Batch)?;
-        let per_process = run.per_process.unwrap_or_default();
-        if per_process == PerProcess::Tasks(0) {
-            return Err(SettingsError::Zero(Count::PerProcess));
-        }
-        let timeout_secs = at_least_one(
-            run.timeout.unwrap_or(Self::DEFAULT_TIMEOUT_SECS),
-            Count::Timeout,
-        )?;
-        let max_turns = at_least_one(
-            u64::from(run.max_turns.unwrap_or(Self::DEFAULT_MAX_TURNS)),
-            Count::MaxTurns,
-        )?;
-        let idle_timeout_secs = at_least_one(
-            run.idle_timeout.unwrap_or(Self::DEFAULT_IDLE_TIMEOUT_SECS),
-            Count::IdleTimeout,
-        )?;
-        for (value, count) in [
-            (model.max_output_tokens, Count::MaxOutputTokens),
-            (model.context_window, Count::ContextWindow),
-        ] {
-            if value == Some(0) {
-                return Err(SettingsError::Zero(count));
-            }
-        }
+        let counts = Counts::of(&run)?;
+        check_model(&model)?;
         if run
             .max_cost
             .as_ref()
             .is_some_and(|c| c.as_f64().is_none_or(|c| c <= 0.0))
         {
             return Err(SettingsError::Zero(Count::MaxCost));
-        }
-        let prices = model
-            .price
-            .iter()
-            .chain(model.prices.iter().flat_map(|p| p.values()));
-        if prices.clone().any(|p| !p.is_valid()) {
-            return Err(SettingsError::Price);
-        }
-        if let Some(choice) = &model.tool_choice
-            && !["auto", "required", "none"].contains(&choice.as_str())
-        {
-            return Err(SettingsError::ToolChoice(choice.clone()));
         }
         let ok_exit_codes = run.ok_exit_codes.unwrap_or_else(success_only);
         if let Some(&bad) = ok_exit_codes.iter().find(|c| !(0..=255).contains(*c)) {
@@ -266,41 +208,23 @@ impl Settings {
                 .map_err(SettingsError::CopyPath)?;
         }
         Ok(Settings {
-            jobs: jobs as usize,
-            timeout_secs,
+            jobs: counts.jobs,
+            timeout_secs: counts.timeout_secs,
             on_conflict: run.on_conflict.unwrap_or(OnConflict::Retry),
             scope: run.scope.unwrap_or(Scope::Task),
-            batch: batch as usize,
-            per_process,
+            batch: counts.batch,
+            per_process: counts.per_process,
             exec: run.exec,
             worktree,
-            model: ModelSettings {
-                name: model.name,
-                base_url: model
-                    .base_url
-                    .unwrap_or_else(|| ModelSettings::DEFAULT_BASE_URL.to_string())
-                    .trim_end_matches('/')
-                    .to_string(),
-                stream: model.stream.unwrap_or(true),
-                request_timeout_secs: model.request_timeout.unwrap_or(300),
-                connect_timeout_secs: model.connect_timeout.unwrap_or(10),
-                max_retries: model.max_retries.unwrap_or(6),
-                max_output_tokens: model.max_output_tokens,
-                temperature: model.temperature,
-                tool_choice: model.tool_choice.unwrap_or_else(|| "auto".into()),
-                extra_body: model.extra_body.unwrap_or_default(),
-                context_window: model.context_window,
-                price: model.price,
-                prices: model.prices.unwrap_or_default(),
-            },
-            max_turns: max_turns as u32,
+            model: model_settings(model),
+            max_turns: counts.max_turns,
             max_tokens: run.max_tokens,
             max_cost: run.max_cost,
             verify: run.verify,
             verify_merged: run.verify_merged,
             repair: run.repair.unwrap_or(false),
             atomic: run.atomic.unwrap_or(false),
-            idle_timeout_secs,
+            idle_timeout_secs: counts.idle_timeout_secs,
             ok_exit_codes,
             sandbox,
             run_tool: RunToolPolicy {
@@ -309,6 +233,121 @@ impl Settings {
             },
             agent,
         })
+    }
+}
+
+/// `--agent NAME`, resolved among the built-in presets and the layer's `[agents]`.
+fn agent(name: &str, layer: &Layer) -> Result<agents::AgentSettings, SettingsError> {
+    agents::resolve(name, &layer.agents, layer.run.agent_model.clone()).map_err(|problem| {
+        match problem {
+            agents::AgentProblem::Unknown => SettingsError::UnknownAgent {
+                name: name.to_string(),
+                known: agents::names(&layer.agents).join(", "),
+            },
+            agents::AgentProblem::UnknownApi(api) => SettingsError::UnknownApi {
+                name: name.to_string(),
+                api,
+                known: agents::APIS
+                    .iter()
+                    .map(|r| r.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            },
+        }
+    })
+}
+
+/// The counts of `[run]`, with their defaults; each at least 1.
+struct Counts {
+    jobs: usize,
+    batch: usize,
+    per_process: PerProcess,
+    timeout_secs: u64,
+    max_turns: u32,
+    idle_timeout_secs: u64,
+}
+
+impl Counts {
+    fn of(run: &layer::RunTable) -> Result<Self, SettingsError> {
+        let at_least_one = |value, count| match value {
+            0 => Err(SettingsError::Zero(count)),
+            _ => Ok(value),
+        };
+        let jobs = at_least_one(
+            run.jobs.unwrap_or(Settings::DEFAULT_JOBS) as u64,
+            Count::Jobs,
+        )?;
+        let batch = at_least_one(run.batch.unwrap_or(1) as u64, Count::Batch)?;
+        let per_process = run.per_process.unwrap_or_default();
+        if per_process == PerProcess::Tasks(0) {
+            return Err(SettingsError::Zero(Count::PerProcess));
+        }
+        Ok(Self {
+            jobs: jobs as usize,
+            batch: batch as usize,
+            per_process,
+            timeout_secs: at_least_one(
+                run.timeout.unwrap_or(Settings::DEFAULT_TIMEOUT_SECS),
+                Count::Timeout,
+            )?,
+            max_turns: at_least_one(
+                u64::from(run.max_turns.unwrap_or(Settings::DEFAULT_MAX_TURNS)),
+                Count::MaxTurns,
+            )? as u32,
+            idle_timeout_secs: at_least_one(
+                run.idle_timeout
+                    .unwrap_or(Settings::DEFAULT_IDLE_TIMEOUT_SECS),
+                Count::IdleTimeout,
+            )?,
+        })
+    }
+}
+
+/// Checks `[model]`'s values: counts above zero, valid prices, a known `tool_choice`.
+fn check_model(model: &layer::ModelTable) -> Result<(), SettingsError> {
+    for (value, count) in [
+        (model.max_output_tokens, Count::MaxOutputTokens),
+        (model.context_window, Count::ContextWindow),
+    ] {
+        if value == Some(0) {
+            return Err(SettingsError::Zero(count));
+        }
+    }
+    let prices = model
+        .price
+        .iter()
+        .chain(model.prices.iter().flat_map(|p| p.values()));
+    if prices.clone().any(|p| !p.is_valid()) {
+        return Err(SettingsError::Price);
+    }
+    if let Some(choice) = &model.tool_choice
+        && !["auto", "required", "none"].contains(&choice.as_str())
+    {
+        return Err(SettingsError::ToolChoice(choice.clone()));
+    }
+    Ok(())
+}
+
+/// `[model]` with its defaults.
+fn model_settings(model: layer::ModelTable) -> ModelSettings {
+    ModelSettings {
+        name: model.name,
+        base_url: model
+            .base_url
+            .unwrap_or_else(|| ModelSettings::DEFAULT_BASE_URL.to_string())
+            .trim_end_matches('/')
+            .to_string(),
+        stream: model.stream.unwrap_or(true),
+        request_timeout_secs: model.request_timeout.unwrap_or(300),
+        connect_timeout_secs: model.connect_timeout.unwrap_or(10),
+        max_retries: model.max_retries.unwrap_or(6),
+        max_output_tokens: model.max_output_tokens,
+        temperature: model.temperature,
+        tool_choice: model.tool_choice.unwrap_or_else(|| "auto".into()),
+        extra_body: model.extra_body.unwrap_or_default(),
+        context_window: model.context_window,
+        price: model.price,
+        prices: model.prices.unwrap_or_default(),
     }
 }
 

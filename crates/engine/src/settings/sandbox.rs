@@ -120,7 +120,17 @@ pub(crate) fn restrict(
             ),
         });
     }
-    // The key goes where the endpoint is: an untrusted layer may only name a local server.
+    keep_local_endpoint(&mut layer, from, granted, warnings);
+    layer
+}
+
+/// The key goes where the endpoint is: an untrusted layer may only name a local server.
+fn keep_local_endpoint(
+    layer: &mut Layer,
+    from: Untrusted,
+    granted: &Layer,
+    warnings: &mut Vec<String>,
+) {
     if let Some(url) = layer.model.base_url.take() {
         if ModelSettings::url_is_local(&url) {
             layer.model.base_url = Some(url);
@@ -135,7 +145,6 @@ pub(crate) fn restrict(
             ));
         }
     }
-    layer
 }
 
 /// The sandbox policy of combined layers, with the defaults: confined, no network, the

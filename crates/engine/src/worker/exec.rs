@@ -113,31 +113,7 @@ pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> 
         "a folder for the result file",
     ))?;
     let result_file = result_dir.path().join("result.json");
-
-    let first = task
-        .files
-        .first()
-        .map(|f| f.as_bytes().to_vec())
-        .unwrap_or_default();
-    let all = task
-        .files
-        .iter()
-        .map(|f| f.as_bytes())
-        .collect::<Vec<_>>()
-        .join(&b'\n');
-    let mut env: Vec<(OsString, OsString)> = vec![
-        (env_vars::SWARM_FILE.into(), OsString::from_vec(first)),
-        (env_vars::SWARM_FILES.into(), OsString::from_vec(all)),
-        (env_vars::SWARM_INSTRUCTION.into(), task.instruction.into()),
-        (env_vars::SWARM_TASK_ID.into(), task.task_id.as_str().into()),
-        (env_vars::SWARM_RUN_ID.into(), task.run_id.as_str().into()),
-        (env_vars::SWARM_WORKTREE.into(), task.worktree.into()),
-        (env_vars::SWARM_TASK_FILE.into(), task_file.clone().into()),
-        (
-            env_vars::SWARM_RESULT_FILE.into(),
-            result_file.clone().into(),
-        ),
-    ];
+    let mut env = task_env(&task, &task_file, &result_file);
     let agent_sandbox = match task.agent {
         Some(agent) => {
             env.extend(agent_env(agent.settings));
@@ -158,19 +134,97 @@ pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> 
         })?),
         _ => None,
     };
-    let mut also_writable = vec![result_dir.path()];
-    if let Some(layer) = &git {
+    let log = log_path(task.task_dir);
+    let outcome = run_process(
+        &task,
+        env,
+        &log,
+        agent_sandbox.as_ref().unwrap_or(task.sandbox),
+        &[result_dir.path()],
+        &state_views,
+        git.as_ref(),
+    )
+    .await?;
+    let reported: Option<ResultFile> =
+        read_result(&result_file).and_then(|b| serde_json::from_slice(&b).ok());
+    let usage = task.agent.and_then(|agent| {
+        let text = std::fs::read(&log).ok()?;
+        agent_output::parse(agent.settings.output, &String::from_utf8_lossy(&text))
+    });
+    let summary = reported
+        .as_ref()
+        .and_then(|r| r.summary.clone())
+        .or_else(|| usage.as_ref().and_then(|u| u.summary.clone()));
+    let verdict = verdict(
+        &task,
+        outcome.exit,
+        reported.as_ref(),
+        usage.as_ref(),
+        &summary,
+    );
+    Ok(ExecOutcome {
+        verdict,
+        summary,
+        output_tail: outcome.output_tail,
+        usage,
+        spent: outcome.spent,
+        git,
+        leftovers: outcome.leftovers,
+    })
+}
+
+/// The task's variables (`SWARM_FILE`, `SWARM_FILES`, …).
+fn task_env(
+    task: &ExecTask<'_>,
+    task_file: &Path,
+    result_file: &Path,
+) -> Vec<(OsString, OsString)> {
+    let first = task
+        .files
+        .first()
+        .map(|f| f.as_bytes().to_vec())
+        .unwrap_or_default();
+    let all = task
+        .files
+        .iter()
+        .map(|f| f.as_bytes())
+        .collect::<Vec<_>>()
+        .join(&b'\n');
+    vec![
+        (env_vars::SWARM_FILE.into(), OsString::from_vec(first)),
+        (env_vars::SWARM_FILES.into(), OsString::from_vec(all)),
+        (env_vars::SWARM_INSTRUCTION.into(), task.instruction.into()),
+        (env_vars::SWARM_TASK_ID.into(), task.task_id.as_str().into()),
+        (env_vars::SWARM_RUN_ID.into(), task.run_id.as_str().into()),
+        (env_vars::SWARM_WORKTREE.into(), task.worktree.into()),
+        (env_vars::SWARM_TASK_FILE.into(), task_file.into()),
+        (env_vars::SWARM_RESULT_FILE.into(), result_file.into()),
+    ]
+}
+
+/// Runs the task's command under `sandbox`, writable also in `also` and its git's view; the
+/// views are unmounted (made readable again) whatever happened.
+async fn run_process(
+    task: &ExecTask<'_>,
+    env: Vec<(OsString, OsString)>,
+    log: &Path,
+    sandbox: &SandboxPolicy,
+    also: &[&Path],
+    state_views: &[StateView],
+    git: Option<&GitLayer>,
+) -> Result<process::ProcessOutcome, WorkerError> {
+    let mut also_writable = also.to_vec();
+    if let Some(layer) = git {
         also_writable.push(layer.writable());
     }
-    let log = log_path(task.task_dir);
     let outcome = process::run(ProcessRequest {
         program: Program::Shell(task.command),
         cwd: task.worktree,
         env,
-        log: &log,
+        log,
         timeout: task.timeout,
         idle_timeout: Some(task.idle_timeout),
-        sandbox: Some(agent_sandbox.as_ref().unwrap_or(task.sandbox)),
+        sandbox: Some(sandbox),
         // The result file's directory, and the views of its git; nothing of swarm's.
         also_writable: &also_writable,
         view: task.view,
@@ -184,31 +238,30 @@ pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> 
                 task: task.task_id,
                 bindings,
             }),
-        state_views: &state_views,
-        git_view: git.as_ref().map(|l| &l.view),
+        state_views,
+        git_view: git.map(|l| &l.view),
         budget: task.agent.map(|_| task.meter.when_exhausted()),
     })
     .await;
-    for view in &state_views {
+    for view in state_views {
         overlay::open_work_dir(&view.work);
     }
-    drop(also_writable);
-    if let Some(layer) = &git {
+    if let Some(layer) = git {
         layer.unmounted();
     }
-    let outcome = outcome?;
+    outcome
+}
 
-    let reported: Option<ResultFile> =
-        read_result(&result_file).and_then(|b| serde_json::from_slice(&b).ok());
-    let usage = task.agent.and_then(|agent| {
-        let text = std::fs::read(&log).ok()?;
-        agent_output::parse(agent.settings.output, &String::from_utf8_lossy(&text))
-    });
-    let summary = reported
-        .as_ref()
-        .and_then(|r| r.summary.clone())
-        .or_else(|| usage.as_ref().and_then(|u| u.summary.clone()));
-    let verdict = match outcome.exit {
+/// What the command's end means for the task: its exit, what it reported in its result file,
+/// and (an agent) what its output said.
+fn verdict(
+    task: &ExecTask<'_>,
+    exit: Exit,
+    reported: Option<&ResultFile>,
+    usage: Option<&AgentUsage>,
+    summary: &Option<String>,
+) -> Verdict {
+    match exit {
         Exit::TimedOut => Verdict::Timeout(format!(
             "timed out after {}s (--timeout)",
             task.timeout.as_secs()
@@ -226,33 +279,21 @@ pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> 
         )),
         Exit::Signal(sig) => Verdict::Failed(format!("the worker was killed by signal {sig}")),
         Exit::Code(code) if task.ok_exit_codes.contains(&code) => {
-            match reported.as_ref().map(|r| r.status.as_str()) {
+            match reported.map(|r| r.status.as_str()) {
                 Some("failed") => Verdict::Failed(format!(
                     "the worker reported failure: {}",
                     summary.as_deref().unwrap_or("(no summary)")
                 )),
-                _ if usage.as_ref().is_some_and(|u| u.error.is_some()) => Verdict::Failed(format!(
+                _ if usage.is_some_and(|u| u.error.is_some()) => Verdict::Failed(format!(
                     "the agent reported an error: {}",
-                    usage
-                        .as_ref()
-                        .and_then(|u| u.error.as_deref())
-                        .unwrap_or("")
+                    usage.and_then(|u| u.error.as_deref()).unwrap_or("")
                 )),
                 Some("no_change") => Verdict::NoChange,
                 _ => Verdict::Done,
             }
         }
         Exit::Code(code) => Verdict::Exited(code),
-    };
-    Ok(ExecOutcome {
-        verdict,
-        summary,
-        output_tail: outcome.output_tail,
-        usage,
-        spent: outcome.spent,
-        git,
-        leftovers: outcome.leftovers,
-    })
+    }
 }
 
 /// What an agent gets besides the task's variables: its switches, its credentials (passed

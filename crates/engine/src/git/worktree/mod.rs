@@ -41,86 +41,16 @@ use swarm_sandbox::overlay::OverlayView;
 mod cleanup;
 mod files;
 pub(crate) mod ignore;
+mod lease;
+mod open;
 mod parallel;
 pub(crate) mod view;
 
 pub(crate) use cleanup::{remove_run_worktrees, remove_run_worktrees_except, remove_worktree};
 use files::{copy_into, reset};
-
-/// One worktree of the pool.
-#[derive(Debug, Default)]
-pub(crate) struct Slot {
-    /// libgit2 worktree name (no `/` allowed).
-    pub name: String,
-    pub path: PathBuf,
-    /// Has `[worktree] setup` run successfully in it?
-    pub set_up: bool,
-    /// Was it created by this acquire (rather than reused)?
-    pub fresh: bool,
-    /// The worktree's `.git` file as libgit2 wrote it.
-    gitlink: Vec<u8>,
-    /// An overlay worktree's view, which its jails mount on `path` (where only the `.git`
-    /// file is); `None` for a full checkout.
-    pub view: Option<OverlayView>,
-}
-
-/// A worktree of the pool, lent to one task (or check, or repair). Dropping it gives the
-/// worktree back to the pool ([`Lease::release`]); that is blocking work, so async code
-/// releases a lease explicitly on a blocking thread where it can.
-pub(crate) struct Lease {
-    pool: Arc<WorktreePool>,
-    slot: Slot,
-    /// Has the slot gone back (or been thrown away) already?
-    ended: bool,
-}
-
-impl Lease {
-    /// Gives the worktree back to the pool: HEAD detached (so its branch can be moved or
-    /// deleted) and unlocked; a worktree whose worker tampered with it is thrown away instead.
-    /// Blocking.
-    pub(crate) fn release(mut self) -> anyhow::Result<()> {
-        let slot = self.end();
-        self.pool.give_back(slot)
-    }
-
-    /// Throws the worktree away (its worker tampered with it); the pool makes a new one when
-    /// it needs one. Blocking.
-    pub(crate) fn discard(mut self) {
-        let slot = self.end();
-        self.pool.discard(slot);
-    }
-
-    fn end(&mut self) -> Slot {
-        self.ended = true;
-        std::mem::take(&mut self.slot)
-    }
-}
-
-impl std::ops::Deref for Lease {
-    type Target = Slot;
-
-    fn deref(&self) -> &Slot {
-        &self.slot
-    }
-}
-
-impl std::ops::DerefMut for Lease {
-    fn deref_mut(&mut self) -> &mut Slot {
-        &mut self.slot
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if !self.ended {
-            let slot = self.end();
-            let name = slot.name.clone();
-            if let Err(e) = self.pool.give_back(slot) {
-                tracing::warn!("cannot return worktree {name} to the pool: {e:#}");
-            }
-        }
-    }
-}
+pub(crate) use lease::{Lease, Slot};
+use open::describe_gitlink;
+pub(crate) use open::open_worktree;
 
 #[derive(Default)]
 struct PoolState {
@@ -665,42 +595,6 @@ impl WorktreePool {
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, PoolState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Opens worktree `name` of the repository whose git directory is `common_dir` through its
-/// administrative directory, checking that it is the worktree at `path`.
-pub(crate) fn open_worktree(
-    common_dir: &Path,
-    name: &str,
-    path: &Path,
-) -> anyhow::Result<Repository> {
-    let repo = Repository::open(common_dir.join("worktrees").join(name))
-        .with_context(|| format!("cannot open worktree {name}"))?;
-    let workdir = repo
-        .workdir()
-        .map(|w| w.canonicalize().unwrap_or(w.to_path_buf()));
-    anyhow::ensure!(
-        workdir.as_deref() == Some(path),
-        "the record of worktree {name} does not point at {}",
-        path.display()
-    );
-    Ok(repo)
-}
-
-/// What the `.git` file at `path` is now, for a message.
-fn describe_gitlink(path: &Path) -> String {
-    match std::fs::symlink_metadata(path) {
-        Err(_) => "it is gone".into(),
-        Ok(m) if m.is_symlink() => "it is now a symbolic link".into(),
-        Ok(m) if m.is_dir() => "it is now a directory".into(),
-        Ok(_) => match std::fs::read(path) {
-            Ok(text) => format!(
-                "it now says {:?}",
-                String::from_utf8_lossy(text.trim_ascii())
-            ),
-            Err(e) => format!("it cannot be read: {e}"),
-        },
     }
 }
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::LlmShared;
-use super::approval::{self, Approval};
+use super::commands::{run_command, run_verify};
 use super::tools::{self, FinishStatus, Outcome, Workspace};
 use crate::events::{Event, EventSink};
 use crate::ids::TaskId;
@@ -27,7 +27,6 @@ use crate::repo_path::RepoPath;
 use crate::report::Tokens;
 use crate::settings::RunToolPolicy;
 use crate::worker::Verdict;
-use crate::worker::process::{self, Exit, ProcessRequest, Program};
 use swarm_sandbox::SandboxPolicy;
 use swarm_sandbox::proxy::OnAccess;
 
@@ -167,19 +166,9 @@ async fn run_loop(
             // Half a tool call is not run: the answer is dropped, and the model told why.
             cut_off += 1;
             if cut_off >= MAX_CUT_OFF {
-                return Ok(Verdict::Failed(format!(
-                    "the model's answers were cut off at the output limit {cut_off} times in a \
-                     row (finish_reason: length){}",
-                    match task.shared.client.max_output_tokens() {
-                        Some(n) => format!("; raise --max-output-tokens (now {n})"),
-                        None => "; set --max-output-tokens higher than the server's default".into(),
-                    }
-                )));
+                return Ok(cut_off_too_often(task, cut_off));
             }
-            talk.push(json!({"role": "user", "content":
-                "Your last answer was cut off at the output limit before it was complete, so \
-                 it was discarded. Answer again with less: one tool call, and small edits \
-                 (edit_file with short old and new text) rather than whole files."}));
+            talk.push(json!({"role": "user", "content": CUT_OFF}));
             continue;
         }
         cut_off = 0;
@@ -193,30 +182,18 @@ async fn run_loop(
             continue;
         };
         state.summary = Some(summary.clone());
-        match status {
-            FinishStatus::NoChange => return Ok(Verdict::NoChange),
-            FinishStatus::Failed => {
-                return Ok(Verdict::Failed(format!("the worker gave up: {summary}")));
+        match on_finish(task, status, &summary).await? {
+            Ok(verdict) => return Ok(verdict),
+            Err((verify, output)) => {
+                let text = crate::secrets::redact(&format!(
+                    "The check `{verify}` failed after your change:\n\n{output}\n\nFix the \
+                     problem (within this task's files), then call finish again."
+                ))
+                .into_owned();
+                verify_failure = Some(output);
+                talk.push(json!({"role": "user", "content": text}));
             }
-            FinishStatus::Done => {}
         }
-        let Some(verify) = task.verify else {
-            return Ok(Verdict::Done);
-        };
-        task.events.emit(Event::TaskStep {
-            task: task.task_id.clone(),
-            step: "verify".into(),
-        });
-        let Some(output) = run_verify(verify, task).await? else {
-            return Ok(Verdict::Done);
-        };
-        let text = crate::secrets::redact(&format!(
-            "The check `{verify}` failed after your change:\n\n{output}\n\nFix the problem \
-             (within this task's files), then call finish again."
-        ))
-        .into_owned();
-        verify_failure = Some(output);
-        talk.push(json!({"role": "user", "content": text}));
     }
     Ok(Verdict::Failed(match verify_failure {
         Some(output) => format!(
@@ -229,6 +206,52 @@ async fn run_loop(
             task.max_turns
         ),
     }))
+}
+
+/// What the model is told when its answer was cut off at the output limit.
+const CUT_OFF: &str = "Your last answer was cut off at the output limit before it was \
+    complete, so it was discarded. Answer again with less: one tool call, and small edits \
+    (edit_file with short old and new text) rather than whole files.";
+
+/// The task fails: the model's answers were cut off `times` in a row.
+fn cut_off_too_often(task: &AgentTask<'_>, times: u32) -> Verdict {
+    Verdict::Failed(format!(
+        "the model's answers were cut off at the output limit {times} times in a row \
+         (finish_reason: length){}",
+        match task.shared.client.max_output_tokens() {
+            Some(n) => format!("; raise --max-output-tokens (now {n})"),
+            None => "; set --max-output-tokens higher than the server's default".into(),
+        }
+    ))
+}
+
+/// The model called finish with `status`: the task's verdict, or (`Err`) the check that
+/// still fails and its output, for the model to fix.
+async fn on_finish<'a>(
+    task: &AgentTask<'a>,
+    status: FinishStatus,
+    summary: &str,
+) -> anyhow::Result<Result<Verdict, (&'a str, String)>> {
+    match status {
+        FinishStatus::NoChange => return Ok(Ok(Verdict::NoChange)),
+        FinishStatus::Failed => {
+            return Ok(Ok(Verdict::Failed(format!(
+                "the worker gave up: {summary}"
+            ))));
+        }
+        FinishStatus::Done => {}
+    }
+    let Some(verify) = task.verify else {
+        return Ok(Ok(Verdict::Done));
+    };
+    task.events.emit(Event::TaskStep {
+        task: task.task_id.clone(),
+        step: "verify".into(),
+    });
+    Ok(match run_verify(verify, task).await? {
+        None => Ok(Verdict::Done),
+        Some(output) => Err((verify, output)),
+    })
 }
 
 /// The messages sent to the model, each also appended to the task's transcript.
@@ -395,109 +418,6 @@ async fn call_tools(
         talk.push(json!({"role": "tool", "tool_call_id": call.id, "content": content}));
     }
     Ok(finished)
-}
-
-/// The `run` tool: the command runs (confined, with the task's limits) only if the policy
-/// allows it; every decision is an `approval` event.
-async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow::Result<Outcome> {
-    let command = serde_json::from_str::<Value>(arguments)
-        .ok()
-        .and_then(|a| a.get("command").and_then(Value::as_str).map(str::to_string));
-    let Some(command) = command.filter(|c| !c.trim().is_empty()) else {
-        return Ok(Outcome::Failed("run needs {\"command\": \"...\"}".into()));
-    };
-    let approval = approval::decide(task.run_tool, &command);
-    let (program, rule) = match &approval {
-        Approval::Shell { rule } => (Program::Shell(&command), rule.clone()),
-        Approval::Argv { rule, argv } => (Program::Argv(argv), rule.clone()),
-        Approval::Denied(why) => {
-            task.events.emit(Event::Approval {
-                task: task.task_id.clone(),
-                command: command.clone(),
-                allowed: false,
-                rule: None,
-            });
-            return Ok(Outcome::Failed(why.to_string()));
-        }
-    };
-    task.events.emit(Event::Approval {
-        task: task.task_id.clone(),
-        command: command.clone(),
-        allowed: true,
-        rule: Some(rule),
-    });
-    let ran = process::run(ProcessRequest {
-        program,
-        cwd: task.worktree,
-        env: Vec::new(),
-        log: &task.task_dir.join("run.log"),
-        timeout: task.timeout,
-        idle_timeout: Some(task.idle_timeout),
-        sandbox: Some(task.sandbox),
-        also_writable: &[],
-        view: None,
-        on_access: task.on_access.clone(),
-        cancel: task.cancel,
-        gateway: None,
-        state_views: &[],
-        git_view: None,
-        budget: None,
-    })
-    .await?;
-    let output: String = ran
-        .output_tail
-        .chars()
-        .rev()
-        .take(6000)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    Ok(Outcome::Text(format!("[{}]\n{output}", describe(ran.exit))))
-}
-
-/// Runs `--verify` in the worktree; `None` when it passes, else its output tail.
-pub(crate) async fn run_verify(
-    command: &str,
-    task: &AgentTask<'_>,
-) -> anyhow::Result<Option<String>> {
-    let ran = process::run(ProcessRequest {
-        program: Program::Shell(command),
-        cwd: task.worktree,
-        env: Vec::new(),
-        log: &task.task_dir.join("verify.log"),
-        timeout: task.timeout,
-        idle_timeout: Some(task.idle_timeout),
-        sandbox: Some(task.sandbox),
-        also_writable: &[],
-        view: None,
-        on_access: task.on_access.clone(),
-        cancel: task.cancel,
-        gateway: None,
-        state_views: &[],
-        git_view: None,
-        budget: None,
-    })
-    .await?;
-    Ok(match ran.exit {
-        Exit::Code(0) => None,
-        other => Some(format!(
-            "{}\n[{}]",
-            ran.output_tail.trim_end(),
-            describe(other)
-        )),
-    })
-}
-
-fn describe(exit: Exit) -> String {
-    match exit {
-        Exit::Code(c) => format!("exit status {c}"),
-        Exit::Signal(s) => format!("killed by signal {s}"),
-        Exit::TimedOut => "timed out".into(),
-        Exit::Idle => "stale (no output, no file change)".into(),
-        Exit::Cancelled => "interrupted".into(),
-        Exit::OverBudget => "stopped: the run's budget is spent".into(),
-    }
 }
 
 fn last_lines(text: &str, n: usize) -> String {

@@ -6,6 +6,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod approval;
+mod commands;
 pub(crate) mod prompt;
 pub(crate) mod tools;
 

@@ -1,0 +1,82 @@
+//! What the pool lends: a [`Slot`] (one worktree), inside a [`Lease`] that gives it back.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::WorktreePool;
+use swarm_sandbox::overlay::OverlayView;
+
+/// One worktree of the pool.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    /// libgit2 worktree name (no `/` allowed).
+    pub name: String,
+    pub path: PathBuf,
+    /// Has `[worktree] setup` run successfully in it?
+    pub set_up: bool,
+    /// Was it created by this acquire (rather than reused)?
+    pub fresh: bool,
+    /// The worktree's `.git` file as libgit2 wrote it.
+    pub(super) gitlink: Vec<u8>,
+    /// An overlay worktree's view, which its jails mount on `path` (where only the `.git`
+    /// file is); `None` for a full checkout.
+    pub view: Option<OverlayView>,
+}
+
+/// A worktree of the pool, lent to one task (or check, or repair). Dropping it gives the
+/// worktree back to the pool ([`Lease::release`]); that is blocking work, so async code
+/// releases a lease explicitly on a blocking thread where it can.
+pub(crate) struct Lease {
+    pub(super) pool: Arc<WorktreePool>,
+    pub(super) slot: Slot,
+    /// Has the slot gone back (or been thrown away) already?
+    pub(super) ended: bool,
+}
+
+impl Lease {
+    /// Gives the worktree back to the pool: HEAD detached (so its branch can be moved or
+    /// deleted) and unlocked; a worktree whose worker tampered with it is thrown away instead.
+    /// Blocking.
+    pub(crate) fn release(mut self) -> anyhow::Result<()> {
+        let slot = self.end();
+        self.pool.give_back(slot)
+    }
+
+    /// Throws the worktree away (its worker tampered with it); the pool makes a new one when
+    /// it needs one. Blocking.
+    pub(crate) fn discard(mut self) {
+        let slot = self.end();
+        self.pool.discard(slot);
+    }
+
+    fn end(&mut self) -> Slot {
+        self.ended = true;
+        std::mem::take(&mut self.slot)
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = Slot;
+
+    fn deref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+impl std::ops::DerefMut for Lease {
+    fn deref_mut(&mut self) -> &mut Slot {
+        &mut self.slot
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.ended {
+            let slot = self.end();
+            let name = slot.name.clone();
+            if let Err(e) = self.pool.give_back(slot) {
+                tracing::warn!("cannot return worktree {name} to the pool: {e:#}");
+            }
+        }
+    }
+}
