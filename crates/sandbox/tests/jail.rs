@@ -1,0 +1,123 @@
+//! The jail on its own, without the engine: a confined `sh -c` writes only where it may,
+//! sees no network and no credential store, lives in a process namespace of its own, and its
+//! exit status comes through. Every path it is given lives in this test's temporary folder.
+//!
+//! The jail is this binary re-executed (`/proc/self/exe __swarm-jail SPEC`), so the test has
+//! its own `main` (`harness = false`) that becomes the jail when asked to, as swarm's does.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use swarm_sandbox::jail::JailSpec;
+
+/// What a confined shell printed, and its exit status.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn jailed(script: &str, cwd: &Path, writable: &[PathBuf], hide: &[PathBuf]) -> Ran {
+    let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
+    let spec = JailSpec::new(&argv, cwd, writable, hide, false);
+    let out = spec.command().unwrap().output().await.unwrap();
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn writes_land_only_in_the_writable_folder(dir: &Path) {
+    let work = dir.join("work");
+    let victim = dir.join("victim");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&victim).unwrap();
+    let script = format!("echo in > inside.txt; echo out > {}/x", victim.display());
+    let ran = jailed(&script, &work, std::slice::from_ref(&work), &[]).await;
+    assert_ne!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(
+        std::fs::read_to_string(work.join("inside.txt")).unwrap(),
+        "in\n"
+    );
+    assert!(!victim.join("x").exists(), "a write landed outside");
+}
+
+async fn there_is_no_network_and_no_other_process(dir: &Path) {
+    let ran = jailed(
+        "cat /proc/net/dev; echo; ls /proc | grep -c '^[0-9]'",
+        dir,
+        &[dir.to_path_buf()],
+        &[],
+    )
+    .await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let (devices, processes) = ran.stdout.rsplit_once("\n\n").unwrap();
+    let interfaces: Vec<&str> = devices
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim()))
+        .collect();
+    assert_eq!(interfaces, ["lo"], "{devices}");
+    // init, the shell, ls and grep: the host's processes are not there.
+    let count: usize = processes.trim().parse().unwrap();
+    assert!(count <= 5, "{count} processes seen");
+}
+
+async fn a_hidden_store_is_empty(dir: &Path) {
+    let store = dir.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join("token"), "secret-value").unwrap();
+    let script = format!("cat {}/token; ls -A {}", store.display(), store.display());
+    let ran = jailed(
+        &script,
+        dir,
+        &[dir.join("work")],
+        std::slice::from_ref(&store),
+    )
+    .await;
+    assert!(!ran.stdout.contains("secret-value"), "{}", ran.stdout);
+    assert!(!ran.stdout.contains("token"), "{}", ran.stdout);
+}
+
+async fn the_exit_status_comes_through(dir: &Path) {
+    let ran = jailed("exit 7", dir, &[], &[]).await;
+    assert_eq!(ran.code, Some(7), "{}", ran.stderr);
+}
+
+fn main() -> ExitCode {
+    if let Some(code) = swarm_sandbox::jail::main_if_jail() {
+        return code;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let policy = swarm_sandbox::SandboxPolicy {
+            enabled: true,
+            network: false,
+            allow_domains: Vec::new(),
+            writable: Vec::new(),
+            hide: Vec::new(),
+            env: Vec::new(),
+        };
+        if let Err(why) = swarm_sandbox::probe(&policy).await {
+            panic!("the jail cannot be set up on this machine: {why}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let each = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(&path).unwrap();
+            println!("test {name} ...");
+            path
+        };
+        writes_land_only_in_the_writable_folder(&each("writes")).await;
+        there_is_no_network_and_no_other_process(&each("namespaces")).await;
+        a_hidden_store_is_empty(&each("hidden")).await;
+        the_exit_status_comes_through(&each("status")).await;
+        println!("4 jail tests passed");
+    });
+    ExitCode::SUCCESS
+}
