@@ -15,6 +15,8 @@ fn filters() -> Vec<(&'static str, &'static str)> {
         (r"\b\d+\.\d+s\b", "[TIME]"),
         (r"\b[0-9a-f]{10,40}\b", "[COMMIT]"),
         (r"/tmp/\.tmp[A-Za-z0-9]+", "[TMP]"),
+        // `--help` shows the value of each option's variable in the test's environment.
+        (r"\[env: (\w+)=[^\]]*\]", "[env: $1]"),
     ]
 }
 
