@@ -24,6 +24,7 @@ mod error;
 mod execute;
 mod exit;
 mod github;
+mod mcp;
 mod merge;
 mod out;
 mod plan;
@@ -95,6 +96,7 @@ enum Command {
     Resume(resume::ResumeArgs),
     Clean(clean::CleanArgs),
     Agents(agents::AgentsArgs),
+    Mcp(mcp::McpArgs),
     Completions(completions::CompletionsArgs),
     Man(completions::ManArgs),
 }
@@ -145,6 +147,7 @@ fn run() -> ExitCode {
             Command::Resume(args) => resume::run(args).await,
             Command::Clean(args) => clean::run(args),
             Command::Agents(args) => agents::run(args).await,
+            Command::Mcp(args) => mcp::run(args).await,
             Command::Completions(args) => completions::run(args),
             Command::Man(args) => completions::man(args),
         }

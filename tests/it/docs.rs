@@ -61,6 +61,7 @@ fn every_option_of_help_is_in_usage() {
         "merge",
         "resume",
         "agents",
+        "mcp",
         "clean",
         "completions",
         "man",
@@ -107,9 +108,15 @@ fn every_test_the_docs_name_exists() {
     for doc in docs.map(|d| d.unwrap().path()) {
         let text = std::fs::read_to_string(&doc).unwrap();
         for cap in name.captures_iter(&text) {
-            let source = ["tests/it", "src", "crates/engine/src", "crates/sandbox/src"]
-                .iter()
-                .find_map(|dir| std::fs::read_to_string(root.join(dir).join(&cap[1])).ok());
+            let source = [
+                "tests/it",
+                "src",
+                "crates/engine/src",
+                "crates/mcp/src",
+                "crates/sandbox/src",
+            ]
+            .iter()
+            .find_map(|dir| std::fs::read_to_string(root.join(dir).join(&cap[1])).ok());
             let Some(source) = source else {
                 missing.push(format!("{}: {} (no such file)", doc.display(), &cap[0]));
                 continue;

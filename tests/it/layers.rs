@@ -44,12 +44,23 @@ fn dependencies() -> BTreeMap<String, Vec<String>> {
 fn the_crates_are_layers_and_only_the_command_line_has_a_terminal() {
     let deps = dependencies();
     let names: Vec<&str> = deps.keys().map(String::as_str).collect();
-    assert_eq!(names, ["swarm", "swarm-engine", "swarm-sandbox"]);
+    assert_eq!(
+        names,
+        ["swarm", "swarm-engine", "swarm-mcp", "swarm-sandbox"]
+    );
     let has = |krate: &str, dep: &str| deps[krate].iter().any(|d| d == dep);
-    // Downward only: the command line uses the engine's API, never the sandbox beneath it.
+    // Downward only: the front ends (the command line, the MCP server) use the engine's
+    // API, never the sandbox beneath it.
     assert!(has("swarm", "swarm-engine"));
-    assert!(!has("swarm", "swarm-sandbox"));
+    assert!(has("swarm", "swarm-mcp"));
+    assert!(has("swarm-mcp", "swarm-engine"));
+    for front in ["swarm", "swarm-mcp"] {
+        assert!(!has(front, "swarm-sandbox"), "{front}");
+    }
     assert!(has("swarm-engine", "swarm-sandbox"));
+    for lower in ["swarm-engine", "swarm-sandbox"] {
+        assert!(!has(lower, "swarm-mcp"), "{lower}");
+    }
     assert!(!has("swarm-sandbox", "swarm-engine"));
     // "The engine never renders" is a compile error: it has nothing to render with.
     for terminal in [
@@ -60,7 +71,7 @@ fn the_crates_are_layers_and_only_the_command_line_has_a_terminal() {
         "console",
     ] {
         assert!(has("swarm", terminal), "{terminal}");
-        for lower in ["swarm-engine", "swarm-sandbox"] {
+        for lower in ["swarm-engine", "swarm-mcp", "swarm-sandbox"] {
             assert!(!has(lower, terminal), "{lower} depends on {terminal}");
         }
     }
@@ -80,6 +91,7 @@ fn no_source_file_is_over_600_lines_outside_its_tests() {
     let mut dirs = vec![
         root.join("src"),
         root.join("crates/engine/src"),
+        root.join("crates/mcp/src"),
         root.join("crates/sandbox/src"),
     ];
     while let Some(dir) = dirs.pop() {

@@ -21,6 +21,7 @@ mod gateway;
 mod layers;
 mod llm;
 mod llm_server;
+mod mcp;
 mod merging;
 mod network;
 mod per_process;

@@ -95,3 +95,14 @@ pub fn save_report(common_dir: &std::path::Path, report: &Report) -> AppResult<(
 pub fn close_scratch() {
     swarm_sandbox::scratch::close();
 }
+
+/// The repository at (or above) `cwd`: its work tree and git directories.
+pub fn discover(cwd: &std::path::Path) -> AppResult<RepoInfo> {
+    Ok(crate::git::repo::discover(cwd)?)
+}
+
+/// `text` with every secret swarm knows of (its environment's keys and tokens, in any of
+/// their forms) replaced, for anything a front end returns.
+pub fn redact(text: &str) -> String {
+    crate::secrets::redact(text).into_owned()
+}

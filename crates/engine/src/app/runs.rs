@@ -59,6 +59,18 @@ pub fn list(cwd: &Path) -> AppResult<Vec<Listed>> {
         .collect())
 }
 
+/// The process running run `wanted`, if one holds it now (its pid, from `owner.json`).
+pub fn owner(cwd: &Path, wanted: &RunSelector) -> AppResult<Option<(RunId, u32)>> {
+    let info = repo::discover(cwd)?;
+    let id = resolve(&info.common_dir, wanted)?;
+    let run_dir = RunDir::new(&info.common_dir, &id);
+    if !run_dir.is_running() {
+        return Ok(None);
+    }
+    let owner: state::Owner = state::read_json(&run_dir.owner())?;
+    Ok(Some((id, owner.pid)))
+}
+
 /// One run's report, with the state it is really in.
 pub fn show(cwd: &Path, wanted: &RunSelector) -> AppResult<Report> {
     let info = repo::discover(cwd)?;

@@ -1,0 +1,28 @@
+//! `swarm mcp`: swarm as a Model Context Protocol server over stdio, the delegate a coding
+//! agent hands a bulk edit to (docs/MCP.md). A second front end over the engine's `app`:
+//! it reads runs through it (status, result, diff, clean) and starts them as `swarm`
+//! processes of their own, so a run belongs to the repository, not to the connection.
+//!
+//! Tool arguments come from a model and may only narrow what the server's own command line
+//! allows ([`Limits`]); everything answered is redacted.
+
+mod launch;
+mod limits;
+mod params;
+mod server;
+mod summary;
+
+use std::path::PathBuf;
+
+use rmcp::ServiceExt as _;
+
+pub use limits::Limits;
+
+/// Serves the repository at `repo` on stdin and stdout until the client goes away.
+pub async fn serve(repo: PathBuf, limits: Limits) -> anyhow::Result<()> {
+    let service = server::Swarm::new(repo, limits)
+        .serve(rmcp::transport::stdio())
+        .await?;
+    service.waiting().await?;
+    Ok(())
+}

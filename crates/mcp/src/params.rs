@@ -1,0 +1,100 @@
+//! The tools' arguments, with the command line's names. They come from a model: unknown
+//! fields are refused (a `sandbox` or `network` field is not a field), and every value
+//! reaches swarm's command line as `--flag=value`, the instruction and pathspecs after `--`.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// A refactor to plan (`plan`) or start (`refactor`): the options of `swarm refactor`,
+/// without those that widen what workers may do (the sandbox, the network, `--allow-run`),
+/// which only the server's own command line sets.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Work {
+    /// What to change, said once for every task (workers get it as SWARM_INSTRUCTION).
+    pub instruction: String,
+    /// Which files: git pathspecs relative to the repository root (`src/**/*.py`); all
+    /// tracked text files if empty.
+    #[serde(default)]
+    pub pathspecs: Vec<String>,
+    /// Only files whose content matches this regular expression.
+    pub grep: Option<String>,
+    /// The command each worker runs in its worktree (`sh -c`), with SWARM_FILE set to its
+    /// file: `sed -i 's/a/b/' "$SWARM_FILE"`, `ruff check --fix "$SWARM_FILE"`.
+    pub exec: Option<String>,
+    /// A coding agent as the worker (`claude`, `codex`…), if the server allows it.
+    pub agent: Option<String>,
+    /// The model of the built-in worker (or of the agent).
+    pub model: Option<String>,
+    /// Workers at a time.
+    pub jobs: Option<usize>,
+    /// Files per task.
+    pub batch: Option<usize>,
+    /// Tasks one worker process runs (`auto` or a number).
+    pub per_process: Option<String>,
+    /// A check run in each task's worktree after its worker; a failing task is not merged.
+    pub verify: Option<String>,
+    /// A check run on the merged result; the tasks that break it are found and left out.
+    pub verify_merged: Option<String>,
+    /// The branch that receives the merges (created if it does not exist).
+    pub into: Option<String>,
+    /// Move the target only if every task merged.
+    pub atomic: Option<bool>,
+    /// `task` (a worker may change only its own files) or `any`.
+    pub scope: Option<String>,
+    /// `retry`, `fail`, `skip` or `repair`.
+    pub on_conflict: Option<String>,
+    /// Exit statuses of the worker's command that mean success (`[0, 1]` for ruff).
+    pub ok_exit_codes: Option<Vec<i32>>,
+    /// Seconds a worker may take.
+    pub timeout: Option<u64>,
+    /// The run's spending cap in US dollars (at most the server's).
+    pub max_cost: Option<f64>,
+    /// The run's token budget (at most the server's).
+    pub max_tokens: Option<u64>,
+    /// `refactor` only: run every task but merge nothing (review with `diff`, then `merge`).
+    pub dry_run: Option<bool>,
+    /// `refactor` only: wait up to this many seconds for the run to end, with progress
+    /// notifications; the run goes on after that (and after this server ends): ask `status`
+    /// or `result`.
+    pub wait_seconds: Option<u64>,
+}
+
+/// A run, by its id (or a unique prefix of it).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunRef {
+    pub run_id: String,
+}
+
+/// `status`: one run, or every run of the repository.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Status {
+    /// The run; every run of the repository if absent.
+    pub run_id: Option<String>,
+}
+
+/// `resume` and `merge`: continue a run.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Continue {
+    pub run_id: String,
+    /// `resume` only: run failed, timed-out and conflicted tasks again too.
+    pub failed: Option<bool>,
+    /// Wait up to this many seconds for it to end, as for `refactor`.
+    pub wait_seconds: Option<u64>,
+}
+
+/// `diff`: a page of a run's (or one task's) unified diff.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Diff {
+    pub run_id: String,
+    /// One task (its id or a unique prefix); the run's whole diff if absent.
+    pub task: Option<String>,
+    /// Where the page starts, in characters (the previous page's `next_offset`).
+    pub offset: Option<usize>,
+    /// The page's length in characters (at most 20000; 8000 if absent).
+    pub limit: Option<usize>,
+}

@@ -1,0 +1,304 @@
+//! `swarm mcp` driven by a real MCP client: the Python SDK from PyPI (`mcp`), through
+//! `tests/it/mcp/client.py`, which makes the tool calls a spec lists and prints what came
+//! back. The results are checked with the git CLI as the oracle.
+//!
+//! These tests need the SDK: `.ci/run` installs it (pinned) into `target/mcp-client` and sets
+//! `SWARM_TEST_MCP_PYTHONPATH`; `cargo test` lists them as ignored, and `cargo test --test it
+//! mcp:: -- --ignored` runs them.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::{SED_FOO_BAR, TestRepo, hermetic};
+
+/// Where the Python SDK is; the test fails without it.
+fn sdk() -> String {
+    std::env::var("SWARM_TEST_MCP_PYTHONPATH").unwrap_or_else(|_| {
+        panic!(
+            "the Python MCP SDK is not installed: `pip install --target DIR mcp==2.3.0` and \
+             set SWARM_TEST_MCP_PYTHONPATH=DIR (.ci/run does)"
+        )
+    })
+}
+
+/// Runs `calls` against `swarm mcp SERVER_ARGS` in `repo` with the real client; what it saw.
+fn session(repo: &TestRepo, server_args: &[&str], calls: Value) -> Value {
+    let args = [&["mcp"][..], server_args].concat();
+    let spec = json!({
+        "command": env!("CARGO_BIN_EXE_swarm"),
+        "args": args,
+        "cwd": &repo.path,
+        "calls": calls,
+    });
+    let file = repo.home.join("mcp-spec.json");
+    std::fs::write(&file, spec.to_string()).unwrap();
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp/client.py");
+    let mut cmd = Command::new("python3");
+    hermetic(&mut cmd, &repo.home);
+    let out = cmd
+        .arg(client)
+        .arg(&file)
+        .env("PYTHONPATH", sdk())
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The JSON answer of call `n`, which must have succeeded.
+fn answer(seen: &Value, n: usize) -> Value {
+    let call = &seen["calls"][n];
+    assert_eq!(
+        call["is_error"], false,
+        "{}: {}",
+        call["name"], call["text"]
+    );
+    serde_json::from_str(call["text"].as_str().unwrap()).unwrap()
+}
+
+/// The refusal of call `n`, which must have been refused.
+fn refusal(seen: &Value, n: usize) -> String {
+    let call = &seen["calls"][n];
+    assert_eq!(call["is_error"], true, "{}: {}", call["name"], call["text"]);
+    call["text"].as_str().unwrap().to_string()
+}
+
+fn four_files() -> TestRepo {
+    TestRepo::with_files(&[
+        ("a.txt", "foo\n"),
+        ("b.txt", "foo\n"),
+        ("c.txt", "foo\n"),
+        ("d.txt", "foo\n"),
+    ])
+}
+
+/// Waits for run `id` to end, by its report; its state.
+fn wait_for_end(repo: &TestRepo, id: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let status = repo.swarm(&["status", id, "--json"]);
+        if let Ok(report) = serde_json::from_str::<Value>(&status.stdout)
+            && report["state"] != "running"
+        {
+            return report["state"].as_str().unwrap_or_default().to_string();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{}",
+            status.stderr
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+#[ignore = "needs the Python MCP SDK: .ci/run installs it"]
+fn an_agent_plans_starts_follows_and_reads_a_run() {
+    let repo = four_files();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let slow = format!("sleep 0.6; {SED_FOO_BAR}");
+    let seen = session(
+        &repo,
+        &["--max-jobs", "4"],
+        json!([
+            {"name": "plan", "arguments": {"instruction": "foo to bar", "pathspecs": ["*.txt"],
+                                           "exec": SED_FOO_BAR}},
+            {"name": "refactor", "arguments": {"instruction": "foo to bar", "pathspecs": ["*.txt"],
+                                               "exec": slow, "jobs": 1, "wait_seconds": 60}},
+            {"name": "status", "arguments": {}},
+        ]),
+    );
+    let tools = [
+        "cancel", "clean", "diff", "merge", "plan", "refactor", "result", "resume", "status",
+    ];
+    assert_eq!(seen["tools"], json!(tools));
+    let plan = answer(&seen, 0);
+    assert_eq!(plan["tasks"], 4);
+    assert_eq!(plan["settings"]["run"]["exec"], SED_FOO_BAR);
+    let result = answer(&seen, 1);
+    assert_eq!(result["state"], "finished", "{result}");
+    assert_eq!(result["merged"]["count"], 4, "{result}");
+    assert!(
+        result["diffstat"]
+            .as_str()
+            .unwrap()
+            .contains("4 files changed"),
+        "{result}"
+    );
+    let progress = seen["calls"][1]["progress"].as_array().unwrap();
+    assert!(!progress.is_empty(), "no progress notification");
+    assert_eq!(progress[0]["total"], 4.0);
+    // Planning ran nothing: the one run is the refactor's.
+    let runs = answer(&seen, 2);
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+    assert_eq!(runs[0]["run_id"], result["run_id"]);
+    // The merged tree is the git oracle's.
+    let files = ["a.txt", "b.txt", "c.txt", "d.txt"];
+    assert_eq!(
+        repo.git(&["rev-parse", "main^{tree}"]),
+        repo.oracle_tree(&base, &files, SED_FOO_BAR)
+    );
+    // One task's diff, a page at a time.
+    let run = result["run_id"].as_str().unwrap();
+    let task = result["merged"]["ids"][0].as_str().unwrap();
+    let seen = session(
+        &repo,
+        &[],
+        json!([
+            {"name": "diff", "arguments": {"run_id": run, "task": task, "limit": 40}},
+            {"name": "diff", "arguments": {"run_id": run, "task": task, "offset": 40}},
+            {"name": "result", "arguments": {"run_id": run}},
+        ]),
+    );
+    let (first, rest) = (answer(&seen, 0), answer(&seen, 1));
+    assert_eq!(first["next_offset"], 40);
+    let whole = format!(
+        "{}{}",
+        first["text"].as_str().unwrap(),
+        rest["text"].as_str().unwrap()
+    );
+    assert!(whole.contains("-foo\n+bar"), "{whole}");
+    // The pages make the diff the command line prints (git's own, tested against git).
+    assert_eq!(whole, repo.swarm(&["diff", run, task]).stdout);
+    assert_eq!(answer(&seen, 2)["run_id"], run);
+}
+
+#[test]
+#[ignore = "needs the Python MCP SDK: .ci/run installs it"]
+fn a_run_outlives_the_server_that_started_it() {
+    let repo = four_files();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let slow = format!("sleep 1; {SED_FOO_BAR}");
+    // The client ends (and with it the server) right after the run starts.
+    let seen = session(
+        &repo,
+        &[],
+        json!([{"name": "refactor", "arguments": {"instruction": "foo to bar",
+                                                  "exec": slow, "jobs": 1}}]),
+    );
+    let started = answer(&seen, 0);
+    assert_eq!(started["state"], "running", "{started}");
+    let run = started["run_id"].as_str().unwrap();
+    assert_eq!(wait_for_end(&repo, run), "finished");
+    let report: Value = serde_json::from_str(&repo.run_file(run, "report.json")).unwrap();
+    assert_eq!(report["totals"]["merged"], 4, "{report}");
+    let files = ["a.txt", "b.txt", "c.txt", "d.txt"];
+    assert_eq!(
+        repo.git(&["rev-parse", "main^{tree}"]),
+        repo.oracle_tree(&base, &files, SED_FOO_BAR)
+    );
+    // A new server picks the run up.
+    let seen = session(
+        &repo,
+        &[],
+        json!([{"name": "result", "arguments": {"run_id": run}}]),
+    );
+    assert_eq!(answer(&seen, 0)["merged"]["count"], 4);
+}
+
+#[test]
+#[ignore = "needs the Python MCP SDK: .ci/run installs it"]
+fn a_call_may_narrow_what_the_server_allows_never_widen_it() {
+    let repo = four_files();
+    let victim = repo.victim();
+    let escape = format!("echo x > {}/pwned; {SED_FOO_BAR}", victim.display());
+    let seen = session(
+        &repo,
+        &["--max-jobs", "2", "--max-cost", "1"],
+        json!([
+            {"name": "refactor", "arguments": {"instruction": "x", "exec": "true", "sandbox": "off"}},
+            {"name": "refactor", "arguments": {"instruction": "x", "exec": "true", "network": true}},
+            {"name": "refactor", "arguments": {"instruction": "x", "exec": "true",
+                                               "pathspecs": ["../outside.txt"]}},
+            {"name": "refactor", "arguments": {"instruction": "x", "exec": "true", "jobs": 16}},
+            {"name": "refactor", "arguments": {"instruction": "x", "exec": "true", "max_cost": 50}},
+            {"name": "refactor", "arguments": {"instruction": "x", "agent": "claude"}},
+            // Allowed: confined exactly as on the command line.
+            {"name": "refactor", "arguments": {"instruction": "x", "pathspecs": ["a.txt"],
+                                               "exec": escape, "wait_seconds": 60}},
+        ]),
+    );
+    assert!(refusal(&seen, 0).contains("unknown field `sandbox`"));
+    assert!(refusal(&seen, 1).contains("unknown field `network`"));
+    assert!(refusal(&seen, 2).contains("stay inside"));
+    assert!(refusal(&seen, 3).contains("at most 2"));
+    assert!(refusal(&seen, 4).contains("at most 1 USD"));
+    assert!(refusal(&seen, 5).contains("--allow-agent"));
+    // Nothing ran for the refused calls: one run, the allowed one, whose worker could not
+    // write outside its worktree.
+    let result = answer(&seen, 6);
+    assert_eq!(result["state"], "finished", "{result}");
+    assert!(
+        !victim.join("pwned").exists(),
+        "a write landed outside the worktree"
+    );
+    let runs = repo.swarm(&["status"]);
+    assert_eq!(runs.stdout.lines().count(), 2, "{}", runs.stdout);
+}
+
+#[test]
+#[ignore = "needs the Python MCP SDK: .ci/run installs it"]
+fn a_run_is_cancelled_then_resumed_and_a_dry_run_merged() {
+    let repo = four_files();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let slow = format!("sleep 1; {SED_FOO_BAR}");
+    let seen = session(
+        &repo,
+        &[],
+        json!([{"name": "refactor", "arguments": {"instruction": "foo to bar",
+                                                  "exec": slow, "jobs": 1}}]),
+    );
+    let run = answer(&seen, 0)["run_id"].as_str().unwrap().to_string();
+    let seen = session(
+        &repo,
+        &[],
+        json!([{"name": "cancel", "arguments": {"run_id": run}}]),
+    );
+    assert_eq!(answer(&seen, 0)["stopping"], true);
+    assert_eq!(wait_for_end(&repo, &run), "interrupted");
+    let seen = session(
+        &repo,
+        &[],
+        json!([{"name": "resume", "arguments": {"run_id": run, "wait_seconds": 60}}]),
+    );
+    let resumed = answer(&seen, 0);
+    assert_eq!(resumed["state"], "finished", "{resumed}");
+    assert_eq!(resumed["merged"]["count"], 4, "{resumed}");
+    let files = ["a.txt", "b.txt", "c.txt", "d.txt"];
+    let oracle = repo.oracle_tree(&base, &files, SED_FOO_BAR);
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+
+    // A dry run merges nothing until `merge`.
+    let repo = four_files();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let seen = session(
+        &repo,
+        &[],
+        json!([{"name": "refactor", "arguments": {"instruction": "foo to bar",
+            "exec": SED_FOO_BAR, "dry_run": true, "wait_seconds": 60}}]),
+    );
+    let dry = answer(&seen, 0);
+    assert_eq!(repo.git(&["rev-parse", "HEAD"]), base, "{dry}");
+    assert_eq!(dry["failures"], json!([]), "{dry}");
+    assert!(
+        dry["next"].as_str().unwrap().contains("call merge"),
+        "{dry}"
+    );
+    let run = dry["run_id"].as_str().unwrap();
+    let seen = session(
+        &repo,
+        &[],
+        json!([{"name": "merge", "arguments": {"run_id": run, "wait_seconds": 60}}]),
+    );
+    assert_eq!(answer(&seen, 0)["merged"]["count"], 4);
+    let oracle = repo.oracle_tree(&base, &files, SED_FOO_BAR);
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+}
