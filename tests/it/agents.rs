@@ -20,7 +20,7 @@ use crate::fake_model::{FakeModel, Reply};
 const KEY: &str = "sk-test-agent-key-4f9a1c";
 
 /// The directory holding `program` (`SWARM_TEST_AGENTS`, else PATH); the test fails without.
-fn agent_dir(program: &str) -> PathBuf {
+pub(crate) fn agent_dir(program: &str) -> PathBuf {
     let dirs = std::env::var_os("SWARM_TEST_AGENTS")
         .into_iter()
         .chain(std::env::var_os("PATH"))
@@ -32,7 +32,7 @@ fn agent_dir(program: &str) -> PathBuf {
         })
 }
 
-fn path_with(dir: &Path) -> std::ffi::OsString {
+pub(crate) fn path_with(dir: &Path) -> std::ffi::OsString {
     let mut paths = vec![dir.to_path_buf()];
     paths.extend(std::env::split_paths(
         &std::env::var_os("PATH").unwrap_or_default(),

@@ -41,6 +41,10 @@ pub enum Api {
     RejectsKey,
     /// Anthropic Messages, but the first `n` requests get a 429 with `retry-after: 1`.
     Throttled(usize),
+    /// Anthropic Messages, scripted as a parent agent that delegates to swarm's MCP server:
+    /// `mcp__swarm__refactor` (foo to bar with sed, waiting), then `mcp__swarm__result` of the
+    /// run id it answered, then a text that quotes that result.
+    Delegates,
 }
 
 pub struct FakeAgentApi {
@@ -121,6 +125,7 @@ fn serve(
         }
         let events = match api {
             Api::AnthropicMessages | Api::Throttled(_) => anthropic(&body),
+            Api::Delegates => delegates(&body),
             Api::OpenAiResponses => responses(&body),
             Api::RejectsKey => {
                 let key = log
@@ -229,6 +234,11 @@ fn anthropic(body: &Value) -> Vec<(&'static str, String)> {
             "end_turn",
         ),
     };
+    message_events(model, &block, stop)
+}
+
+/// The server-sent events of one assistant message holding `block`.
+fn message_events(model: &str, block: &Value, stop: &str) -> Vec<(&'static str, String)> {
     let mut events = vec![(
         "message_start",
         json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message",
@@ -270,6 +280,77 @@ fn anthropic(body: &Value) -> Vec<(&'static str, String)> {
         .into_iter()
         .map(|(e, d)| (e, d.to_string()))
         .collect()
+}
+
+/// The tool results in `body`'s conversation: (tool_use_id, text).
+fn tool_results(body: &Value) -> Vec<(String, String)> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["type"] == "tool_result")
+        .map(|c| {
+            let text = match &c["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+                _ => String::new(),
+            };
+            (c["tool_use_id"].as_str().unwrap_or("").to_string(), text)
+        })
+        .collect()
+}
+
+/// The ids of the tool calls whose results a request carries.
+pub fn tool_results_of(body: &Value) -> Vec<String> {
+    tool_results(body).into_iter().map(|(id, _)| id).collect()
+}
+
+/// A parent agent delegating to swarm over MCP: refactor, then result, then a summary.
+fn delegates(body: &Value) -> Vec<(&'static str, String)> {
+    let model = body["model"].as_str().unwrap_or("claude");
+    let offers = |name: &str| {
+        body["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|t| t["name"] == name))
+    };
+    let results = tool_results(body);
+    let answered = |id: &str| {
+        results
+            .iter()
+            .find(|(i, _)| i == id)
+            .map(|(_, t)| t.clone())
+    };
+    let (block, stop) = if !offers("mcp__swarm__refactor") {
+        (
+            json!({"type": "text", "text": "(no swarm here)"}),
+            "end_turn",
+        )
+    } else if let Some(result) = answered("toolu_result") {
+        (
+            json!({"type": "text", "text": format!("swarm says: {result}")}),
+            "end_turn",
+        )
+    } else if let Some(started) = answered("toolu_refactor") {
+        let run = serde_json::from_str::<Value>(&started)
+            .ok()
+            .and_then(|v| v["run_id"].as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("(no run id in {started})"));
+        (
+            json!({"type": "tool_use", "id": "toolu_result", "name": "mcp__swarm__result",
+                   "input": {"run_id": run}}),
+            "tool_use",
+        )
+    } else {
+        (
+            json!({"type": "tool_use", "id": "toolu_refactor", "name": "mcp__swarm__refactor",
+                   "input": {"instruction": "rename foo to bar", "pathspecs": ["*.txt"],
+                             "exec": "sed -i s/foo/bar/ \"$SWARM_FILE\"",
+                             "wait_seconds": 60}}),
+            "tool_use",
+        )
+    };
+    message_events(model, &block, stop)
 }
 
 /// OpenAI Responses: a shell command that edits the file, then a message, as Codex takes

@@ -302,3 +302,66 @@ fn a_run_is_cancelled_then_resumed_and_a_dry_run_merged() {
     let oracle = repo.oracle_tree(&base, &files, SED_FOO_BAR);
     assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
 }
+
+/// End to end: the real Claude Code CLI, with swarm as its MCP server, against a local fake
+/// of the Messages API scripted as a parent agent that calls `refactor`, then `result`.
+#[test]
+#[ignore = "needs the real Claude Code CLI: .ci/run installs it"]
+fn claude_code_delegates_a_refactor_to_swarm_over_mcp() {
+    use crate::fake_agents::{Api, FakeAgentApi};
+    let dir = crate::agents::agent_dir("claude");
+    let repo = four_files();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let fake = FakeAgentApi::start(Api::Delegates);
+    let config = repo.home.join("mcp.json");
+    let servers = json!({"mcpServers": {"swarm": {"command": env!("CARGO_BIN_EXE_swarm"),
+                                                  "args": ["mcp"]}}});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let mut cmd = Command::new(dir.join("claude"));
+    hermetic(&mut cmd, &repo.home);
+    let out = cmd
+        .current_dir(&repo.path)
+        .env("PATH", crate::agents::path_with(&dir))
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{}", fake.port),
+        )
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-delegate")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args(["-p", "Rename foo to bar in every .txt file, with swarm."])
+        .args([
+            "--model",
+            "claude-fake-1",
+            "--strict-mcp-config",
+            "--mcp-config",
+        ])
+        .arg(&config)
+        .args(["--allowedTools", "mcp__swarm__refactor mcp__swarm__result"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The parent quoted the result swarm gave it: every task merged.
+    assert!(
+        said.contains("swarm says:") && said.contains("4 merged"),
+        "{said}"
+    );
+    let files = ["a.txt", "b.txt", "c.txt", "d.txt"];
+    assert_eq!(
+        repo.git(&["rev-parse", "main^{tree}"]),
+        repo.oracle_tree(&base, &files, SED_FOO_BAR)
+    );
+    // It called the two tools, in order.
+    let called: Vec<String> = fake
+        .requests()
+        .iter()
+        .flat_map(|r| super::fake_agents::tool_results_of(&r.body))
+        .collect();
+    assert!(called.iter().any(|id| id == "toolu_refactor"), "{called:?}");
+    assert!(called.iter().any(|id| id == "toolu_result"), "{called:?}");
+}
