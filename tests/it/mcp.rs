@@ -42,6 +42,7 @@ fn session(repo: &TestRepo, server_args: &[&str], calls: Value) -> Value {
         .arg(client)
         .arg(&file)
         .env("PYTHONPATH", sdk())
+        .env("DEPLOY_SERVICE_TOKEN", SECRET)
         .current_dir(&repo.path)
         .output()
         .unwrap();
@@ -70,6 +71,9 @@ fn refusal(seen: &Value, n: usize) -> String {
     assert_eq!(call["is_error"], true, "{}: {}", call["name"], call["text"]);
     call["text"].as_str().unwrap().to_string()
 }
+
+/// A secret of the server's environment (a name swarm treats as a secret).
+const SECRET: &str = "mcp-secret-value-7c41d9e2";
 
 fn four_files() -> TestRepo {
     TestRepo::with_files(&[
@@ -156,8 +160,20 @@ fn an_agent_plans_starts_follows_and_reads_a_run() {
             {"name": "diff", "arguments": {"run_id": run, "task": task, "limit": 40}},
             {"name": "diff", "arguments": {"run_id": run, "task": task, "offset": 40}},
             {"name": "result", "arguments": {"run_id": run}},
+            {"name": "status", "arguments": {"run_id": run, "events_after": 0}},
         ]),
     );
+    // The run's events, for a client that polls.
+    let status = answer(&seen, 3);
+    let kinds: Vec<&str> = status["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"run_started"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"run_finished"), "{kinds:?}");
+    assert_eq!(status["next_event"], kinds.len());
     let (first, rest) = (answer(&seen, 0), answer(&seen, 1));
     assert_eq!(first["next_offset"], 40);
     let whole = format!(
@@ -224,8 +240,19 @@ fn a_call_may_narrow_what_the_server_allows_never_widen_it() {
             // Allowed: confined exactly as on the command line.
             {"name": "refactor", "arguments": {"instruction": "x", "pathspecs": ["a.txt"],
                                                "exec": escape, "wait_seconds": 60}},
+            // A worker that prints a secret of the server's environment and fails.
+            {"name": "refactor", "arguments": {"instruction": "x", "pathspecs": ["b.txt"],
+                "exec": format!("echo {SECRET}; exit 3"), "wait_seconds": 60}},
         ]),
     );
+    for call in seen["calls"].as_array().unwrap() {
+        assert!(!call["text"].as_str().unwrap().contains(SECRET), "{call}");
+    }
+    let failed = answer(&seen, 7);
+    assert_eq!(failed["failures"][0]["status"], "failed", "{failed}");
+    // The worker did print it: what came back says where it was.
+    let tail = failed["failures"][0]["output_tail"].as_str().unwrap();
+    assert!(tail.contains("[redacted DEPLOY_SERVICE_TOKEN]"), "{tail}");
     assert!(refusal(&seen, 0).contains("unknown field `sandbox`"));
     assert!(refusal(&seen, 1).contains("unknown field `network`"));
     assert!(refusal(&seen, 2).contains("stay inside"));
@@ -241,7 +268,7 @@ fn a_call_may_narrow_what_the_server_allows_never_widen_it() {
         "a write landed outside the worktree"
     );
     let runs = repo.swarm(&["status"]);
-    assert_eq!(runs.stdout.lines().count(), 2, "{}", runs.stdout);
+    assert_eq!(runs.stdout.lines().count(), 3, "{}", runs.stdout);
 }
 
 #[test]

@@ -73,6 +73,9 @@ pub(crate) struct RunRef {
 pub(crate) struct Status {
     /// The run; every run of the repository if absent.
     pub run_id: Option<String>,
+    /// With run_id: also the run's events from this one on (0: from the first), at most
+    /// 100; the answer's `next_event` is where the next poll starts.
+    pub events_after: Option<usize>,
 }
 
 /// `resume` and `merge`: continue a run.

@@ -114,10 +114,24 @@ impl Swarm {
             Ok(selector) => selector,
             Err(refusal) => return refusal,
         };
-        match runs::show(&self.repo, &selector) {
-            Ok(report) => answer(&summary::status(&report)),
-            Err(e) => failed(e),
+        let mut value = match runs::show(&self.repo, &selector) {
+            Ok(report) => summary::status(&report),
+            Err(e) => return failed(e),
+        };
+        if let Some(after) = status.events_after {
+            match runs::events(&self.repo, &selector, after, 100) {
+                Ok((events, next)) => {
+                    let events: Vec<Value> = events
+                        .iter()
+                        .filter_map(|line| serde_json::from_str(line).ok())
+                        .collect();
+                    value["events"] = json!(events);
+                    value["next_event"] = next.into();
+                }
+                Err(e) => return failed(e),
+            }
         }
+        answer(&value)
     }
 
     /// The compact outcome of a run, for the parent's context.

@@ -71,6 +71,36 @@ pub fn owner(cwd: &Path, wanted: &RunSelector) -> AppResult<Option<(RunId, u32)>
     Ok(Some((id, owner.pid)))
 }
 
+/// The events of run `wanted` from the `after`-th on (0: from the first), at most `limit`,
+/// each a JSON line as `events.jsonl` holds it; and how many there are so far, the cursor of
+/// the next poll.
+pub fn events(
+    cwd: &Path,
+    wanted: &RunSelector,
+    after: usize,
+    limit: usize,
+) -> AppResult<(Vec<String>, usize)> {
+    use std::io::BufRead as _;
+    let info = repo::discover(cwd)?;
+    let id = resolve(&info.common_dir, wanted)?;
+    let path = RunDir::new(&info.common_dir, &id).events();
+    let file = match std::fs::File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e.into()),
+    };
+    let mut lines = Vec::new();
+    let mut count = 0;
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        if count >= after && lines.len() < limit {
+            lines.push(line);
+        }
+        count += 1;
+    }
+    Ok((lines, count.min(after + limit)))
+}
+
 /// One run's report, with the state it is really in.
 pub fn show(cwd: &Path, wanted: &RunSelector) -> AppResult<Report> {
     let info = repo::discover(cwd)?;
