@@ -21,7 +21,7 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "PATH")]
     pub repo: Option<PathBuf>,
     /// The sandbox of every run's workers: workspace-write (default) or off.
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, value_name = "MODE", value_parser = ["workspace-write", "off"])]
     pub sandbox: Option<String>,
     /// Let every run's workers reach the network.
     #[arg(long)]
