@@ -211,13 +211,24 @@ fn a_run_outlives_the_server_that_started_it() {
         repo.git(&["rev-parse", "main^{tree}"]),
         repo.oracle_tree(&base, &files, SED_FOO_BAR)
     );
-    // A new server picks the run up.
+    // A new server picks the run up; its launch log goes with the run.
+    let logs = || -> Vec<String> {
+        std::fs::read_dir(repo.swarm_dir().join("mcp"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(run))
+            .collect()
+    };
+    assert_eq!(logs().len(), 2, "{:?}", logs());
     let seen = session(
         &repo,
         &[],
-        json!([{"name": "result", "arguments": {"run_id": run}}]),
+        json!([{"name": "result", "arguments": {"run_id": run}},
+               {"name": "clean", "arguments": {"run_id": run}}]),
     );
     assert_eq!(answer(&seen, 0)["merged"]["count"], 4);
+    assert_eq!(answer(&seen, 1)["records"], 1);
+    assert_eq!(logs(), Vec::<String>::new());
 }
 
 #[test]
@@ -243,11 +254,14 @@ fn a_call_may_narrow_what_the_server_allows_never_widen_it() {
             // A worker that prints a secret of the server's environment and fails.
             {"name": "refactor", "arguments": {"instruction": "x", "pathspecs": ["b.txt"],
                 "exec": format!("echo {SECRET}; exit 3"), "wait_seconds": 60}},
+            {"name": "plan", "arguments": {"instruction": "x", "exec": "true",
+                                           "wait_seconds": 5}},
         ]),
     );
     for call in seen["calls"].as_array().unwrap() {
         assert!(!call["text"].as_str().unwrap().contains(SECRET), "{call}");
     }
+    assert!(refusal(&seen, 8).contains("a plan runs nothing"));
     let failed = answer(&seen, 7);
     assert_eq!(failed["failures"][0]["status"], "failed", "{failed}");
     // The worker did print it: what came back says where it was.

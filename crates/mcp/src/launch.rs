@@ -1,6 +1,7 @@
 //! Starting runs that belong to the repository, not to the connection: each is `swarm
 //! refactor` (or `resume`, `merge`) started as a process of its own, in a process group of
-//! its own, writing its log and events under `.git/swarm/mcp/`. When the client's turn is
+//! its own, writing its log and events under `.git/swarm/mcp/` (named after the run once it
+//! started: `swarm clean` removes them with it). When the client's turn is
 //! interrupted or this server exits, the run goes on; `status`, `result`, another `swarm mcp`
 //! or `swarm status` on the command line pick it up, as for any run. A run stopped anyway
 //! (`cancel`, a reboot) is finished by `resume`, as any interrupted run is.
@@ -64,7 +65,14 @@ pub(crate) async fn launch(
             *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(success);
         });
     }
-    wait_for_start(&events, &log, &ended).await
+    let started = wait_for_start(&events, &log, &ended).await?;
+    if let Started::Run(run) = &started {
+        // Named after their run, they go with it (`swarm clean`).
+        for (path, kind) in [(&log, "log"), (&events, "events.jsonl")] {
+            let _ = std::fs::rename(path, dir.join(format!("{run}-{stem}.{kind}")));
+        }
+    }
+    Ok(started)
 }
 
 /// A name no other launch in `dir` has.

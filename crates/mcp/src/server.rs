@@ -61,6 +61,9 @@ impl Swarm {
         and which commands would run. Takes the arguments of `refactor`."
     )]
     async fn plan(&self, Parameters(work): Parameters<Work>) -> CallToolResult {
+        if work.dry_run.is_some() || work.wait_seconds.is_some() {
+            return refused("dry_run and wait_seconds are refactor's: a plan runs nothing");
+        }
         let (flags, positional) = match self.limits.command_line(&work) {
             Ok(line) => line,
             Err(why) => return refused(why),

@@ -216,6 +216,7 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
         }
     };
     let deleted = finish::delete_branches(common, &branches);
+    remove_launch_logs(common, &runs, run_id.is_none(), &busy);
     let mut records = 0;
     for id in &runs {
         if state::remove_owned(common, &RunDir::new(common, id).path)? {
@@ -233,4 +234,19 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
         scratch: swarm_sandbox::scratch::sweep(&std::env::temp_dir()),
         recovered,
     })
+}
+
+/// The logs `swarm mcp` kept of the runs it started (`.git/swarm/mcp/<RUN-ID>-…`) go with
+/// their runs; with `--all`, so do those of launches that never started one.
+fn remove_launch_logs(common: &Path, runs: &[RunId], all: bool, busy: &[RunId]) {
+    let Ok(entries) = std::fs::read_dir(common.join("swarm").join("mcp")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let of = |id: &RunId| name.starts_with(&format!("{id}-"));
+        if runs.iter().any(of) || (all && !busy.iter().any(of)) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
