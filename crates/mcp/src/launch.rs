@@ -37,10 +37,9 @@ pub(crate) async fn launch(
 ) -> anyhow::Result<Started> {
     let dir = common_dir.join("swarm").join("mcp");
     std::fs::create_dir_all(&dir)?;
-    let stem = unique_stem(&dir);
+    let (stem, out) = new_log(&dir)?;
     let events = dir.join(format!("{stem}.events.jsonl"));
     let log = dir.join(format!("{stem}.log"));
-    let out = std::fs::File::create(&log)?;
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg(command)
         .args(flags)
@@ -75,19 +74,28 @@ pub(crate) async fn launch(
     Ok(started)
 }
 
-/// A name no other launch in `dir` has.
-fn unique_stem(dir: &Path) -> String {
+/// A log file no other launch has, claimed by creating it (`create_new`: two launches in
+/// the same instant, or a link left there, cannot share or redirect it); its name's stem.
+fn new_log(dir: &Path) -> std::io::Result<(String, std::fs::File)> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let mut n = 0;
-    loop {
+    for n in 0..1000 {
         let stem = format!("{}-{}-{n}", now.as_millis(), std::process::id());
-        if !dir.join(format!("{stem}.log")).exists() {
-            return stem;
+        let created = std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(format!("{stem}.log")));
+        match created {
+            Ok(file) => return Ok((stem, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
         }
-        n += 1;
     }
+    Err(std::io::Error::other(format!(
+        "cannot name a new log in {}",
+        dir.display()
+    )))
 }
 
 async fn wait_for_start(

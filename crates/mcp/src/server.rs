@@ -377,15 +377,13 @@ impl Swarm {
         flags: Vec<String>,
         positional: Vec<String>,
     ) -> Result<Value, String> {
-        let dir = std::env::temp_dir().join(format!("swarm-mcp-plan-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let file = dir.join(format!(
-            "{}.json",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos()
-        ));
+        // A folder of this call's own (random name, removed when dropped): calls in parallel
+        // do not share it, and nobody else can have put anything there.
+        let dir = tempfile::Builder::new()
+            .prefix("swarm-mcp-plan-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let file = dir.path().join("plan.json");
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let out = tokio::process::Command::new(exe)
             .arg("plan")
@@ -401,7 +399,7 @@ impl Swarm {
             .map_err(|e| e.to_string())?;
         let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
         let text = std::fs::read_to_string(&file);
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(dir);
         if !out.status.success() {
             return Err(summary::cut(&said, 4000));
         }

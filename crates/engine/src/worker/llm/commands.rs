@@ -38,24 +38,8 @@ pub(super) async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow
         allowed: true,
         rule: Some(rule),
     });
-    let ran = process::run(ProcessRequest {
-        program,
-        cwd: task.worktree,
-        env: Vec::new(),
-        log: &task.task_dir.join("run.log"),
-        timeout: task.timeout,
-        idle_timeout: Some(task.idle_timeout),
-        sandbox: Some(task.sandbox),
-        also_writable: &[],
-        view: None,
-        on_access: task.on_access.clone(),
-        cancel: task.cancel,
-        gateway: None,
-        state_views: &[],
-        git_view: None,
-        budget: None,
-    })
-    .await?;
+    let log = task.task_dir.join("run.log");
+    let ran = process::run(request(task, program, &log)).await?;
     let output: String = ran
         .output_tail
         .chars()
@@ -73,24 +57,8 @@ pub(super) async fn run_verify(
     command: &str,
     task: &AgentTask<'_>,
 ) -> anyhow::Result<Option<String>> {
-    let ran = process::run(ProcessRequest {
-        program: Program::Shell(command),
-        cwd: task.worktree,
-        env: Vec::new(),
-        log: &task.task_dir.join("verify.log"),
-        timeout: task.timeout,
-        idle_timeout: Some(task.idle_timeout),
-        sandbox: Some(task.sandbox),
-        also_writable: &[],
-        view: None,
-        on_access: task.on_access.clone(),
-        cancel: task.cancel,
-        gateway: None,
-        state_views: &[],
-        git_view: None,
-        budget: None,
-    })
-    .await?;
+    let log = task.task_dir.join("verify.log");
+    let ran = process::run(request(task, Program::Shell(command), &log)).await?;
     Ok(match ran.exit {
         Exit::Code(0) => None,
         other => Some(format!(
@@ -109,5 +77,31 @@ fn describe(exit: Exit) -> String {
         Exit::Idle => "stale (no output, no file change)".into(),
         Exit::Cancelled => "interrupted".into(),
         Exit::OverBudget => "stopped: the run's budget is spent".into(),
+    }
+}
+
+/// A process of the task's, confined and limited as its worker is, writing nothing but its
+/// worktree; its output goes to `log`.
+fn request<'a>(
+    task: &'a AgentTask<'_>,
+    program: Program<'a>,
+    log: &'a std::path::Path,
+) -> ProcessRequest<'a> {
+    ProcessRequest {
+        program,
+        cwd: task.worktree,
+        env: Vec::new(),
+        log,
+        timeout: task.timeout,
+        idle_timeout: Some(task.idle_timeout),
+        sandbox: Some(task.sandbox),
+        also_writable: &[],
+        view: None,
+        on_access: task.on_access.clone(),
+        cancel: task.cancel,
+        gateway: None,
+        state_views: &[],
+        git_view: None,
+        budget: None,
     }
 }
