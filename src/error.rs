@@ -74,6 +74,7 @@ fn runs_hint(e: &AppError) -> Option<String> {
                 .into(),
         ),
         AppError::Run(e) => Some(run(e).into()),
+        AppError::Land(e) => e.hint(),
         _ => None,
     }
 }
@@ -186,7 +187,7 @@ fn busy(doing: Busy) -> &'static str {
         }
         Busy::Resume => "wait for it to finish, or stop it (Ctrl-C) and resume then",
         Busy::RunShard => "wait for it, or run this shard in another clone",
-        Busy::Merge => "wait for it to finish",
+        Busy::Merge | Busy::Land => "wait for it to finish",
     }
 }
 

@@ -56,21 +56,28 @@ pub(super) fn publish(report: &Report) {
     let report = shown.as_ref().unwrap_or(report);
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(commands(report).as_bytes());
-    for (var, text) in [
-        ("GITHUB_STEP_SUMMARY", summary(report)),
-        ("GITHUB_OUTPUT", outputs(report)),
-    ] {
-        let Some(path) = std::env::var_os(var) else {
-            continue;
-        };
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(text.as_bytes()));
-        if let Err(e) = appended {
-            let _ = writeln!(err, "::warning::cannot append to ${var}: {e}");
-        }
+    drop(err);
+    append("GITHUB_STEP_SUMMARY", &summary(report));
+    append("GITHUB_OUTPUT", &outputs(report));
+}
+
+/// Appends `text` to the job's step summary (Markdown).
+pub(super) fn append_summary(text: &str) {
+    append("GITHUB_STEP_SUMMARY", text);
+}
+
+/// Appends `text` to the file `$var` names, if set.
+fn append(var: &str, text: &str) {
+    let Some(path) = std::env::var_os(var) else {
+        return;
+    };
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    if let Err(e) = appended {
+        eprintln!("::warning::cannot append to ${var}: {e}");
     }
 }
 

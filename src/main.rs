@@ -24,6 +24,7 @@ mod error;
 mod execute;
 mod exit;
 mod github;
+mod land;
 mod mcp;
 mod merge;
 mod out;
@@ -93,6 +94,7 @@ enum Command {
     Status(status::StatusArgs),
     Diff(diff::DiffArgs),
     Merge(merge::MergeArgs),
+    Land(land::LandArgs),
     Resume(resume::ResumeArgs),
     Clean(clean::CleanArgs),
     Agents(agents::AgentsArgs),
@@ -144,6 +146,7 @@ fn run() -> ExitCode {
             Command::Status(args) => status::run(args),
             Command::Diff(args) => diff::run(args),
             Command::Merge(args) => merge::run(args).await,
+            Command::Land(args) => land::run(args).await,
             Command::Resume(args) => resume::run(args).await,
             Command::Clean(args) => clean::run(args),
             Command::Agents(args) => agents::run(args).await,

@@ -35,6 +35,10 @@ pub(crate) fn run(args: StatusArgs) -> AppResult<i32> {
         return Ok(exit::SUCCESS);
     }
     print_run(&report);
+    if let Some(record) = swarm_engine::app::land::load_record(&cwd, &wanted)? {
+        println!("\nlanded by {} (swarm land):", record.by);
+        print!("{}", super::land::groups(&record));
+    }
     Ok(exit::SUCCESS)
 }
 

@@ -30,7 +30,11 @@ pub fn hermetic(cmd: &mut Command, home: &Path) {
             || key.starts_with("OPENROUTER_")
             || key.starts_with("GIT_")
             || key == "CI"
-            || key == "GITHUB_ACTIONS"
+            // Forges' tokens and CI's files (`swarm land`, the step summary).
+            || key.starts_with("GITHUB_")
+            || key.starts_with("GH_")
+            || key.starts_with("GITLAB_")
+            || key.starts_with("CI_")
             // The CI's shard variables (`--shard auto`).
             || key.starts_with("CI_NODE_")
             || key.starts_with("BUILDKITE_PARALLEL_")

@@ -45,3 +45,17 @@ pub const SWARM_TASK_FILE: &str = "SWARM_TASK_FILE";
 pub const SWARM_RESULT_FILE: &str = "SWARM_RESULT_FILE";
 /// `--model` with `--agent`: the agent's model, for its preset's command line.
 pub const SWARM_AGENT_MODEL: &str = "SWARM_AGENT_MODEL";
+
+// `swarm land`: the forges' tokens and API base URLs, named as their CI sets them.
+/// A GitHub token (`GITHUB_TOKEN` in Actions), for `swarm land --forge github`.
+pub const GITHUB_TOKEN: &str = "GITHUB_TOKEN";
+/// A GitHub token as the `gh` CLI reads it.
+pub const GH_TOKEN: &str = "GH_TOKEN";
+/// GitHub's REST API (set by Actions; GitHub Enterprise's own).
+pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
+/// A GitLab personal, project or group access token.
+pub const GITLAB_TOKEN: &str = "GITLAB_TOKEN";
+/// The token GitLab CI gives each job.
+pub const CI_JOB_TOKEN: &str = "CI_JOB_TOKEN";
+/// GitLab's REST API v4 (set by GitLab CI).
+pub const CI_API_V4_URL: &str = "CI_API_V4_URL";

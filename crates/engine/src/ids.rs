@@ -331,6 +331,8 @@ pub enum RunBranch {
     },
     /// A short-lived branch a new worktree is created on (`_` cannot be in a task id).
     Placeholder(usize),
+    /// A group's branch of `swarm land`: `land/<group>`.
+    Land(String),
 }
 
 impl RunBranch {
@@ -342,12 +344,13 @@ impl RunBranch {
             RunBranch::Repair => "repair".into(),
             RunBranch::Shard { k, n } => format!("shard-{k}-of-{n}"),
             RunBranch::Placeholder(n) => format!("placeholder_{n}"),
+            RunBranch::Land(group) => format!("land/{group}"),
         }
     }
 
     /// Is `name` one of the fixed names (so not available to tasks)?
     fn is_reserved(name: &str) -> bool {
-        matches!(name, "result" | "verify" | "repair") || Self::parse_shard(name).is_some()
+        matches!(name, "result" | "verify" | "repair" | "land") || Self::parse_shard(name).is_some()
     }
 
     /// `shard-K-of-N` → (K, N).

@@ -14,6 +14,7 @@ mod events;
 mod gateway;
 mod git;
 mod ids;
+mod land;
 mod model;
 mod orchestrator;
 mod plan;

@@ -23,6 +23,8 @@ pub enum AppError {
     Id(#[from] IdError),
     #[error(transparent)]
     Remote(#[from] RemoteError),
+    #[error(transparent)]
+    Land(#[from] crate::land::LandError),
     #[error("no swarm run '{0}' in this repository")]
     NoSuchRun(String),
     #[error("'{selector}' matches {count} runs")]
@@ -114,6 +116,7 @@ pub enum Busy {
     Clean,
     RunShard,
     Merge,
+    Land,
 }
 
 impl From<RepoError> for AppError {

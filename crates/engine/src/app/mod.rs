@@ -12,7 +12,7 @@
 //! engine one [`RunRequest`].
 
 pub mod agents;
-mod checks;
+pub(crate) mod checks;
 pub mod diff;
 pub mod error;
 pub mod prepare;
@@ -42,6 +42,15 @@ pub mod env_vars {
 pub mod events {
     pub use crate::events::{
         CheckRole, ConflictAction, Event, EventSink, NetworkVerdict, Reporter,
+    };
+}
+
+/// `swarm land`: a finished run as one branch and one pull request per group of its tasks.
+pub mod land {
+    pub use crate::land::forge::{ForgeError, ForgeKind, PrState, PullRequest};
+    pub use crate::land::record::{ForgePlace, GroupCheck, LandGroup, LandRecord, Stage};
+    pub use crate::land::{
+        By, ForgeChoice, LandError, LandOutcome, LandRequest, land, load_record,
     };
 }
 

@@ -127,13 +127,18 @@ pub(crate) fn fetch_run(workdir: &Path, remote: &str, run_id: &RunId) -> Result<
     run_git(cmd, &format!("git fetch {remote}"))
 }
 
-fn run_git(mut cmd: Command, what: &str) -> Result<(), RemoteError> {
+fn run_git(cmd: Command, what: &str) -> Result<(), RemoteError> {
+    git_stdout(cmd, what).map(drop)
+}
+
+/// Runs a `git` command; its standard output, or what it said on failure.
+pub(crate) fn git_stdout(mut cmd: Command, what: &str) -> Result<String, RemoteError> {
     let out = cmd.output().map_err(|e| RemoteError {
         what: what.to_string(),
         stderr: format!("cannot run git (is it installed?): {e}"),
     })?;
     if out.status.success() {
-        return Ok(());
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
     Err(RemoteError {
         what: what.to_string(),
