@@ -218,3 +218,50 @@ fn the_install_script_checks_the_release_and_falls_back_to_cargo() {
         )
     );
 }
+
+/// The land step: the run's groups become pull requests on `$GITHUB_REPOSITORY` through
+/// `$GITHUB_API_URL`, listed in the step summary; an input cannot become another option.
+#[test]
+fn the_land_script_opens_a_pull_request_per_group() {
+    use crate::fake_forge::{FakeForge, Kind};
+    let repo = TestRepo::with_files(&[("src/a.txt", "foo\n"), ("docs/b.txt", "foo\n")]);
+    let remote = repo.home.join("remote.git");
+    repo.git(&["init", "-q", "--bare", "-b", "main", remote.to_str().unwrap()]);
+    repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
+    repo.git(&["push", "-q", "origin", "main"]);
+    let run = repo.swarm(&["refactor", "foo to bar", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    let forge = FakeForge::start(Kind::GitHub, "ghs_actiontoken");
+    let summary = repo.home.join("summary");
+    let land = |by: &str| {
+        let mut cmd = Command::new("bash");
+        hermetic(&mut cmd, &repo.home);
+        Run::from(
+            cmd.arg(script("land.sh"))
+                .current_dir(&repo.path)
+                .env("SWARM_BIN", env!("CARGO_BIN_EXE_swarm"))
+                .env("GITHUB_ACTIONS", "true")
+                .env("GITHUB_STEP_SUMMARY", &summary)
+                .env("GITHUB_REPOSITORY", "acme/app")
+                .env("GITHUB_API_URL", &forge.url)
+                .env("GITHUB_TOKEN", forge.token())
+                .env("SWARM_RUN_ID", run.run_id())
+                .env("INPUT_LAND", by)
+                .env("INPUT_MAX_OPEN", "1")
+                .output()
+                .unwrap(),
+        )
+    };
+    let refused = land("--sandbox=off");
+    refused.assert_code(2);
+    assert!(forge.pulls().is_empty());
+
+    land("dir:1").assert_code(0);
+    let pulls = forge.pulls();
+    assert_eq!(pulls.len(), 1, "--max-open 1");
+    assert_eq!(pulls[0].head(), format!("swarm/{}/land/01-docs", run.run_id()));
+    let summary = std::fs::read_to_string(summary).unwrap();
+    assert!(summary.contains("## swarm land"), "{summary}");
+    assert!(summary.contains("[#1](https://github.test/acme/app/pull/1)"), "{summary}");
+    assert!(summary.contains("1 waiting"), "{summary}");
+}

@@ -59,6 +59,7 @@ fn every_option_of_help_is_in_usage() {
         "status",
         "diff",
         "merge",
+        "land",
         "resume",
         "agents",
         "mcp",
