@@ -211,7 +211,7 @@ fn step_summary(record: &LandRecord) -> String {
     for g in &record.groups {
         let request = match &g.request {
             Some(r) => format!("[#{}]({})", r.number, cell(&r.url)),
-            None if g.stage() == Stage::Failed => cell(g.problem.as_deref().unwrap_or("")),
+            None if g.stage() == Stage::Held => cell(g.problem.as_deref().unwrap_or("")),
             None => format!("`{}`", g.branch),
         };
         let _ = writeln!(

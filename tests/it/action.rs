@@ -226,7 +226,14 @@ fn the_land_script_opens_a_pull_request_per_group() {
     use crate::fake_forge::{FakeForge, Kind};
     let repo = TestRepo::with_files(&[("src/a.txt", "foo\n"), ("docs/b.txt", "foo\n")]);
     let remote = repo.home.join("remote.git");
-    repo.git(&["init", "-q", "--bare", "-b", "main", remote.to_str().unwrap()]);
+    repo.git(&[
+        "init",
+        "-q",
+        "--bare",
+        "-b",
+        "main",
+        remote.to_str().unwrap(),
+    ]);
     repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
     repo.git(&["push", "-q", "origin", "main"]);
     let run = repo.swarm(&["refactor", "foo to bar", "--exec", SED_FOO_BAR]);
@@ -259,9 +266,15 @@ fn the_land_script_opens_a_pull_request_per_group() {
     land("dir:1").assert_code(0);
     let pulls = forge.pulls();
     assert_eq!(pulls.len(), 1, "--max-open 1");
-    assert_eq!(pulls[0].head(), format!("swarm/{}/land/01-docs", run.run_id()));
+    assert_eq!(
+        pulls[0].head(),
+        format!("swarm/{}/land/01-docs", run.run_id())
+    );
     let summary = std::fs::read_to_string(summary).unwrap();
     assert!(summary.contains("## swarm land"), "{summary}");
-    assert!(summary.contains("[#1](https://github.test/acme/app/pull/1)"), "{summary}");
+    assert!(
+        summary.contains("[#1](https://github.test/acme/app/pull/1)"),
+        "{summary}"
+    );
     assert!(summary.contains("1 waiting"), "{summary}");
 }

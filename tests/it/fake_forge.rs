@@ -64,6 +64,9 @@ struct State {
     calls: Vec<Call>,
     /// Open the next request, then answer 502 (the answer lost on the way).
     lose_next_answer: bool,
+    /// Open the next request, then answer only after a minute (for a test to kill the
+    /// client in between).
+    stall_next_answer: bool,
 }
 
 pub struct FakeForge {
@@ -124,6 +127,10 @@ impl FakeForge {
         self.state.lock().unwrap().lose_next_answer = true;
     }
 
+    pub fn stall_next_answer(&self) {
+        self.state.lock().unwrap().stall_next_answer = true;
+    }
+
     pub fn token(&self) -> &str {
         &self.token
     }
@@ -169,7 +176,11 @@ fn serve(stream: TcpStream, kind: Kind, token: &str, state: &Mutex<State>) {
                 route(kind, &mut st, &raw.method, &raw.path, body)
             }
         };
+        let stall = status == 201 && std::mem::take(&mut st.stall_next_answer);
         drop(st);
+        if stall {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
         let text = body.to_string();
         let head = format!(
             "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",

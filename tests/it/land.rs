@@ -350,6 +350,35 @@ fn a_request_whose_answer_was_lost_is_found_not_opened_again() {
     );
 }
 
+/// `kill -9` after the forge opened a request and before swarm heard of it: the next land
+/// finds that request, opens the others once each, and the lock the killed process held is
+/// free.
+#[test]
+fn a_land_killed_while_opening_duplicates_nothing_when_run_again() {
+    let l = refactored();
+    let forge = FakeForge::start(Kind::GitHub, TOKEN);
+    forge.stall_next_answer();
+    let mut cmd = l.repo.swarm_cmd();
+    cmd.env("GITHUB_TOKEN", TOKEN)
+        .args(["land", &l.run, "--push", "origin", "--forge", "github"])
+        .args(["--forge-repo", "acme/app", "--forge-api", &forge.url])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while forge.pulls().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no request opened");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    l.land_on(&forge, &[]).assert_code(0);
+    let heads: Vec<String> = forge.pulls().iter().map(|p| p.head().to_string()).collect();
+    let expected: Vec<String> = EXPECTED.iter().map(|(n, _, _)| l.branch(n)).collect();
+    assert_eq!(heads, expected, "each group once");
+}
+
 #[test]
 fn gitlab_merge_requests_name_user_reviewers_by_id() {
     let l = refactored();
@@ -442,6 +471,17 @@ fn verify_merged_holds_back_the_group_whose_branch_fails_it() {
     ]);
     assert!(!pushed.contains("02-acme-core"), "{pushed}");
     assert_eq!(lines(&pushed).len(), 4, "{pushed}");
+    // The checks' worktrees and their branch are gone.
+    assert_eq!(
+        l.repo
+            .worktrees()
+            .iter()
+            .filter(|l| l.starts_with("worktree "))
+            .count(),
+        1
+    );
+    let left = l.repo.swarm_branches();
+    assert!(left.iter().all(|b| b.contains("/land/")), "{left:?}");
 }
 
 #[test]

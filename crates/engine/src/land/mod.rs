@@ -39,7 +39,7 @@ use record::{LandGroup, LandRecord};
 use crate::app::error::{AppError, AppResult, Busy};
 use crate::app::runs;
 use crate::git::repo;
-use crate::ids::{RunId, RunSelector};
+use crate::ids::{RunBranch, RunId, RunSelector};
 use crate::report::{Report, RunState};
 use crate::state::{RunDir, RunLock};
 
@@ -225,9 +225,14 @@ pub async fn land(
         pool: pool.clone(),
     };
     let problems = rollout::run(&context, target.as_ref(), &mut record, &mut warnings).await;
-    tokio::task::spawn_blocking(move || pool.remove_all())
-        .await
-        .map_err(anyhow::Error::from)?;
+    // The checks' worktrees, and the branch they were checked out on.
+    let (common_dir, verify) = (info.common_dir.clone(), id.branch(&RunBranch::Verify));
+    tokio::task::spawn_blocking(move || {
+        pool.remove_all();
+        crate::git::finish::delete_branches(&common_dir, &[verify]);
+    })
+    .await
+    .map_err(anyhow::Error::from)?;
     let problems = problems?;
     Ok(LandOutcome {
         record,

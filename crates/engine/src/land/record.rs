@@ -74,8 +74,8 @@ impl LandGroup {
                 PrState::Open => Stage::Open,
                 PrState::Closed => Stage::Closed,
             },
-            (None, Some(check)) if !check.passed => Stage::Failed,
-            (None, _) if self.problem.is_some() => Stage::Failed,
+            (None, Some(check)) if !check.passed => Stage::Held,
+            (None, _) if self.problem.is_some() => Stage::Held,
             (None, _) if self.pushed.is_some() => Stage::Pushed,
             (None, _) => Stage::Waiting,
         }
@@ -95,7 +95,7 @@ pub enum Stage {
     /// Not pushed, or not opened yet (`--max-open`).
     Waiting,
     /// Held back: its check failed, or its branch could not be pushed.
-    Failed,
+    Held,
 }
 
 impl Stage {
@@ -106,7 +106,7 @@ impl Stage {
             Stage::Closed => "closed",
             Stage::Pushed => "pushed",
             Stage::Waiting => "waiting",
-            Stage::Failed => "held",
+            Stage::Held => "held",
         }
     }
 }
@@ -150,7 +150,7 @@ impl LandRecord {
             Stage::Closed,
             Stage::Pushed,
             Stage::Waiting,
-            Stage::Failed,
+            Stage::Held,
         ]
         .map(|s| (s, self.groups.iter().filter(|g| g.stage() == s).count()))
     }
