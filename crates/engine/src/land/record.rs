@@ -68,16 +68,17 @@ pub struct LandGroup {
 impl LandGroup {
     /// Where it is in the rollout.
     pub fn stage(&self) -> Stage {
-        match (&self.request, &self.check) {
-            (Some(r), _) => match r.state {
+        let check_failed = self.check.as_ref().is_some_and(|c| !c.passed);
+        match &self.request {
+            Some(r) => match r.state {
                 PrState::Merged => Stage::Landed,
                 PrState::Open => Stage::Open,
                 PrState::Closed => Stage::Closed,
             },
-            (None, Some(check)) if !check.passed => Stage::Held,
-            (None, _) if self.problem.is_some() => Stage::Held,
-            (None, _) if self.pushed.is_some() => Stage::Pushed,
-            (None, _) => Stage::Waiting,
+            None if self.problem.is_some() => Stage::Held,
+            None if self.pushed.is_some() => Stage::Pushed,
+            None if check_failed => Stage::Held,
+            None => Stage::Waiting,
         }
     }
 }

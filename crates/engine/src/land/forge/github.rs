@@ -59,7 +59,6 @@ pub(super) async fn open(
         "head": new.head,
         "base": new.base,
         "body": new.body,
-        "maintainer_can_modify": true,
     });
     let answer = forge.call(Method::POST, &path, &[], Some(&body)).await?;
     let pull = read(&answer, &format!("POST {path}"))?;
