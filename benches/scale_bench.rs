@@ -84,7 +84,16 @@ fn large() {
     let root = tempfile::tempdir().unwrap();
     eprintln!("generating {files} files in {dirs} folders ({tasks} with foo)");
     let origin = generate(root.path(), &shape(files, dirs, tasks));
-    let mut trees = Vec::new();
+    let floor_repo = root.path().join("floor");
+    clone(&origin, &floor_repo);
+    eprintln!("git's floor: checkout + fast-import of {tasks} tasks and merges + reset");
+    let (floor_wall, floor_tree) = floor(&floor_repo);
+    println!(
+        "floor files={files} tasks={tasks}: wall={:.1}s (one checkout of the base, git \
+         fast-import of every blob, task commit and --no-ff merge, git reset --hard)",
+        floor_wall.as_secs_f64()
+    );
+    let mut trees = vec![floor_tree];
     for mode in modes() {
         let repo = root.path().join(&mode);
         clone(&origin, &repo);
@@ -120,8 +129,78 @@ fn large() {
             first_running - started,
             steady * 1000.0
         );
+        println!(
+            "large files={files} tasks={tasks} jobs={jobs} worktrees={mode}: swarm/floor = {:.2}",
+            m.wall.as_secs_f64() / floor_wall.as_secs_f64()
+        );
     }
     assert!(trees.windows(2).all(|w| w[0] == w[1]), "the modes disagree");
+}
+
+/// What git itself needs to make the history a run of one-file `sed` tasks makes, in `repo`
+/// (a fresh clone): a checkout of the base (as swarm's workers need one), then one
+/// `git fast-import` stream with, per file mentioning `foo`, its new blob, a task commit on
+/// the base and a `--no-ff` merge of it onto `main`, then `git reset --hard` to bring the
+/// checkout to the result. Returns the wall time and the result's tree.
+fn floor(repo: &Path) -> (Duration, String) {
+    use std::io::Write as _;
+    let started = std::time::Instant::now();
+    let base = git(repo, &["rev-parse", "HEAD"]);
+    let checkout = repo.join(".git/floor-base");
+    git(
+        repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            checkout.to_str().unwrap(),
+            "HEAD",
+        ],
+    );
+    let listed = git(repo, &["grep", "-l", "foo", "HEAD", "--", "src"]);
+    let mut stream = Vec::new();
+    let mut mark = 0;
+    let mut tip = base.clone();
+    for name in listed.lines() {
+        let path = name.trim_start_matches("HEAD:");
+        let text = std::fs::read_to_string(checkout.join(path)).unwrap();
+        let new = text.replace("foo", "bar");
+        let (blob, task, merge) = (mark + 1, mark + 2, mark + 3);
+        mark += 3;
+        let who = "committer bench <bench@example.com> 1764000000 +0000";
+        write!(stream, "blob\nmark :{blob}\ndata {}\n{new}\n", new.len()).unwrap();
+        let message = format!("task {path}");
+        write!(
+            stream,
+            "commit refs/heads/floor-task\nmark :{task}\n{who}\ndata {}\n{message}\nfrom {base}\nM 100644 :{blob} {path}\n\n",
+            message.len()
+        )
+        .unwrap();
+        let message = format!("merge task {path}");
+        write!(
+            stream,
+            "commit refs/heads/main\nmark :{merge}\n{who}\ndata {}\n{message}\nfrom {tip}\nmerge :{task}\nM 100644 :{blob} {path}\n\n",
+            message.len()
+        )
+        .unwrap();
+        tip = format!(":{merge}");
+    }
+    let mut child = Command::new("git")
+        .current_dir(repo)
+        .args(["fast-import", "--quiet", "--force"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&stream).unwrap();
+    assert!(child.wait().unwrap().success(), "git fast-import failed");
+    git(repo, &["reset", "-q", "--hard", "main"]);
+    let wall = started.elapsed();
+    git(
+        repo,
+        &["worktree", "remove", "--force", checkout.to_str().unwrap()],
+    );
+    (wall, git(repo, &["rev-parse", "HEAD^{tree}"]))
 }
 
 fn startup() {

@@ -246,3 +246,34 @@ fn files_under_a_filter_driver_are_refused_or_not_committed() {
     ])
     .assert_code(0);
 }
+
+/// A task file edited in the checkout while the run goes on, to the same size and with its
+/// old modification time put back, is still seen as changed (its change time and content
+/// differ from the index): the target does not move, and the edit stays.
+#[test]
+fn a_task_file_edited_during_the_run_to_the_same_size_and_time_is_kept() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let (a, old) = (repo.path.join("a.txt"), repo.home.join("a.old"));
+    let exec = format!(
+        "if [ \"$SWARM_FILE\" = b.txt ]; then cp -p {a} {old} && printf 'fox\\n' > {a} && touch -r {old} {a}; fi; {SED_FOO_BAR}",
+        a = a.display(),
+        old = old.display()
+    );
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "-j",
+        "1",
+        "--sandbox",
+        "off",
+        "--exec",
+        &exec,
+    ]);
+    run.assert_code(1);
+    assert_eq!(repo.read("a.txt"), "fox\n", "the edit is kept");
+    let report = repo.report(&run);
+    assert_eq!(report["into_updated"], false);
+    assert!(run.stderr.contains("a.txt"), "{}", run.stderr);
+    let branch = report["result_branch"].as_str().unwrap();
+    assert_eq!(repo.git(&["show", &format!("{branch}:a.txt")]), "bar");
+}

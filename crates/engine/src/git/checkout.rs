@@ -288,6 +288,10 @@ fn blocked_paths(
     index: &git2::Index,
     changes: &[Change],
 ) -> anyhow::Result<Vec<RepoPath>> {
+    let index_written = index
+        .path()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .and_then(|m| m.modified().ok());
     let mut blocked = Vec::new();
     for c in changes {
         let entry = index.get_path(c.path.as_path(), 0);
@@ -298,14 +302,13 @@ fn blocked_paths(
         };
         let clean = index_agrees
             && (c.sparse
-                || match c.old {
-                    Some(_) => repo
-                        .status_file(c.path.as_path())
-                        .is_ok_and(|s| s == Status::CURRENT),
+                || match (c.old, &entry) {
+                    (Some(_), Some(entry)) => file_is_entry(repo, workdir, entry, index_written),
+                    (Some(_), None) => false,
                     // Nothing there, or a folder whose tracked files the result removes
                     // (if anything else is in it, putting the new file there fails and
                     // everything is undone).
-                    None => std::fs::symlink_metadata(workdir.join(c.path.as_path()))
+                    (None, _) => std::fs::symlink_metadata(workdir.join(c.path.as_path()))
                         .map_or(true, |m| m.is_dir()),
                 });
         if !clean {
@@ -313,6 +316,56 @@ fn blocked_paths(
         }
     }
     Ok(blocked)
+}
+
+/// Is the checkout's file at `entry`'s path what the index says (so replacing it loses
+/// nothing)? As git decides it, in proportion to the one file: its stat data matching the
+/// entry's, when the entry is older than the index (not "racily clean"); else its content
+/// hashing to the entry's blob, with the same kind and executable bit. Only a file that
+/// differs byte for byte (a filter such as `core.autocrlf` may explain that) is left to
+/// libgit2's status, which applies the filters.
+fn file_is_entry(
+    repo: &Repository,
+    workdir: &Path,
+    entry: &IndexEntry,
+    index_written: Option<std::time::SystemTime>,
+) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let rel = Path::new(std::ffi::OsStr::from_bytes(&entry.path));
+    let path = workdir.join(rel);
+    let Ok(meta) = std::fs::symlink_metadata(&path) else {
+        return false;
+    };
+    let kind_agrees = match entry.mode & 0o170000 {
+        0o120000 => meta.file_type().is_symlink(),
+        0o100000 => meta.is_file() && (entry.mode & 0o111 != 0) == (meta.mode() & 0o111 != 0),
+        _ => false,
+    };
+    if !kind_agrees {
+        return false;
+    }
+    // The index's 32-bit fields, truncated as git (and `set_stat`) truncate them.
+    let time = |s: i64, ns: i64| IndexTime::new(s as i32, ns as u32);
+    let racy = index_written.is_none_or(|written| {
+        let written = written
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        u64::try_from(entry.mtime.seconds()).map_or(true, |m| m >= written)
+    });
+    let stat_agrees = time(meta.mtime(), meta.mtime_nsec()) == entry.mtime
+        && time(meta.ctime(), meta.ctime_nsec()) == entry.ctime
+        && meta.size() as u32 == entry.file_size
+        && meta.ino() as u32 == entry.ino;
+    if stat_agrees && !racy {
+        return true;
+    }
+    let hashed = match meta.file_type().is_symlink() {
+        true => std::fs::read_link(&path)
+            .ok()
+            .and_then(|t| Oid::hash_object(git2::ObjectType::Blob, t.as_os_str().as_bytes()).ok()),
+        false => Oid::hash_file(git2::ObjectType::Blob, &path).ok(),
+    };
+    hashed == Some(entry.id) || repo.status_file(rel).is_ok_and(|s| s == Status::CURRENT)
 }
 
 /// The files moved so far, to undo or to finish.
