@@ -3,7 +3,7 @@
 //! change is committed as git would commit it, on both kinds of worktree, and a worker in a
 //! view can change neither the shared base nor anything outside its view.
 
-use crate::common::{TestRepo, task_of};
+use crate::common::{SED_FOO_BAR, TestRepo, task_of};
 
 /// Every kind of change a worker can make: an edit, a deletion, a folder removed and made
 /// again (an opaque folder in the view), a file that becomes a folder, new nested folders, a
@@ -230,4 +230,30 @@ fn a_view_is_clean_for_git_at_once() {
         "[]\n",
         "git saw changes in a fresh worktree"
     );
+}
+
+/// The end of a run takes its worktrees out of the way at once (moved into
+/// `.git/swarm/trash`) and a process of its own deletes them after the result is out; what
+/// such a process did not finish, `swarm clean` does.
+#[test]
+fn worktrees_are_moved_aside_at_the_end_and_deleted_after() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    repo.swarm(&["refactor", "x", "--exec", SED_FOO_BAR])
+        .assert_code(0);
+    repo.assert_clean_after_run();
+    let trash = repo.swarm_dir().join("trash");
+    let entries = |dir: &std::path::Path| std::fs::read_dir(dir).map_or(0, |d| d.count());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while entries(&trash) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the trash was not emptied"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // What an emptying process killed half way left.
+    std::fs::create_dir_all(trash.join("7-0123abcd/src")).unwrap();
+    std::fs::write(trash.join("7-0123abcd/src/a.txt"), "left\n").unwrap();
+    repo.swarm(&["clean", "--all"]);
+    assert_eq!(entries(&trash), 0);
 }

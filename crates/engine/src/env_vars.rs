@@ -46,6 +46,10 @@ pub const SWARM_RESULT_FILE: &str = "SWARM_RESULT_FILE";
 /// `--model` with `--agent`: the agent's model, for its preset's command line.
 pub const SWARM_AGENT_MODEL: &str = "SWARM_AGENT_MODEL";
 
+/// Internal: set on the swarm process that empties `<git-common-dir>/swarm/trash` after a run
+/// (its value: the git common directory).
+pub const SWARM_EMPTY_TRASH: &str = "SWARM_EMPTY_TRASH";
+
 // `swarm land`: the forges' tokens and API base URLs, named as their CI sets them.
 /// A GitHub token (`GITHUB_TOKEN` in Actions), for `swarm land --forge github`.
 pub const GITHUB_TOKEN: &str = "GITHUB_TOKEN";

@@ -202,10 +202,79 @@ pub(crate) fn write_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     std::io::Write::write_all(&mut create_file(path)?, contents)
 }
 
-/// Removes `path`, a directory (or file) swarm made under `<git-common-dir>/swarm/`, without
-/// following symbolic links: a link is removed, never what it points to. Anything else is
-/// refused: this is the only way swarm deletes a directory tree.
-pub(crate) fn remove_owned(common_dir: &Path, path: &Path) -> anyhow::Result<bool> {
+/// Where the directories swarm removes at the end of a run go first
+/// (`<git-common-dir>/swarm/trash`): moving a directory there is one rename, whatever its
+/// size, so a run reports its result without waiting on the disk; a process of its own
+/// empties it afterwards ([`empty_trash_later`]), and `swarm clean` empties it too.
+pub(crate) fn trash_dir(common_dir: &Path) -> PathBuf {
+    swarm_dir(common_dir).join("trash")
+}
+
+/// Takes `path` (a directory swarm made under `swarm/`, as for [`remove_owned`]) out of the
+/// way at once: moved into the trash, or removed if it cannot be moved.
+pub(crate) fn discard_owned(common_dir: &Path, path: &Path) -> anyhow::Result<bool> {
+    check_owned(common_dir, path)?;
+    let is_dir = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta.is_dir(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", path.display())),
+    };
+    if is_dir {
+        let trash = trash_dir(common_dir);
+        let name = format!(
+            "{}-{}",
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+            crate::secrets::random_hex::<8>().unwrap_or_default()
+        );
+        if std::fs::create_dir_all(&trash).is_ok()
+            && std::fs::rename(path, trash.join(name)).is_ok()
+        {
+            return Ok(true);
+        }
+    }
+    remove_owned(common_dir, path)
+}
+
+/// Removes everything in the trash; how many entries went.
+pub(crate) fn empty_trash(common_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(trash_dir(common_dir)) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| remove_owned(common_dir, &e.path()).is_ok_and(|removed| removed))
+        .count()
+}
+
+/// Empties the trash (if anything is in it) in a process of its own, started from swarm's
+/// binary in a new process group with no terminal output, which goes on after this one ends:
+/// the run's result does not wait for the disk to delete its worktrees.
+pub(crate) fn empty_trash_later(common_dir: &Path) {
+    let has_entries =
+        std::fs::read_dir(trash_dir(common_dir)).is_ok_and(|mut entries| entries.next().is_some());
+    if !has_entries {
+        return;
+    }
+    let started = std::env::current_exe().and_then(|exe| {
+        use std::os::unix::process::CommandExt as _;
+        std::process::Command::new(exe)
+            .env(crate::env_vars::SWARM_EMPTY_TRASH, common_dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+    });
+    if let Err(e) = started {
+        tracing::debug!("cannot empty the trash in the background ({e}); emptying it now");
+        empty_trash(common_dir);
+    }
+}
+
+/// Checks that `path` is under `<git-common-dir>/swarm/`, through directories only.
+fn check_owned(common_dir: &Path, path: &Path) -> anyhow::Result<()> {
     let root = swarm_dir(common_dir);
     let inside = path
         .strip_prefix(&root)
@@ -235,6 +304,14 @@ pub(crate) fn remove_owned(common_dir: &Path, path: &Path) -> anyhow::Result<boo
             dir.display()
         );
     }
+    Ok(())
+}
+
+/// Removes `path`, a directory (or file) swarm made under `<git-common-dir>/swarm/`, without
+/// following symbolic links: a link is removed, never what it points to. Anything else is
+/// refused: this is the only way swarm deletes a directory tree.
+pub(crate) fn remove_owned(common_dir: &Path, path: &Path) -> anyhow::Result<bool> {
+    check_owned(common_dir, path)?;
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),

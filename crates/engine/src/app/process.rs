@@ -11,6 +11,11 @@ pub fn start_process() -> Option<std::process::ExitCode> {
     if let Some(code) = swarm_sandbox::jail::main_if_jail() {
         return Some(code);
     }
+    // The process a run started to empty the trash after it (`state::empty_trash_later`).
+    if let Some(common_dir) = std::env::var_os(crate::env_vars::SWARM_EMPTY_TRASH) {
+        crate::state::empty_trash(std::path::Path::new(&common_dir));
+        return Some(std::process::ExitCode::SUCCESS);
+    }
     // libgit2 re-hashes every object it reads to check it, which git itself does not do
     // outside `fsck`: a tenth of a large run's time went there (docs/BENCHMARKS.md).
     git2::opts::strict_hash_verification(false);

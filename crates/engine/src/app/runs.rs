@@ -223,6 +223,8 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
             records += 1;
         }
     }
+    // What runs moved aside for a process of their own to delete, if it has not yet.
+    state::empty_trash(common);
     if let (0, 0, 0, Some(id)) = (records, worktrees, deleted, &run_id) {
         return Err(AppError::NothingToClean(id.clone()));
     }

@@ -80,7 +80,10 @@ pub(crate) fn update_target(
     )
 }
 
-/// Deletes local branches by short name; returns how many were deleted.
+/// Deletes local branches by short name (swarm's own: no worktree has them checked out, no
+/// `branch.<name>` config section names them), with their reflogs; returns how many were
+/// deleted. As references, not through libgit2's branch call, which opens every worktree
+/// and reads the config for each branch: a second of the end of a 2,000-task run.
 ///
 /// Deleting a ref locks it and `packed-refs`, and removes its emptied directories; another
 /// swarm run (or git) working on refs at the same moment can make a lookup or a deletion
@@ -93,9 +96,8 @@ pub(crate) fn delete_branches(common_dir: &Path, names: &[String]) -> usize {
     for name in names {
         let mut last_error = None;
         for attempt in 0..50u64 {
-            let result = repo
-                .find_branch(name, BranchType::Local)
-                .and_then(|mut b| b.delete());
+            let refname = super::branch_ref(name);
+            let result = repo.find_reference(&refname).and_then(|mut r| r.delete());
             match result {
                 Ok(()) => {
                     deleted += 1;

@@ -230,6 +230,7 @@ pub async fn land(
     tokio::task::spawn_blocking(move || {
         pool.remove_all();
         crate::git::finish::delete_branches(&common_dir, &[verify]);
+        crate::state::empty_trash_later(&common_dir);
     })
     .await
     .map_err(anyhow::Error::from)?;

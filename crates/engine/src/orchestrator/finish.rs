@@ -172,10 +172,14 @@ async fn clean_up(shared: &Arc<Shared>, info: &RepoInfo, keep: bool, report: &mu
             .await
             .unwrap_or(0)
     };
-    let deleted_branches =
-        tokio::task::spawn_blocking(move || finish::delete_branches(&common_dir, &delete))
-            .await
-            .unwrap_or(0);
+    let deleted_branches = tokio::task::spawn_blocking(move || {
+        let deleted = finish::delete_branches(&common_dir, &delete);
+        // What the worktrees held goes in a process of its own, after the result is out.
+        crate::state::empty_trash_later(&common_dir);
+        deleted
+    })
+    .await
+    .unwrap_or(0);
     shared.sink.emit(Event::Cleanup {
         removed_worktrees,
         deleted_branches,

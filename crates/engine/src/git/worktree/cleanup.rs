@@ -20,7 +20,7 @@ pub(crate) fn remove_worktree(repo: &Repository, name: &str, path: &Path) -> any
         wt.prune(Some(&mut opts))
             .with_context(|| format!("cannot remove worktree {name}"))?;
     }
-    state::remove_owned(repo.commondir(), path)?;
+    state::discard_owned(repo.commondir(), path)?;
     Ok(())
 }
 

@@ -154,6 +154,6 @@ fn clear(
 /// `.git/swarm/`, without following links ([`state::remove_owned`]).
 pub(crate) fn remove_layers(common_dir: &Path, dir: &Path) -> anyhow::Result<()> {
     overlay::open_work_dir(&dir.join("work"));
-    state::remove_owned(common_dir, dir)?;
+    state::discard_owned(common_dir, dir)?;
     Ok(())
 }
