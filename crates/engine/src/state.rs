@@ -228,9 +228,10 @@ pub(crate) fn discard_owned(common_dir: &Path, path: &Path) -> anyhow::Result<bo
                 .unwrap_or_default(),
             crate::secrets::random_hex::<8>().unwrap_or_default()
         );
-        if std::fs::create_dir_all(&trash).is_ok()
-            && std::fs::rename(path, trash.join(name)).is_ok()
-        {
+        // The trash must be a directory of swarm's, not a link leading elsewhere.
+        let _ = std::fs::create_dir(&trash);
+        let trash_is_dir = std::fs::symlink_metadata(&trash).is_ok_and(|m| m.is_dir());
+        if trash_is_dir && std::fs::rename(path, trash.join(name)).is_ok() {
             return Ok(true);
         }
     }
@@ -357,6 +358,30 @@ mod tests {
         std::os::unix::fs::symlink(&victim, runs_dir(&common).join("l")).unwrap();
         assert!(remove_owned(&common, &runs_dir(&common).join("l/keep")).is_err());
         assert!(victim.join("keep").exists());
+    }
+
+    #[test]
+    fn discarding_goes_through_the_trash_and_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let common = dir.path().join("repo/.git");
+        let worktree = swarm_dir(&common).join("worktrees/r-1");
+        std::fs::create_dir_all(worktree.join("src")).unwrap();
+        std::fs::write(worktree.join("src/a.txt"), "a").unwrap();
+        assert!(discard_owned(&common, &worktree).unwrap());
+        assert!(!worktree.exists());
+        assert_eq!(std::fs::read_dir(trash_dir(&common)).unwrap().count(), 1);
+        assert_eq!(empty_trash(&common), 1);
+        assert_eq!(std::fs::read_dir(trash_dir(&common)).unwrap().count(), 0);
+        // A trash that is a link elsewhere is not used: the directory is removed in place.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::remove_dir(trash_dir(&common)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, trash_dir(&common)).unwrap();
+        std::fs::create_dir_all(worktree.join("src")).unwrap();
+        assert!(discard_owned(&common, &worktree).unwrap());
+        assert!(!worktree.exists());
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        assert!(discard_owned(&common, &dir.path().join("outside")).is_err());
     }
 
     #[test]
