@@ -277,3 +277,19 @@ fn a_task_file_edited_during_the_run_to_the_same_size_and_time_is_kept() {
     let branch = report["result_branch"].as_str().unwrap();
     assert_eq!(repo.git(&["show", &format!("{branch}:a.txt")]), "bar");
 }
+
+/// The final update writes each file as `git checkout` would: a file with a line-ending
+/// attribute gets its filter (CRLF here), a file with none gets its blob as it is.
+#[test]
+fn the_final_update_applies_checkout_filters_where_attributes_ask_for_them() {
+    let repo = TestRepo::with_files(&[
+        (".gitattributes", "*.crlf text eol=crlf\n"),
+        ("a.crlf", "foo\n"),
+        ("b.txt", "foo\n"),
+    ]);
+    repo.swarm(&["refactor", "x", "a.crlf", "b.txt", "--exec", SED_FOO_BAR])
+        .assert_code(0);
+    assert_eq!(repo.read("a.crlf"), "bar\r\n");
+    assert_eq!(repo.read("b.txt"), "bar\n");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}

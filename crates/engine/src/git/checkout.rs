@@ -193,7 +193,10 @@ fn lock_index(repo: &Repository, git_dir: &Path) -> anyhow::Result<Result<IndexL
 }
 
 /// Renders the files of `new` that `changes` writes into `staging`, where nothing of the
-/// user's is.
+/// user's is. A file no checkout filter applies to (no `text`, `eol`, `ident`, `filter` or
+/// `working-tree-encoding` attribute, no `core.autocrlf`) is its blob, written directly; the
+/// others go through libgit2's checkout, which applies the filters. (libgit2 matches every
+/// entry of the tree against every path given: 10,000 paths on 27,000 files took seconds.)
 fn stage(repo: &Repository, staging: &Path, new: Oid, changes: &[Change]) -> anyhow::Result<()> {
     let written: Vec<&Change> = changes
         .iter()
@@ -202,19 +205,42 @@ fn stage(repo: &Repository, staging: &Path, new: Oid, changes: &[Change]) -> any
     if written.is_empty() {
         return Ok(());
     }
+    let autocrlf = repo
+        .config()
+        .and_then(|c| c.get_bool("core.autocrlf"))
+        .unwrap_or(false);
+    let (filtered, plain): (Vec<&Change>, Vec<&Change>) = written
+        .into_iter()
+        .partition(|c| autocrlf || filters_apply(repo, &c.path));
+    render(repo, staging, &plain)?;
+    if filtered.is_empty() {
+        return Ok(());
+    }
     let tree = repo.find_commit(new)?.tree()?;
     let mut checkout = CheckoutBuilder::new();
     checkout.force().update_index(false).target_dir(staging);
-    for c in &written {
+    for c in &filtered {
         checkout.path(super::literal_pathspec(&c.path));
     }
     repo.checkout_tree(tree.as_object(), Some(&mut checkout))?;
-    render_skipped(repo, staging, &written)
+    render(repo, staging, &filtered)
 }
 
-/// Writes what libgit2's checkout into a target directory skips: paths whose type changed
-/// (a file that becomes a link, or the reverse), as git would write them.
-fn render_skipped(repo: &Repository, staging: &Path, written: &[&Change]) -> anyhow::Result<()> {
+/// Would a checkout filter `path` (an attribute that converts line endings, expands `$Id$`,
+/// names a filter driver or an encoding)?
+fn filters_apply(repo: &Repository, path: &RepoPath) -> bool {
+    ["text", "eol", "ident", "filter", "working-tree-encoding"]
+        .iter()
+        .any(|attr| {
+            repo.get_attr_bytes(path.as_path(), attr, git2::AttrCheckFlags::default())
+                .map_or(true, |value| value.is_some())
+        })
+}
+
+/// Writes the files of `written` not in `staging` yet, from their blobs, as git writes them:
+/// those no filter applies to, and what libgit2's checkout into a target directory skips
+/// (paths whose type changed: a file that becomes a link, or the reverse).
+fn render(repo: &Repository, staging: &Path, written: &[&Change]) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     for c in written {
         let Some((id, mode)) = c.new else { continue };
