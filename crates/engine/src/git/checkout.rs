@@ -7,8 +7,9 @@
 //!    commit's, its file the index's, nothing untracked or ignored where a new file goes);
 //!    otherwise nothing is touched. Paths outside a sparse checkout (skip-worktree) only get
 //!    their index entries updated, as git does.
-//! 3. libgit2 writes the result's files into a staging directory next to the run's state
-//!    (so git's filters, modes and links apply), which is where a full disk shows up.
+//! 3. The result's files are written into a staging directory next to the run's state,
+//!    which is where a full disk shows up: from their blobs, with their modes and links, and
+//!    through libgit2's checkout where an attribute asks for a filter (line endings…).
 //! 4. The old files are moved aside, the new ones renamed into place (never over anything
 //!    that appeared meanwhile), the new index written into the lock, the branch moved with a
 //!    compare-and-swap, and only then the index renamed into place.
