@@ -225,17 +225,7 @@ fn the_install_script_checks_the_release_and_falls_back_to_cargo() {
 fn the_land_script_opens_a_pull_request_per_group() {
     use crate::fake_forge::{FakeForge, Kind};
     let repo = TestRepo::with_files(&[("src/a.txt", "foo\n"), ("docs/b.txt", "foo\n")]);
-    let remote = repo.home.join("remote.git");
-    repo.git(&[
-        "init",
-        "-q",
-        "--bare",
-        "-b",
-        "main",
-        remote.to_str().unwrap(),
-    ]);
-    repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
-    repo.git(&["push", "-q", "origin", "main"]);
+    repo.bare_remote();
     let run = repo.swarm(&["refactor", "foo to bar", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     let forge = FakeForge::start(Kind::GitHub, "ghs_actiontoken");

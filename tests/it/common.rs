@@ -158,6 +158,21 @@ impl TestRepo {
         self.git(&["rev-parse", "HEAD"])
     }
 
+    /// A bare remote next to the repository (`origin`), holding its `main`.
+    pub fn bare_remote(&self) -> PathBuf {
+        let remote = self.home.join("remote.git");
+        let out = self
+            .git_cmd()
+            .args(["init", "-q", "--bare", "-b", "main"])
+            .arg(&remote)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        self.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
+        self.git(&["push", "-q", "origin", "main"]);
+        remote
+    }
+
     pub fn git_cmd(&self) -> Command {
         let mut cmd = Command::new("git");
         hermetic(&mut cmd, &self.home);
@@ -427,9 +442,13 @@ impl Snapshot {
                 if skip.iter().any(|s| path.starts_with(s)) {
                     continue;
                 }
-                let meta = std::fs::symlink_metadata(&path).unwrap();
+                // Gone meanwhile (a run's trash being emptied in the background).
+                let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                    continue;
+                };
                 let what = if meta.is_symlink() {
-                    format!("link -> {}", std::fs::read_link(&path).unwrap().display())
+                    let target = std::fs::read_link(&path).unwrap_or_default();
+                    format!("link -> {}", target.display())
                 } else if meta.is_dir() {
                     stack.push(path.clone());
                     "dir".to_string()
@@ -447,6 +466,15 @@ impl Snapshot {
             }
         }
         Self(entries)
+    }
+
+    /// The paths whose content (or link target) holds `needle`.
+    pub fn holding(&self, needle: &str) -> Vec<&PathBuf> {
+        self.0
+            .iter()
+            .filter(|(_, what)| what.contains(needle))
+            .map(|(path, _)| path)
+            .collect()
     }
 
     /// The contents of every file, for searching.

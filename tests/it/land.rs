@@ -55,17 +55,7 @@ fn refactored() -> Landed {
     files.push((".github/CODEOWNERS".into(), CODEOWNERS.into()));
     files.push(("untouched.txt".into(), "nothing here\n".into()));
     let repo = TestRepo::with_files(&files);
-    let remote = repo.home.join("remote.git");
-    repo.git(&[
-        "init",
-        "-q",
-        "--bare",
-        "-b",
-        "main",
-        remote.to_str().unwrap(),
-    ]);
-    repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
-    repo.git(&["push", "-q", "origin", "main"]);
+    let remote = repo.bare_remote();
     let run = repo.swarm(&["refactor", "rename foo to bar", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     let report = repo.report(&run);
@@ -85,6 +75,11 @@ impl Landed {
     }
 
     fn land_on(&self, forge: &FakeForge, args: &[&str]) -> Run {
+        Run::from(self.land_on_cmd(forge, args).output().unwrap())
+    }
+
+    /// `swarm land RUN --push origin --forge …` on `forge`, with its token.
+    fn land_on_cmd(&self, forge: &FakeForge, args: &[&str]) -> std::process::Command {
         let mut cmd = self.repo.swarm_cmd();
         let (var, kind, repo) = match forge.kind() {
             Kind::GitHub => ("GITHUB_TOKEN", "github", "acme/app"),
@@ -94,7 +89,7 @@ impl Landed {
             .args(["land", &self.run, "--push", "origin", "--forge", kind])
             .args(["--forge-repo", repo, "--forge-api", &forge.url])
             .args(args);
-        Run::from(cmd.output().unwrap())
+        cmd
     }
 
     fn remote_git(&self, args: &[&str]) -> String {
@@ -358,13 +353,12 @@ fn a_land_killed_while_opening_duplicates_nothing_when_run_again() {
     let l = refactored();
     let forge = FakeForge::start(Kind::GitHub, TOKEN);
     forge.stall_next_answer();
-    let mut cmd = l.repo.swarm_cmd();
-    cmd.env("GITHUB_TOKEN", TOKEN)
-        .args(["land", &l.run, "--push", "origin", "--forge", "github"])
-        .args(["--forge-repo", "acme/app", "--forge-api", &forge.url])
+    let mut child = l
+        .land_on_cmd(&forge, &[])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().unwrap();
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while forge.pulls().is_empty() {
         assert!(std::time::Instant::now() < deadline, "no request opened");
@@ -543,27 +537,10 @@ fn bad_land_input_is_refused_with_exit_2_and_changes_nothing() {
 
 /// No file under `root` (the repository, its git directory, HOME, the remote) holds `secret`.
 fn assert_no_file_holds(root: &Path, secret: &str) {
-    for entry in walk(root) {
-        let Ok(bytes) = std::fs::read(&entry) else {
-            continue;
-        };
-        let found = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
-        assert!(!found, "{} holds the token", entry.display());
-    }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        match entry.file_type() {
-            Ok(t) if t.is_dir() => out.extend(walk(&path)),
-            Ok(t) if t.is_file() => out.push(path),
-            _ => {}
-        }
-    }
-    out
+    let holding = crate::common::Snapshot::of(root, &[]);
+    assert!(
+        holding.holding(secret).is_empty(),
+        "{:?}",
+        holding.holding(secret)
+    );
 }

@@ -6,21 +6,6 @@ use std::process::Command;
 
 use crate::common::{Run, SED_FOO_BAR, TestRepo, count, hermetic, statuses};
 
-/// A bare remote next to `repo`, holding its `main`.
-fn remote_of(repo: &TestRepo) -> PathBuf {
-    let remote = repo.home.join("remote.git");
-    let out = repo
-        .git_cmd()
-        .args(["init", "-q", "--bare", "-b", "main"])
-        .arg(&remote)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
-    repo.git(&["push", "-q", "origin", "main"]);
-    remote
-}
-
 /// A fresh clone of `remote`, as a CI job would have.
 fn clone(repo: &TestRepo, remote: &Path, name: &str) -> PathBuf {
     let dir = repo.home.join(name);
@@ -99,7 +84,7 @@ fn write_plan(repo: &TestRepo) -> (PathBuf, serde_json::Value) {
 fn two_shards_in_two_clones_merge_in_a_third_as_on_one_machine() {
     let repo = seven_files();
     let base = repo.git(&["rev-parse", "HEAD"]);
-    let remote = remote_of(&repo);
+    let remote = repo.bare_remote();
     let (plan, json) = write_plan(&repo);
     // Self-contained: base, tasks with ids and files, the instruction, the worker.
     assert_eq!(json["base"], base);
@@ -174,7 +159,7 @@ fn two_shards_in_two_clones_merge_in_a_third_as_on_one_machine() {
 fn a_missing_shard_is_reported_and_the_rest_merges() {
     let repo = seven_files();
     let base = repo.git(&["rev-parse", "HEAD"]);
-    let remote = remote_of(&repo);
+    let remote = repo.bare_remote();
     let (plan, json) = write_plan(&repo);
     let plan = plan.to_str().unwrap();
     let dir = clone(&repo, &remote, "shard1");

@@ -178,12 +178,7 @@ fn untouched_since_start(
     b: &Tree<'_>,
 ) -> Result<bool, git2::Error> {
     for path in paths {
-        let entry = |t: &Tree<'_>| match t.get_path(path.as_path()) {
-            Ok(e) => Ok(Some((e.id(), e.filemode()))),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-            Err(e) => Err(e),
-        };
-        if entry(a)? != entry(b)? {
+        if super::entry_at(a, path)? != super::entry_at(b, path)? {
             return Ok(false);
         }
     }

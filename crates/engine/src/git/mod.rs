@@ -136,6 +136,18 @@ fn diff_level(
     Ok(())
 }
 
+/// The entry at `path` in `tree` as `(id, mode)`, `None` where there is none.
+pub(crate) fn entry_at(
+    tree: &git2::Tree<'_>,
+    path: &RepoPath,
+) -> Result<Option<(Oid, u32)>, git2::Error> {
+    match tree.get_path(path.as_path()) {
+        Ok(e) => Ok(Some((e.id(), e.filemode() as u32))),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// `base` with every path in `paths` set to its entry in `from` (or removed).
 pub(crate) fn apply_paths(
     repo: &Repository,

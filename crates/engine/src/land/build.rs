@@ -9,7 +9,7 @@
 use git2::{Oid, Repository};
 
 use super::group::Merge;
-use crate::git::{apply_paths, changed_paths, merge::merges_between, tree_changes};
+use crate::git::{apply_paths, changed_paths, entry_at, merge::merges_between, tree_changes};
 use crate::repo_path::RepoPath;
 
 /// The run's task merges from `into_start` (excluded) to `result`, oldest first, each with
@@ -91,13 +91,8 @@ pub(crate) fn check(
             )));
         }
     }
-    let entry = |tree: &git2::Tree<'_>, path: &RepoPath| match tree.get_path(path.as_path()) {
-        Ok(e) => Ok(Some((e.id(), e.filemode()))),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-        Err(e) => Err(e),
-    };
     for file in files {
-        if entry(&tip, file)? != entry(&result, file)? {
+        if entry_at(&tip, file)? != entry_at(&result, file)? {
             return Ok(Err(format!(
                 "{} differs from the run's result",
                 file.display()

@@ -3,25 +3,12 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{Forge, ForgeError, NewRequest, PrState, PullRequest, plain_name};
+use super::{
+    Forge, ForgeError, NewRequest, PrState, PullRequest, first_request, plain_name, read_request,
+};
 
-/// A pull request from GitHub's answer.
-fn read(value: &Value, call: &str) -> Result<PullRequest, ForgeError> {
-    let number = value["number"].as_u64();
-    let url = value["html_url"].as_str();
-    match (number, url) {
-        (Some(number), Some(url)) => Ok(PullRequest {
-            number,
-            url: url.to_string(),
-            state: state_of(value),
-        }),
-        _ => Err(ForgeError {
-            call: call.to_string(),
-            status: None,
-            message: "the answer has no pull request number or URL".into(),
-        }),
-    }
-}
+/// Where GitHub's answers hold a pull request's number and web URL.
+const FIELDS: [&str; 2] = ["number", "html_url"];
 
 fn state_of(value: &Value) -> PrState {
     let merged = value["merged"].as_bool() == Some(true) || value["merged_at"].is_string();
@@ -42,11 +29,7 @@ pub(super) async fn find(forge: &Forge, head: &str) -> Result<Option<PullRequest
         ("per_page", "100"),
     ];
     let answer = forge.call(Method::GET, &path, &query, None).await?;
-    let call = format!("GET {path}");
-    match answer.as_array().and_then(|all| all.first()) {
-        Some(first) => Ok(Some(read(first, &call)?)),
-        None => Ok(None),
-    }
+    first_request(&answer, FIELDS, state_of, &format!("GET {path}"))
 }
 
 pub(super) async fn open(
@@ -61,7 +44,7 @@ pub(super) async fn open(
         "body": new.body,
     });
     let answer = forge.call(Method::POST, &path, &[], Some(&body)).await?;
-    let pull = read(&answer, &format!("POST {path}"))?;
+    let pull = read_request(&answer, FIELDS, state_of, &format!("POST {path}"))?;
     let warnings = ask_reviewers(forge, pull.number, new.owners).await;
     Ok((pull, warnings))
 }

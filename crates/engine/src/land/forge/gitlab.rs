@@ -4,26 +4,17 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{Forge, ForgeError, NewRequest, PrState, PullRequest, encode_component, plain_name};
+use super::{
+    Forge, ForgeError, NewRequest, PrState, PullRequest, encode_component, first_request,
+    plain_name, read_request,
+};
 
 fn project(forge: &Forge) -> String {
     format!("/projects/{}", encode_component(&forge.repo))
 }
 
-fn read(value: &Value, call: &str) -> Result<PullRequest, ForgeError> {
-    match (value["iid"].as_u64(), value["web_url"].as_str()) {
-        (Some(number), Some(url)) => Ok(PullRequest {
-            number,
-            url: url.to_string(),
-            state: state_of(value),
-        }),
-        _ => Err(ForgeError {
-            call: call.to_string(),
-            status: None,
-            message: "the answer has no merge request iid or web_url".into(),
-        }),
-    }
-}
+/// Where GitLab's answers hold a merge request's number and web URL.
+const FIELDS: [&str; 2] = ["iid", "web_url"];
 
 fn state_of(value: &Value) -> PrState {
     match value["state"].as_str() {
@@ -37,10 +28,7 @@ pub(super) async fn find(forge: &Forge, head: &str) -> Result<Option<PullRequest
     let path = format!("{}/merge_requests", project(forge));
     let query = [("source_branch", head), ("state", "all")];
     let answer = forge.call(Method::GET, &path, &query, None).await?;
-    match answer.as_array().and_then(|all| all.first()) {
-        Some(first) => Ok(Some(read(first, &format!("GET {path}"))?)),
-        None => Ok(None),
-    }
+    first_request(&answer, FIELDS, state_of, &format!("GET {path}"))
 }
 
 pub(super) async fn open(
@@ -57,7 +45,8 @@ pub(super) async fn open(
         "reviewer_ids": reviewer_ids,
     });
     let answer = forge.call(Method::POST, &path, &[], Some(&body)).await?;
-    Ok((read(&answer, &format!("POST {path}"))?, warnings))
+    let pull = read_request(&answer, FIELDS, state_of, &format!("POST {path}"))?;
+    Ok((pull, warnings))
 }
 
 /// The user ids of the owners who are users (`@name`); groups and emails cannot be asked.

@@ -334,6 +334,43 @@ impl Forge {
     }
 }
 
+/// A request read from a forge's answer: its number and web URL in the fields `number` and
+/// `url` name (`number`/`html_url` on GitHub, `iid`/`web_url` on GitLab), its state by
+/// `state_of`.
+fn read_request(
+    value: &serde_json::Value,
+    [number, url]: [&str; 2],
+    state_of: fn(&serde_json::Value) -> PrState,
+    call: &str,
+) -> Result<PullRequest, ForgeError> {
+    match (value[number].as_u64(), value[url].as_str()) {
+        (Some(n), Some(u)) => Ok(PullRequest {
+            number: n,
+            url: u.to_string(),
+            state: state_of(value),
+        }),
+        _ => Err(ForgeError {
+            call: call.to_string(),
+            status: None,
+            message: format!("the answer has no {number} or {url}"),
+        }),
+    }
+}
+
+/// The first request of a list the forge answered (none: no request), as [`read_request`].
+fn first_request(
+    answer: &serde_json::Value,
+    fields: [&str; 2],
+    state_of: fn(&serde_json::Value) -> PrState,
+    call: &str,
+) -> Result<Option<PullRequest>, ForgeError> {
+    answer
+        .as_array()
+        .and_then(|all| all.first())
+        .map(|first| read_request(first, fields, state_of, call))
+        .transpose()
+}
+
 /// `text` with every byte but letters, digits and `-._~` percent-encoded (a GitLab project
 /// path as its id).
 fn encode_component(text: &str) -> String {
