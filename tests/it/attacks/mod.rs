@@ -12,6 +12,7 @@ mod confinement;
 mod data_loss;
 mod doors;
 mod integrity;
+mod jail_host;
 mod limits;
 mod model;
 mod worktrees;

@@ -9,6 +9,7 @@ pub(crate) mod agent_output;
 pub(crate) mod diagnose;
 mod error;
 pub(crate) mod exec;
+mod launch;
 pub(crate) mod llm;
 pub(crate) mod process;
 

@@ -15,23 +15,21 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufWriter, Read as _, Write as _};
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Context as _;
-use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::{Binding, GATEWAY_PORT, Gateway, Listener, Place, Spent};
+use crate::gateway::{Binding, Gateway, Listener, Spent};
 use crate::ids::TaskId;
-use crate::settings::{AllowList, NetworkAccess};
 use crate::worker::WorkerError;
 use crate::{env_vars, secrets, state};
-use swarm_sandbox::jail::{JailSpec, StateView};
-use swarm_sandbox::proxy::{self, OnAccess, Proxy};
-use swarm_sandbox::{self as sandbox, SandboxPolicy, overlay::OverlayView};
+use swarm_sandbox::jail::StateView;
+use swarm_sandbox::proxy::OnAccess;
+use swarm_sandbox::{SandboxPolicy, overlay::OverlayView};
+
+use super::launch::{self, Running};
 
 /// Bytes of output written to a task's log before it is truncated.
 pub(crate) const LOG_CAP: u64 = 8 * 1024 * 1024;
@@ -49,14 +47,14 @@ pub(crate) enum Program<'a> {
 }
 
 impl Program<'_> {
-    fn argv(&self) -> Vec<OsString> {
+    pub(super) fn argv(&self) -> Vec<OsString> {
         match self {
             Program::Shell(command) => vec!["sh".into(), "-c".into(), (*command).into()],
             Program::Argv(argv) => argv.iter().map(OsString::from).collect(),
         }
     }
 
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         match self {
             Program::Shell(command) => format!("sh -c {command}"),
             Program::Argv(argv) => argv.join(" "),
@@ -125,20 +123,10 @@ pub(crate) struct ProcessOutcome {
 pub(crate) async fn run(req: ProcessRequest<'_>) -> Result<ProcessOutcome, WorkerError> {
     let started = Instant::now();
     let (reader, writer) = std::io::pipe().map_err(WorkerError::Process)?;
-    let writer_err = writer.try_clone().map_err(WorkerError::Process)?;
-    // Kept until the process is gone: its temporary directory, its proxy, its gateway.
-    let (mut cmd, keep) = command(&req).map_err(WorkerError::Sandbox)?;
-    cmd.stdout(writer).stderr(writer_err);
     let log = state::create_file(req.log).map_err(WorkerError::task_file("create", req.log))?;
-    let mut child = cmd.spawn().map_err(|source| WorkerError::Start {
-        program: req.program.describe(),
-        source,
-    })?;
-    // Our copies of the pipe's write end must go, or the reader never sees end-of-file.
-    drop(cmd);
-    let pgid = child.id().map(|p| p as i32);
-    // If this future is dropped (a caller's timeout), the whole group goes with it.
-    let mut group = GroupGuard(pgid);
+    // Kept until the process is gone: its temporary directory, its proxy, its gateway. If
+    // this future is dropped (a caller's timeout), the whole group goes with `running`.
+    let (mut running, keep) = launch::start(&req, writer)?;
     let (tail_tx, tail_rx) = tokio::sync::oneshot::channel();
     // Milliseconds since `started` of the last sign of life (output or a file change).
     let last_activity = Arc::new(AtomicU64::new(0));
@@ -148,11 +136,10 @@ pub(crate) async fn run(req: ProcessRequest<'_>) -> Result<ProcessOutcome, Worke
             let _ = tail_tx.send(capture(reader, log, &last_activity, started));
         });
     }
-    let (exit, left_in_group) = wait(&mut child, pgid, &req, &last_activity, started)
+    let (exit, left_in_group) = wait(&mut running, &req, &last_activity, started)
         .await
         .map_err(WorkerError::Process)?;
-    // Dealt with in `wait`; a later signal could hit a reused process group id.
-    group.0 = None;
+    running.forget_group();
     // Normally the pipe closes as soon as the group is gone; a process that escaped the group
     // (setsid) may hold it open, and is not waited for.
     let (output_tail, _bytes) = tokio::time::timeout(Duration::from_secs(2), tail_rx)
@@ -183,158 +170,37 @@ pub(crate) async fn run(req: ProcessRequest<'_>) -> Result<ProcessOutcome, Worke
     })
 }
 
-/// What a process needs while it runs: its private temporary directory, with an allow-list
-/// its network proxy, for an agent its door to the model gateway.
-#[derive(Default)]
-struct Confinement {
-    tmp: Option<tempfile::TempDir>,
-    /// Where the jail says what the process left behind, if it left anything (out of its
-    /// reach).
-    leftovers: Option<std::path::PathBuf>,
-    proxy: Option<Proxy>,
-    gateway: Option<Listener>,
-}
-
-/// The command for `req`, but for its output: in a jail when confined (with what the jail
-/// needs kept until the process is gone), stdin from `/dev/null`, its own process group, and
-/// swarm's environment without its secrets.
-fn command(req: &ProcessRequest<'_>) -> anyhow::Result<(Command, Confinement)> {
-    let argv = req.program.argv();
-    let confined = req.sandbox.filter(|p| p.enabled);
-    // In a jail with a network of its own, the gateway is a socket forwarded to its loopback;
-    // elsewhere, a port of the host's loopback.
-    let place = match confined {
-        Some(policy) if !policy.network => Place::Jail,
-        _ => Place::Host,
-    };
-    let gateway = req
-        .gateway
-        .map(|g| g.gateway.listen(g.task.clone(), g.bindings, place))
-        .transpose()?;
-    let (mut cmd, keep) = match confined {
-        Some(policy) => jailed(req, policy, &argv, gateway)?,
-        None => {
-            anyhow::ensure!(
-                req.view.is_none() && req.state_views.is_empty(),
-                "overlay views need the sandbox's jail"
-            );
-            let mut cmd = Command::new(&argv[0]);
-            cmd.args(&argv[1..]);
-            let keep = Confinement {
-                gateway,
-                ..Confinement::default()
-            };
-            (cmd, keep)
-        }
-    };
-    // A jail's standard input carries its doors' keys; the worker gets /dev/null.
-    if confined.is_none() {
-        cmd.stdin(Stdio::null());
-    }
-    cmd.current_dir(req.cwd).process_group(0).kill_on_drop(true);
-    // Swarm's environment without its secrets, nor the variables that would point the
-    // worker's git at another repository.
-    let pass = req.sandbox.map(|p| p.env.as_slice()).unwrap_or_default();
-    cmd.env_clear().envs(secrets::worker_env(pass));
-    if let Some(tmp) = &keep.tmp {
-        for var in ["TMPDIR", "TMP", "TEMP"] {
-            cmd.env(var, tmp.path());
-        }
-    }
-    if keep.proxy.is_some() {
-        let loopback_allowed = req.sandbox.is_some_and(|p| p.allows_loopback());
-        cmd.envs(proxy::worker_env(!loopback_allowed));
-    }
-    for (k, v) in no_background_git() {
-        cmd.env(k, v);
-    }
-    for (k, v) in &req.env {
-        cmd.env(k, v);
-    }
-    if let Some(gateway) = &keep.gateway {
-        cmd.envs(gateway.agent_env().iter().map(|(k, v)| (k, v)));
-    }
-    Ok((cmd, keep))
-}
-
-/// The command in a jail for `policy`: its private temporary directory, its views, its
-/// forwards to the proxy and the gateway.
-fn jailed(
-    req: &ProcessRequest<'_>,
-    policy: &SandboxPolicy,
-    argv: &[OsString],
-    gateway: Option<Listener>,
-) -> anyhow::Result<(Command, Confinement)> {
-    let tmp = sandbox::private_tmp().context("cannot create a temporary directory")?;
-    let mut writable = vec![req.cwd.to_path_buf(), tmp.path().to_path_buf()];
-    writable.extend(req.also_writable.iter().map(|p| p.to_path_buf()));
-    writable.extend(policy.writable.iter().cloned());
-    let mut spec = JailSpec::new(argv, req.cwd, &writable, &policy.hide, policy.network)
-        .with_overlay(req.view)
-        .with_git_view(req.git_view, req.cwd)
-        .with_state_views(req.state_views);
-    let gateway_door = gateway.as_ref().and_then(Listener::door);
-    let proxy = match policy.network_access() {
-        NetworkAccess::AllowList(domains) => {
-            let allow = AllowList::parse(domains).map_err(anyhow::Error::msg)?;
-            Some(Proxy::start(
-                allow,
-                req.on_access.clone(),
-                gateway_door.clone(),
-            )?)
-        }
-        NetworkAccess::None | NetworkAccess::Full => None,
-    };
-    if let Some(proxy) = &proxy {
-        spec = spec.with_forward(proxy::FORWARD_PORT, &proxy.address());
-    }
-    if let Some(door) = &gateway_door {
-        spec = spec.with_forward(GATEWAY_PORT, door);
-    }
-    let leftovers =
-        swarm_sandbox::scratch::path("leftovers-").context("cannot name a temporary file")?;
-    let spec = spec.with_leftovers(&leftovers);
-    let keep = Confinement {
-        tmp: Some(tmp),
-        leftovers: Some(leftovers),
-        proxy,
-        gateway,
-    };
-    Ok((spec.command()?, keep))
-}
-
 /// Waits for the process to exit, or stops its group at the timeout, when it goes stale, or
 /// when the run is cancelled. Whatever the group still holds afterwards is killed.
 async fn wait(
-    child: &mut tokio::process::Child,
-    pgid: Option<i32>,
+    running: &mut Running,
     req: &ProcessRequest<'_>,
     last_activity: &AtomicU64,
     started: Instant,
 ) -> std::io::Result<(Exit, u32)> {
     let grace = kill_grace();
     Ok(tokio::select! {
-        status = child.wait() => {
+        status = running.wait() => {
             let status = status?;
             // Leftover background processes of the worker die with it.
-            let left = group_members(pgid);
-            signal_group(pgid, libc::SIGKILL);
+            let left = running.left_in_group();
+            running.signal(libc::SIGKILL);
             (exit_of(status), left)
         }
         () = tokio::time::sleep(req.timeout) => {
-            stop_group(child, pgid, grace).await;
+            stop_group(running, grace).await;
             (Exit::TimedOut, 0)
         }
         () = stale(req.idle_timeout, req.view.map_or(req.cwd, |v| &v.upper), last_activity, started) => {
-            stop_group(child, pgid, grace).await;
+            stop_group(running, grace).await;
             (Exit::Idle, 0)
         }
         () = req.cancel.cancelled() => {
-            stop_group(child, pgid, grace).await;
+            stop_group(running, grace).await;
             (Exit::Cancelled, 0)
         }
         () = over_budget(req.budget) => {
-            stop_group(child, pgid, grace).await;
+            stop_group(running, grace).await;
             (Exit::OverBudget, 0)
         }
     })
@@ -406,64 +272,15 @@ fn newest_mtime(dir: &Path) -> Option<SystemTime> {
     newest
 }
 
-/// Kills the process group when dropped: no worker process outlives the code that runs it.
-struct GroupGuard(Option<i32>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        signal_group(self.0, libc::SIGKILL);
-    }
-}
-
 /// SIGTERM to the group, SIGKILL after `grace` if the shell has not exited.
-async fn stop_group(child: &mut tokio::process::Child, pgid: Option<i32>, grace: Duration) {
-    signal_group(pgid, libc::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        signal_group(pgid, libc::SIGKILL);
-        let _ = child.wait().await;
+async fn stop_group(running: &mut Running, grace: Duration) {
+    running.signal(libc::SIGTERM);
+    if tokio::time::timeout(grace, running.wait()).await.is_err() {
+        running.signal(libc::SIGKILL);
+        let _ = running.wait().await;
     }
     // Children that outlived the shell after SIGTERM.
-    signal_group(pgid, libc::SIGKILL);
-}
-
-/// How many processes of group `pgid` still run (an unconfined worker's leftovers; a jail's
-/// are counted inside it). Cheap when there are none: one `killpg(…, 0)`.
-fn group_members(pgid: Option<i32>) -> u32 {
-    let Some(pgid) = pgid.filter(|p| *p > 0) else {
-        return 0;
-    };
-    // SAFETY: signal 0 only checks that the group has a member.
-    if unsafe { libc::killpg(pgid, 0) } != 0 {
-        return 0;
-    }
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let in_group = |pid: &str| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            // `pid (name) STATE PPID PGRP …`
-            let mut rest = stat
-                .rsplit_once(')')
-                .map_or("", |(_, r)| r)
-                .split_whitespace();
-            let state = rest.next();
-            state != Some("Z") && rest.nth(1).and_then(|g| g.parse().ok()) == Some(pgid)
-        })
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
-        .filter(|pid| in_group(pid))
-        .count() as u32
-}
-
-fn signal_group(pgid: Option<i32>, signal: i32) {
-    if let Some(pgid) = pgid.filter(|p| *p > 0) {
-        // SAFETY: killpg only sends a signal; ESRCH (group already gone) is fine.
-        unsafe {
-            libc::killpg(pgid, signal);
-        }
-    }
+    running.signal(libc::SIGKILL);
 }
 
 fn exit_of(status: std::process::ExitStatus) -> Exit {
@@ -481,25 +298,6 @@ fn kill_grace() -> Duration {
         .and_then(|v| v.parse().ok())
         .map(Duration::from_millis)
         .unwrap_or(DEFAULT_KILL_GRACE)
-}
-
-/// `git -c` settings for worker processes, appended to any `GIT_CONFIG_COUNT` the user has:
-/// no automatic maintenance or gc that would detach and outlive the task.
-fn no_background_git() -> Vec<(String, String)> {
-    let n: usize = std::env::var("GIT_CONFIG_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let settings = [("maintenance.auto", "false"), ("gc.auto", "0")];
-    let mut env = vec![(
-        "GIT_CONFIG_COUNT".to_string(),
-        (n + settings.len()).to_string(),
-    )];
-    for (i, (k, v)) in settings.iter().enumerate() {
-        env.push((format!("GIT_CONFIG_KEY_{}", n + i), k.to_string()));
-        env.push((format!("GIT_CONFIG_VALUE_{}", n + i), v.to_string()));
-    }
-    env
 }
 
 /// Copies the pipe into the log (up to the cap) and returns the tail and the byte count.

@@ -28,6 +28,10 @@
 //! own namespace in `/proc` and cannot name, let alone signal, swarm or another task's
 //! processes (Landlock's signal scoping says the same where the kernel has it).
 //!
+//! A worker slot's processes share a jail host ([`host`]): the user, mount and network
+//! namespaces once per slot, and for each process a jail forked from it with the rest made
+//! new (a nested user namespace, PID, mount, IPC), which then runs as above.
+//!
 //! The jail's exit status is the worker's (a signal is re-raised), so swarm reads it like a
 //! plain child's. A jail that cannot be set up prints why and exits [`JAIL_FAILED`] before
 //! the worker runs: nothing runs unconfined.
@@ -36,7 +40,6 @@ use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
@@ -45,11 +48,15 @@ use super::door::{DoorAddress, DoorKey, KEY_LEN};
 use super::overlay::OverlayView;
 
 mod forward;
+mod host;
+mod hosted;
+mod init;
 mod mounts;
 
-use forward::start_forwarders;
+pub use hosted::{Hosted, NO_HOSTS_VAR};
+use init::init_main;
 pub use mounts::StateView;
-use mounts::{hide, loopback_up, mount, mount_git_view, mount_state_view, mount_view};
+use mounts::loopback_up;
 
 /// The argument that makes swarm a jail.
 pub(crate) const ARG: &str = "__swarm-jail";
@@ -57,7 +64,7 @@ pub(crate) const ARG: &str = "__swarm-jail";
 pub(crate) const JAIL_FAILED: u8 = 125;
 
 /// An argument or a path: text when it is UTF-8, bytes otherwise (they need not be).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Bytes {
     Text(String),
@@ -199,8 +206,10 @@ impl JailSpec {
 /// if that failed). `None` for an ordinary swarm command line.
 pub fn main_if_jail() -> Option<ExitCode> {
     let mut args = std::env::args_os().skip(1);
-    if args.next()? != ARG {
-        return None;
+    match args.next()? {
+        arg if arg == ARG => {}
+        arg if arg == host::ARG => return Some(host::main(args.next())),
+        _ => return None,
     }
     let error = match args
         .next()
@@ -264,15 +273,27 @@ fn run(spec: &JailSpec) -> anyhow::Error {
 enum Never {}
 
 fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
+    watch_parent(spec.parent, "swarm has exited")?;
+    let argv = argv_of(spec)?;
+    enter_namespaces(namespaces(spec.network))?;
+    contained(spec, &argv)
+}
+
+/// Dies with the parent (SIGKILL), which must be `parent` (else it is gone already: `gone`).
+fn watch_parent(parent: u32, gone: &str) -> anyhow::Result<()> {
     // SAFETY: prctl/getppid have no memory effects.
     unsafe {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
             return Err(errno("prctl(PR_SET_PDEATHSIG)"));
         }
-        if libc::getppid() as u32 != spec.parent {
-            bail!("swarm has exited");
+        if libc::getppid() as u32 != parent {
+            bail!("{gone}");
         }
     }
+    Ok(())
+}
+
+fn argv_of(spec: &JailSpec) -> anyhow::Result<Vec<CString>> {
     let argv: Vec<CString> = spec
         .argv
         .iter()
@@ -280,7 +301,21 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
         .collect::<Result<_, _>>()
         .context("an argument contains a NUL byte")?;
     anyhow::ensure!(!argv.is_empty(), "nothing to run");
-    enter_namespaces(spec.network)?;
+    Ok(argv)
+}
+
+/// The namespaces of a one-off jail: user, PID, mount, IPC and, unless `network`, network.
+fn namespaces(network: bool) -> libc::c_int {
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+    match network {
+        true => flags,
+        false => flags | libc::CLONE_NEWNET,
+    }
+}
+
+/// The jail once in its namespaces: init and the worker; this process then waits for init
+/// and ends the way the worker did.
+fn contained(spec: &JailSpec, argv: &[CString]) -> anyhow::Result<Never> {
     // Not dumpable from here on (uid_map is written): the worker, which runs as the same
     // user, cannot read the doors' keys from the memory of init or the forwarder, nor trace
     // them. Its own exec makes it dumpable again.
@@ -304,7 +339,7 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
             libc::close(status[0]);
             libc::close(lifeline[1]);
         }
-        let e = match init_main(spec, &argv, status[1], lifeline[0]) {
+        let e = match init_main(spec, argv, status[1], lifeline[0]) {
             Ok(never) => match never {},
             Err(e) => e,
         };
@@ -338,20 +373,16 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
     exit_like(word(0))
 }
 
-/// Moves this process into new user, PID, mount and IPC namespaces (and network, unless
-/// `network`), as the caller's own uid and gid inside: files keep their owner, git sees no
+/// Moves this process into new namespaces (`flags`, a user namespace among them), as the
+/// caller's own uid and gid inside: files keep their owner, git sees no
 /// "dubious ownership".
-fn enter_namespaces(network: bool) -> anyhow::Result<()> {
+fn enter_namespaces(flags: libc::c_int) -> anyhow::Result<()> {
     // SAFETY: getuid and getgid take nothing and cannot fail.
     let uid = unsafe { libc::getuid() };
     // SAFETY: as above.
     let gid = unsafe { libc::getgid() };
-    let mut flags =
-        libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
-    if !network {
-        flags |= libc::CLONE_NEWNET;
-    }
-    // SAFETY: this process is single-threaded (a fresh exec), as unshare(CLONE_NEWUSER) needs.
+    // SAFETY: this process is single-threaded (a fresh exec, or a fork of one), as
+    // unshare(CLONE_NEWUSER) needs.
     if unsafe { libc::unshare(flags) } != 0 {
         return Err(errno(
             "cannot create namespaces (user, PID, mount, network)",
@@ -361,185 +392,6 @@ fn enter_namespaces(network: bool) -> anyhow::Result<()> {
     std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).context("uid_map")?;
     std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).context("gid_map")?;
     Ok(())
-}
-
-/// PID 1 of the new namespace: mounts, Landlock, then the worker; reaps orphans, passes
-/// signals on, and exits when the worker does (which ends every process left inside).
-fn init_main(
-    spec: &JailSpec,
-    argv: &[CString],
-    status_fd: i32,
-    lifeline_fd: i32,
-) -> anyhow::Result<Never> {
-    // SAFETY: prctl and poll on our own fd.
-    unsafe {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-            return Err(errno("prctl(PR_SET_PDEATHSIG)"));
-        }
-        // The jail may have died before PDEATHSIG was set: its end of the lifeline is gone.
-        let mut fd = libc::pollfd {
-            fd: lifeline_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        if libc::poll(&mut fd, 1, 0) > 0 && fd.revents & libc::POLLHUP != 0 {
-            libc::_exit(i32::from(JAIL_FAILED));
-        }
-    }
-    confine(spec)?;
-    let forwarder = match spec.forwards.is_empty() {
-        true => None,
-        false => Some(start_forwarders(
-            &spec.forwards,
-            &spec.keys,
-            &[status_fd, lifeline_fd],
-        )?),
-    };
-    // SAFETY: handlers only store the signal number in an atomic.
-    unsafe {
-        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_signal as *const () as usize;
-            // No SA_RESTART: waitpid returns EINTR, and the signal is passed on.
-            action.sa_flags = 0;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(sig, &action, std::ptr::null_mut());
-        }
-    }
-    let worker = start_worker(spec, argv, &[status_fd, lifeline_fd])?;
-    reap(worker, status_fd, forwarder)
-}
-
-/// The walls of the jail, from inside its namespaces: private mounts, a `/proc` of the new
-/// PID namespace, the hidden paths, then Landlock (writes only where `spec` allows).
-fn confine(spec: &JailSpec) -> anyhow::Result<()> {
-    mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
-        .context("cannot make the mounts private")?;
-    mount(
-        Some("proc"),
-        "/proc",
-        Some("proc"),
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        None,
-    )
-    .context("cannot mount /proc for the new PID namespace")?;
-    if let Some(view) = &spec.overlay {
-        mount_view(view)?;
-    }
-    // The state views first: their layers may be under the git directory (a task's).
-    for view in &spec.state_views {
-        mount_state_view(view)?;
-    }
-    if let Some((view, worktree)) = &spec.git_view {
-        mount_git_view(view, &path(worktree))?;
-    }
-    for p in &spec.hide {
-        hide(&path(p))?;
-    }
-    let writable: Vec<PathBuf> = spec.writable.iter().map(path).collect();
-    super::restrict_writes(&writable).context("Landlock")
-}
-
-/// Forks the worker: default signal handling, `close` closed, in the task's directory, then
-/// `argv`. Returns its pid.
-fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Result<i32> {
-    let cwd = CString::new(spec.cwd.as_bytes()).context("the directory contains a NUL byte")?;
-    // SAFETY: init is single-threaded; the child only calls chdir/execvp/_exit.
-    let worker = unsafe { libc::fork() };
-    if worker < 0 {
-        return Err(errno("fork"));
-    }
-    if worker == 0 {
-        // SAFETY: syscalls on prepared C strings; _exit on failure.
-        unsafe {
-            for fd in close {
-                libc::close(*fd);
-            }
-            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            if libc::chdir(cwd.as_ptr()) != 0 {
-                eprintln!(
-                    "swarm: cannot enter {}: {}",
-                    path(&spec.cwd).display(),
-                    std::io::Error::last_os_error()
-                );
-                libc::_exit(127);
-            }
-            let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-            ptrs.push(std::ptr::null());
-            libc::execvp(ptrs[0], ptrs.as_ptr());
-            eprintln!(
-                "swarm: cannot run {}: {}",
-                argv[0].to_string_lossy(),
-                std::io::Error::last_os_error()
-            );
-            libc::_exit(127);
-        }
-    }
-    Ok(worker)
-}
-
-/// Init's life once the worker runs: reaps orphans, passes signals on to every process of
-/// the namespace, and when the worker ends, writes its status to `status_fd` and exits
-/// (which ends every process left inside).
-fn reap(worker: i32, status_fd: i32, forwarder: Option<i32>) -> ! {
-    loop {
-        let mut st: libc::c_int = 0;
-        // SAFETY: waitpid into a local.
-        let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
-        if pid == worker {
-            let mut bytes = [0u8; 8];
-            bytes[..4].copy_from_slice(&st.to_ne_bytes());
-            bytes[4..].copy_from_slice(&leftovers(forwarder).to_ne_bytes());
-            // SAFETY: writing a local buffer to our pipe, then leaving: the kernel ends
-            // every other process of the namespace.
-            unsafe {
-                libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
-                libc::_exit(0);
-            }
-        }
-        if pid < 0 {
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => {
-                    let sig = PENDING.swap(0, Ordering::SeqCst);
-                    if sig != 0 {
-                        // Every process of the namespace but init, setsid'd ones included.
-                        // SAFETY: kill only sends a signal.
-                        unsafe { libc::kill(-1, sig) };
-                    }
-                }
-                // SAFETY: nothing left to wait for (cannot happen before the worker ends).
-                _ => unsafe { libc::_exit(0) },
-            }
-        }
-    }
-}
-
-/// The processes of the namespace still running, but init and the forwarder: what the
-/// worker left behind (the kernel ends them with init).
-fn leftovers(forwarder: Option<i32>) -> u32 {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let running = |pid: &i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            // `pid (name) S …`: the state follows the last parenthesis; Z is a zombie.
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != 1 && Some(pid) != forwarder)
-        .filter(running)
-        .count() as u32
-}
-
-static PENDING: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    PENDING.store(sig, Ordering::SeqCst);
 }
 
 fn pipe() -> anyhow::Result<[i32; 2]> {

@@ -1,0 +1,360 @@
+//! A jail host: the part of a jail that does not depend on the task, set up once per worker
+//! slot and kept (`swarm __swarm-jail-host SPEC`), which forks each task's jail.
+//!
+//! ```text
+//! swarm ── host (its own process group; ends when swarm's end of its socket closes)
+//!            │ once: unshare user, mount and (unless --network) network namespaces;
+//!            │ credential stores hidden
+//!            └─ the task's jail (a fork; its own process group; dies with the host)
+//!                 │ unshare user (nested), PID, mount and IPC namespaces
+//!                 └─ init, the worker: exactly as in a one-off jail (`super::init`)
+//! ```
+//!
+//! What a task can change lives in the namespaces made for it alone: its processes (PID,
+//! all ended with its init), its mounts (its worktree's view, `/proc`), System V IPC, and its
+//! user namespace (keyrings; the host's mounts are locked below it). The host's namespaces
+//! hold nothing a task can change: a worker has no capability in them (it runs after
+//! `execve` as an ordinary user of its own nested namespace). Forwards (an allow-list, a
+//! model gateway) need the loopback of a network namespace of the task's own, so those
+//! processes keep the one-off jail.
+//!
+//! The protocol, on the host's standard input (a Unix stream socket, swarm's orders) and
+//! standard output (a pipe, the host's reports), one task at a time:
+//!
+//! - swarm → host: a length-prefixed JSON [`Order`]; with `Run`, the write end of the task's
+//!   output pipe rides along (`SCM_RIGHTS`).
+//! - host → swarm: one JSON [`Report`] a line: `Ready` once set up (or `Failed`), then
+//!   `Exited` with each task's wait status.
+//!
+//! swarm signals a task through the host (`Signal`), which owns the task's jail and has not
+//! reaped it yet, so the signal cannot reach a reused process group.
+
+use std::ffi::OsString;
+use std::io::{Read as _, Write as _};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStringExt as _;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use super::{Bytes, JAIL_FAILED, JailSpec, Never, errno, path};
+
+/// The argument that makes swarm a jail host.
+pub(crate) const ARG: &str = "__swarm-jail-host";
+/// The longest order swarm sends (a spec and an environment).
+const MAX_ORDER: usize = 16 << 20;
+
+/// What is the same for every task of a host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct HostSpec {
+    /// Paths whose content is hidden from every task.
+    pub hide: Vec<Bytes>,
+    /// Keep the host's network (no network namespace).
+    pub network: bool,
+    /// swarm's pid.
+    pub parent: u32,
+}
+
+/// What swarm tells a host.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) enum Order {
+    /// Run a task's jail: this spec (its `hide` is the host's), with this environment.
+    Run {
+        spec: Box<JailSpec>,
+        env: Vec<(Bytes, Bytes)>,
+    },
+    /// Send this signal to the running task's process group.
+    Signal(i32),
+}
+
+/// What a host tells swarm.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) enum Report {
+    Ready,
+    Failed(String),
+    /// The task's jail ended with this wait status (the worker's, as a one-off jail's).
+    Exited(i32),
+}
+
+/// The host process's life: namespaces once, then one task after another until swarm's end
+/// of the socket closes.
+pub(super) fn main(arg: Option<OsString>) -> ExitCode {
+    let spec = arg
+        .context("no host spec")
+        .and_then(|a| serde_json::from_slice::<HostSpec>(&a.into_vec()).context("host spec"));
+    let ready = spec.and_then(|spec| set_up(&spec).map(|()| spec));
+    let report = match &ready {
+        Ok(_) => Report::Ready,
+        Err(e) => Report::Failed(format!("{e:#}")),
+    };
+    if send_report(&report).is_err() {
+        return ExitCode::from(JAIL_FAILED);
+    }
+    let Ok(spec) = ready else {
+        return ExitCode::from(JAIL_FAILED);
+    };
+    loop {
+        match read_order(0) {
+            Ok(Some((Order::Run { spec: task, env }, Some(output)))) => {
+                let status = match run_task(&spec, &task, &env, output) {
+                    Ok(Some(status)) => status,
+                    // swarm is gone: so is its task.
+                    Ok(None) => return ExitCode::SUCCESS,
+                    Err(_) => return ExitCode::from(JAIL_FAILED),
+                };
+                if send_report(&Report::Exited(status)).is_err() {
+                    return ExitCode::SUCCESS;
+                }
+            }
+            // No task runs: nothing to signal.
+            Ok(Some((Order::Signal(_), _))) => {}
+            Ok(None) => return ExitCode::SUCCESS,
+            Ok(Some((Order::Run { .. }, None))) | Err(_) => return ExitCode::from(JAIL_FAILED),
+        }
+    }
+}
+
+/// The host's namespaces, its hidden paths, and a check that a task's namespaces can be
+/// made inside them.
+fn set_up(spec: &HostSpec) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        std::os::unix::process::parent_id() == spec.parent,
+        "swarm has exited"
+    );
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+    if !spec.network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    super::enter_namespaces(flags)?;
+    // The host holds nothing secret, but nothing of it is any worker's business either.
+    // SAFETY: prctl has no memory effects.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } != 0 {
+        return Err(errno("prctl(PR_SET_DUMPABLE)"));
+    }
+    super::mounts::mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .context("cannot make the mounts private")?;
+    for p in &spec.hide {
+        super::mounts::hide(&path(p))?;
+    }
+    // SAFETY: single-threaded; the child only unshares and leaves.
+    let probe = unsafe { libc::fork() };
+    if probe < 0 {
+        return Err(errno("fork"));
+    }
+    if probe == 0 {
+        let code = match super::enter_namespaces(TASK_NAMESPACES) {
+            Ok(()) => 0,
+            Err(_) => 1,
+        };
+        // SAFETY: leaving the child without running destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let status = super::wait_for(probe)?;
+    anyhow::ensure!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "a task's namespaces cannot be made inside a jail host's"
+    );
+    Ok(())
+}
+
+/// The namespaces of each task of a host.
+const TASK_NAMESPACES: libc::c_int =
+    libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+
+/// Forks the task's jail and waits for it, passing swarm's signals on. `None` when swarm's
+/// socket closed meanwhile (the task was killed).
+fn run_task(
+    host: &HostSpec,
+    task: &JailSpec,
+    env: &[(Bytes, Bytes)],
+    output: OwnedFd,
+) -> anyhow::Result<Option<i32>> {
+    let host_pid = std::process::id();
+    // SAFETY: the host is single-threaded; the child runs ordinary Rust until it execs.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(errno("fork"));
+    }
+    if pid == 0 {
+        let e = match task_main(host, host_pid, task, env, output) {
+            Ok(never) => match never {},
+            Err(e) => e,
+        };
+        eprintln!("swarm: cannot confine the worker process: {e:#}");
+        // SAFETY: leaving the child without running the host's destructors.
+        unsafe { libc::_exit(i32::from(JAIL_FAILED)) };
+    }
+    drop(output);
+    // Both sides set the group, so a signal sent at once finds it.
+    // SAFETY: setpgid on our own child.
+    unsafe { libc::setpgid(pid, pid) };
+    let pidfd = pidfd_open(pid)?;
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: 0,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll on a local array.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(errno("poll"));
+        }
+        if fds[1].revents != 0 {
+            return super::wait_for(pid).map(Some);
+        }
+        if fds[0].revents != 0 {
+            match read_order(0) {
+                Ok(Some((Order::Signal(sig), _))) => {
+                    // SAFETY: kill only sends a signal; the group is our unreaped child's.
+                    unsafe { libc::killpg(pid, sig) };
+                }
+                // swarm is gone, or speaks out of turn: the task ends here.
+                _ => {
+                    // SAFETY: as above.
+                    unsafe { libc::killpg(pid, libc::SIGKILL) };
+                    let _ = super::wait_for(pid);
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+/// The task's jail, in the host's fork: its own process group, the output pipe as standard
+/// output and error, `/dev/null` as input, the task's environment, then its namespaces and
+/// the same init and worker as a one-off jail.
+fn task_main(
+    host: &HostSpec,
+    host_pid: u32,
+    task: &JailSpec,
+    env: &[(Bytes, Bytes)],
+    output: OwnedFd,
+) -> anyhow::Result<Never> {
+    let null = std::fs::File::open("/dev/null").context("/dev/null")?;
+    // SAFETY: setpgid and dup2 on this process's own fds; the originals are closed when
+    // dropped. Standard input was the host's socket, output its report pipe: both are
+    // replaced, so nothing of the host's reaches the task.
+    unsafe {
+        libc::setpgid(0, 0);
+        if libc::dup2(output.as_raw_fd(), 1) < 0
+            || libc::dup2(output.as_raw_fd(), 2) < 0
+            || libc::dup2(null.as_raw_fd(), 0) < 0
+        {
+            return Err(errno("dup2"));
+        }
+    }
+    drop((output, null));
+    super::watch_parent(host_pid, "the jail host has exited")?;
+    for (key, _) in std::env::vars_os() {
+        // SAFETY: this forked process is single-threaded.
+        unsafe { std::env::remove_var(key) };
+    }
+    for (key, value) in env {
+        // SAFETY: as above.
+        unsafe { std::env::set_var(path(key), path(value)) };
+    }
+    let argv = super::argv_of(task)?;
+    anyhow::ensure!(
+        task.forwards.is_empty() && task.network == host.network && task.hide.is_empty(),
+        "a task a jail host cannot run"
+    );
+    super::enter_namespaces(TASK_NAMESPACES)?;
+    super::contained(task, &argv)
+}
+
+fn pidfd_open(pid: i32) -> anyhow::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(errno("pidfd_open"));
+    }
+    // SAFETY: the fd was just returned to us and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn send_report(report: &Report) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(report)?;
+    line.push(b'\n');
+    std::io::stdout().lock().write_all(&line)
+}
+
+/// Reads one order from `fd`, with the descriptor sent along it if any; `None` at the end.
+fn read_order(fd: RawFd) -> std::io::Result<Option<(Order, Option<OwnedFd>)>> {
+    let mut head = [0u8; 4];
+    let (n, passed) = recv_with_fd(fd, &mut head)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    // SAFETY: `fd` stays open for the host's life; ManuallyDrop keeps it so.
+    let mut socket = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    socket.read_exact(&mut head[n..])?;
+    let len = u32::from_le_bytes(head) as usize;
+    if len > MAX_ORDER {
+        return Err(std::io::Error::other("an order too long"));
+    }
+    let mut body = vec![0u8; len];
+    socket.read_exact(&mut body)?;
+    let order = serde_json::from_slice(&body).map_err(std::io::Error::other)?;
+    Ok(Some((order, passed)))
+}
+
+/// `recvmsg` into `buf`, with at most one descriptor passed along (`SCM_RIGHTS`; any more are
+/// closed).
+fn recv_with_fd(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<OwnedFd>)> {
+    // Room for a few descriptors, so extra ones are received (and closed), not truncated.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    let n = loop {
+        // SAFETY: recvmsg into the buffers `msg` points at; descriptors come close-on-exec.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    };
+    let mut passed = Vec::new();
+    // SAFETY: walking the control messages the kernel wrote into `control`.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    passed.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok((n, passed.into_iter().next()))
+}
+
+/// For swarm's side: the argument vector of a host process.
+pub(super) fn host_args(spec: &HostSpec) -> anyhow::Result<[OsString; 2]> {
+    Ok([ARG.into(), serde_json::to_string(spec)?.into()])
+}

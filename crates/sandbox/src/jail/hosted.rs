@@ -1,0 +1,295 @@
+//! swarm's side of the jail hosts ([`super::host`]): idle hosts wait in a pool, one is taken
+//! for each confined process that a host can run, and given back once that process's jail
+//! has ended. A host whose task did not end cleanly (swarm stopped waiting for it) is
+//! killed, and everything of its task with it.
+
+use std::ffi::OsString;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::process::{Child, ChildStdout, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+
+use super::host::{HostSpec, Order, Report, host_args};
+use super::{Bytes, JailSpec};
+
+/// Set (to anything) in swarm's environment: every confined process gets a one-off jail (to
+/// compare the two, or to rule hosts out when something looks wrong).
+pub const NO_HOSTS_VAR: &str = "SWARM_NO_JAIL_HOSTS";
+/// Idle hosts kept at most; more are ended when given back.
+const MAX_IDLE: usize = 64;
+
+static IDLE: Mutex<Vec<Host>> = Mutex::new(Vec::new());
+/// A host could not be set up here: one-off jails from then on.
+static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+
+/// One host process: its orders socket and its reports.
+struct Host {
+    spec: HostSpec,
+    child: Child,
+    orders: UnixStream,
+    reports: Option<BufReader<ChildStdout>>,
+}
+
+/// A confined process running in a jail host, like a child process: [`Hosted::wait`],
+/// [`Hosted::signal`] (its whole process group). Dropped before it ended, its host is killed,
+/// and the process with it.
+pub struct Hosted {
+    host: Option<Host>,
+    /// The report being read (kept, so that a `wait` cancelled and called again goes on).
+    pending: Option<tokio::task::JoinHandle<(BufReader<ChildStdout>, std::io::Result<Report>)>>,
+    ended: Option<ExitStatus>,
+}
+
+impl JailSpec {
+    /// Starts this spec in a jail host, with `env` as its whole environment and `output` as
+    /// its standard output and error. `Err` gives `output` back when no host can run it (a
+    /// process with forwards; hosts disabled or not working here): run
+    /// [`JailSpec::command`] instead.
+    pub fn hosted(&self, env: &[(OsString, OsString)], output: OwnedFd) -> Result<Hosted, OwnedFd> {
+        if !self.forwards.is_empty()
+            || UNAVAILABLE.load(Ordering::Relaxed)
+            || std::env::var_os(NO_HOSTS_VAR).is_some()
+        {
+            return Err(output);
+        }
+        let key = HostSpec {
+            hide: self.hide.clone(),
+            network: self.network,
+            parent: std::process::id(),
+        };
+        let mut task = self.clone();
+        task.hide = Vec::new();
+        let order = Order::Run {
+            spec: Box::new(task),
+            env: env
+                .iter()
+                .map(|(k, v)| (Bytes::of(k), Bytes::of(v)))
+                .collect(),
+        };
+        let Ok(order) = frame(&order) else {
+            return Err(output);
+        };
+        // An idle host may have died meanwhile: then one more try, with a new one.
+        for _ in 0..2 {
+            let host = match take(&key) {
+                Ok(host) => host,
+                Err(e) => {
+                    tracing::debug!("jail hosts are not available: {e:#}");
+                    UNAVAILABLE.store(true, Ordering::Relaxed);
+                    return Err(output);
+                }
+            };
+            match send(&host.orders, &order, Some(output.as_fd())) {
+                Ok(()) => {
+                    return Ok(Hosted {
+                        host: Some(host),
+                        pending: None,
+                        ended: None,
+                    });
+                }
+                Err(_) => host.discard(),
+            }
+        }
+        Err(output)
+    }
+}
+
+impl Hosted {
+    /// Waits for the process's jail to end: its status, as a one-off jail's would be.
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        if let Some(status) = self.ended {
+            return Ok(status);
+        }
+        let gone = || std::io::Error::other("the jail host is gone");
+        let host = self.host.as_mut().ok_or_else(gone)?;
+        if self.pending.is_none() {
+            let mut reports = host.reports.take().ok_or_else(gone)?;
+            self.pending = Some(tokio::task::spawn_blocking(move || {
+                let report = read_report(&mut reports);
+                (reports, report)
+            }));
+        }
+        let Some(pending) = self.pending.as_mut() else {
+            return Err(gone());
+        };
+        let (reports, report) = pending.await.map_err(std::io::Error::other)?;
+        self.pending = None;
+        host.reports = Some(reports);
+        match report? {
+            Report::Exited(status) => {
+                let status = ExitStatus::from_raw(status);
+                self.ended = Some(status);
+                Ok(status)
+            }
+            other => Err(std::io::Error::other(format!(
+                "the jail host reported {other:?}"
+            ))),
+        }
+    }
+
+    /// Sends `signal` to the process's whole group (its jail, init and the worker); nothing
+    /// once it has ended.
+    pub fn signal(&mut self, signal: i32) {
+        if self.ended.is_some() {
+            return;
+        }
+        let Some(host) = &self.host else { return };
+        let sent = frame(&Order::Signal(signal)).and_then(|f| send(&host.orders, &f, None));
+        if sent.is_err() {
+            // The host cannot be told: ending it ends the task.
+            if let Some(host) = self.host.take() {
+                host.discard();
+            }
+        }
+    }
+}
+
+impl Drop for Hosted {
+    fn drop(&mut self) {
+        let Some(host) = self.host.take() else { return };
+        if self.ended.is_some() && host.reports.is_some() {
+            give_back(host);
+        } else {
+            host.discard();
+        }
+    }
+}
+
+impl Host {
+    fn start(spec: HostSpec) -> anyhow::Result<Host> {
+        let (orders, theirs) = UnixStream::pair().context("a socket for a jail host")?;
+        let mut child = std::process::Command::new("/proc/self/exe")
+            .args(host_args(&spec)?)
+            .stdin(OwnedFd::from(theirs))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .env_clear()
+            .current_dir("/")
+            .process_group(0)
+            .spawn()
+            .context("cannot start a jail host")?;
+        let reports = child.stdout.take().map(BufReader::new);
+        let mut host = Host {
+            spec,
+            child,
+            orders,
+            reports,
+        };
+        let ready = host
+            .reports
+            .as_mut()
+            .context("no reports from a jail host")
+            .and_then(|r| read_report(r).context("a jail host's first report"));
+        match ready {
+            Ok(Report::Ready) => Ok(host),
+            Ok(Report::Failed(why)) => {
+                host.discard();
+                anyhow::bail!("{why}")
+            }
+            Ok(other) => {
+                host.discard();
+                anyhow::bail!("a jail host reported {other:?} first")
+            }
+            Err(e) => {
+                host.discard();
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends the host, and with it (its parent-death signal) any task of it.
+    fn discard(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An idle host for `spec`, or a new one.
+fn take(spec: &HostSpec) -> anyhow::Result<Host> {
+    let idle = {
+        let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+        idle.iter()
+            .position(|h| h.spec == *spec)
+            .map(|at| idle.swap_remove(at))
+    };
+    match idle {
+        Some(host) => Ok(host),
+        None => Host::start(spec.clone()),
+    }
+}
+
+fn give_back(host: Host) {
+    let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+    if idle.len() < MAX_IDLE {
+        idle.push(host);
+    } else {
+        drop(idle);
+        host.discard();
+    }
+}
+
+fn read_report(reports: &mut BufReader<ChildStdout>) -> std::io::Result<Report> {
+    let mut line = String::new();
+    if reports.read_line(&mut line)? == 0 {
+        return Err(std::io::Error::other("the jail host ended"));
+    }
+    serde_json::from_str(&line).map_err(std::io::Error::other)
+}
+
+/// An order as sent: its length (4 bytes, little-endian), then its JSON.
+fn frame(order: &Order) -> std::io::Result<Vec<u8>> {
+    let body = serde_json::to_vec(order)?;
+    let len = u32::try_from(body.len()).map_err(std::io::Error::other)?;
+    let mut framed = len.to_le_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    Ok(framed)
+}
+
+/// Writes `bytes` to the host, `fd` passed along with the first of them (`SCM_RIGHTS`).
+fn send(socket: &UnixStream, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
+    let mut sent = 0;
+    if let Some(fd) = fd {
+        sent = send_with_fd(socket, bytes, fd)?;
+    }
+    let mut socket = socket;
+    socket.write_all(&bytes[sent..])
+}
+
+fn send_with_fd(socket: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> std::io::Result<usize> {
+    let raw = fd.as_raw_fd();
+    let mut control = [0u64; 4];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr().cast_mut().cast(),
+        iov_len: bytes.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below, and the
+    // control buffer has room for one descriptor's message (CMSG_SPACE of an int, 24 bytes,
+    // in 32).
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as usize;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
+        libc::CMSG_DATA(cmsg).cast::<i32>().write_unaligned(raw);
+        loop {
+            let n = libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+            if n > 0 {
+                return Ok(n as usize);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+    }
+}

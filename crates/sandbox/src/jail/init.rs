@@ -1,0 +1,191 @@
+//! Init, PID 1 of a jail's PID namespace: the walls (mounts, Landlock), the worker, and
+//! what it leaves behind.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use anyhow::Context as _;
+
+use super::forward::start_forwarders;
+use super::mounts::{hide, mount, mount_git_view, mount_state_view, mount_view};
+use super::{JAIL_FAILED, JailSpec, Never, errno, path};
+
+/// PID 1 of the new namespace: mounts, Landlock, then the worker; reaps orphans, passes
+/// signals on, and exits when the worker does (which ends every process left inside).
+pub(super) fn init_main(
+    spec: &JailSpec,
+    argv: &[CString],
+    status_fd: i32,
+    lifeline_fd: i32,
+) -> anyhow::Result<Never> {
+    // SAFETY: prctl and poll on our own fd.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(errno("prctl(PR_SET_PDEATHSIG)"));
+        }
+        // The jail may have died before PDEATHSIG was set: its end of the lifeline is gone.
+        let mut fd = libc::pollfd {
+            fd: lifeline_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if libc::poll(&mut fd, 1, 0) > 0 && fd.revents & libc::POLLHUP != 0 {
+            libc::_exit(i32::from(JAIL_FAILED));
+        }
+    }
+    confine(spec)?;
+    let forwarder = match spec.forwards.is_empty() {
+        true => None,
+        false => Some(start_forwarders(
+            &spec.forwards,
+            &spec.keys,
+            &[status_fd, lifeline_fd],
+        )?),
+    };
+    // SAFETY: handlers only store the signal number in an atomic.
+    unsafe {
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            // No SA_RESTART: waitpid returns EINTR, and the signal is passed on.
+            action.sa_flags = 0;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+    let worker = start_worker(spec, argv, &[status_fd, lifeline_fd])?;
+    reap(worker, status_fd, forwarder)
+}
+
+/// The walls of the jail, from inside its namespaces: private mounts, a `/proc` of the new
+/// PID namespace, the hidden paths, then Landlock (writes only where `spec` allows).
+fn confine(spec: &JailSpec) -> anyhow::Result<()> {
+    mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .context("cannot make the mounts private")?;
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )
+    .context("cannot mount /proc for the new PID namespace")?;
+    if let Some(view) = &spec.overlay {
+        mount_view(view)?;
+    }
+    // The state views first: their layers may be under the git directory (a task's).
+    for view in &spec.state_views {
+        mount_state_view(view)?;
+    }
+    if let Some((view, worktree)) = &spec.git_view {
+        mount_git_view(view, &path(worktree))?;
+    }
+    for p in &spec.hide {
+        hide(&path(p))?;
+    }
+    let writable: Vec<PathBuf> = spec.writable.iter().map(path).collect();
+    crate::restrict_writes(&writable).context("Landlock")
+}
+
+/// Forks the worker: default signal handling, `close` closed, in the task's directory, then
+/// `argv`. Returns its pid.
+fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Result<i32> {
+    let cwd = CString::new(spec.cwd.as_bytes()).context("the directory contains a NUL byte")?;
+    // SAFETY: init is single-threaded; the child only calls chdir/execvp/_exit.
+    let worker = unsafe { libc::fork() };
+    if worker < 0 {
+        return Err(errno("fork"));
+    }
+    if worker == 0 {
+        // SAFETY: syscalls on prepared C strings; _exit on failure.
+        unsafe {
+            for fd in close {
+                libc::close(*fd);
+            }
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                eprintln!(
+                    "swarm: cannot enter {}: {}",
+                    path(&spec.cwd).display(),
+                    std::io::Error::last_os_error()
+                );
+                libc::_exit(127);
+            }
+            let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+            ptrs.push(std::ptr::null());
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            eprintln!(
+                "swarm: cannot run {}: {}",
+                argv[0].to_string_lossy(),
+                std::io::Error::last_os_error()
+            );
+            libc::_exit(127);
+        }
+    }
+    Ok(worker)
+}
+
+/// Init's life once the worker runs: reaps orphans, passes signals on to every process of
+/// the namespace, and when the worker ends, writes its status to `status_fd` and exits
+/// (which ends every process left inside).
+fn reap(worker: i32, status_fd: i32, forwarder: Option<i32>) -> ! {
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: waitpid into a local.
+        let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
+        if pid == worker {
+            let mut bytes = [0u8; 8];
+            bytes[..4].copy_from_slice(&st.to_ne_bytes());
+            bytes[4..].copy_from_slice(&leftovers(forwarder).to_ne_bytes());
+            // SAFETY: writing a local buffer to our pipe, then leaving: the kernel ends
+            // every other process of the namespace.
+            unsafe {
+                libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(0);
+            }
+        }
+        if pid < 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => {
+                    let sig = PENDING.swap(0, Ordering::SeqCst);
+                    if sig != 0 {
+                        // Every process of the namespace but init, setsid'd ones included.
+                        // SAFETY: kill only sends a signal.
+                        unsafe { libc::kill(-1, sig) };
+                    }
+                }
+                // SAFETY: nothing left to wait for (cannot happen before the worker ends).
+                _ => unsafe { libc::_exit(0) },
+            }
+        }
+    }
+}
+
+/// The processes of the namespace still running, but init and the forwarder: what the
+/// worker left behind (the kernel ends them with init).
+fn leftovers(forwarder: Option<i32>) -> u32 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let running = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            // `pid (name) S …`: the state follows the last parenthesis; Z is a zombie.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != 1 && Some(pid) != forwarder)
+        .filter(running)
+        .count() as u32
+}
+
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    PENDING.store(sig, Ordering::SeqCst);
+}
