@@ -99,9 +99,10 @@ pub fn save_report(common_dir: &std::path::Path, report: &Report) -> AppResult<(
     Ok(state::write_json_atomic(&path, report)?)
 }
 
-/// Removes this process's scratch directory (its sockets and temporary files), when the
-/// command ends.
+/// Ends this process's idle jail hosts and removes its scratch directory (its sockets and
+/// temporary files), when the command ends.
 pub fn close_scratch() {
+    swarm_sandbox::jail::end_hosts();
     swarm_sandbox::scratch::close();
 }
 

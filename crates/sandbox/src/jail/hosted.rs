@@ -209,6 +209,19 @@ impl Host {
     }
 }
 
+/// Ends the idle hosts (each sees its socket close and exits) and waits for them: none
+/// outlives the command, and their time counts as this process's children's.
+pub fn end_hosts() {
+    let idle = std::mem::take(&mut *IDLE.lock().unwrap_or_else(|e| e.into_inner()));
+    for host in idle {
+        let Host {
+            mut child, orders, ..
+        } = host;
+        drop(orders);
+        let _ = child.wait();
+    }
+}
+
 /// An idle host for `spec`, or a new one.
 fn take(spec: &HostSpec) -> anyhow::Result<Host> {
     let idle = {

@@ -53,7 +53,7 @@ mod hosted;
 mod init;
 mod mounts;
 
-pub use hosted::{Hosted, NO_HOSTS_VAR};
+pub use hosted::{Hosted, NO_HOSTS_VAR, end_hosts};
 use init::init_main;
 pub use mounts::StateView;
 use mounts::loopback_up;
