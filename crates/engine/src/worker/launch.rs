@@ -2,6 +2,7 @@
 //! process of swarm's, or a process in a pooled jail host (`swarm_sandbox::jail::Hosted`);
 //! either way it is waited for, and signalled as a whole group, the same way.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::process::{ExitStatus, Stdio};
@@ -176,35 +177,35 @@ fn confinement(
 /// gateway; then the request's own.
 fn environment(req: &ProcessRequest<'_>, keep: &Confinement) -> Vec<(OsString, OsString)> {
     let pass = req.sandbox.map(|p| p.env.as_slice()).unwrap_or_default();
-    let mut env = secrets::worker_env(pass);
-    let mut set = |k: OsString, v: OsString| {
-        env.retain(|(key, _)| *key != k);
-        env.push((k, v));
-    };
+    // Later settings win, as with `Command::env`.
+    let mut env: BTreeMap<OsString, OsString> = secrets::worker_env(pass).into_iter().collect();
     if let Some(tmp) = &keep.tmp {
         for var in ["TMPDIR", "TMP", "TEMP"] {
-            set(var.into(), tmp.path().into());
+            env.insert(var.into(), tmp.path().into());
         }
     }
     if keep.proxy.is_some() {
         let loopback_allowed = req.sandbox.is_some_and(|p| p.allows_loopback());
         for (k, v) in proxy::worker_env(!loopback_allowed) {
-            set(k.into(), v.into());
+            env.insert(k.into(), v.into());
         }
     }
     for (k, v) in no_background_git() {
-        set(k.into(), v.into());
+        env.insert(k.into(), v.into());
     }
     for (k, v) in &req.env {
-        set(k.clone(), v.clone());
+        env.insert(k.clone(), v.clone());
     }
     if let Some(gateway) = &keep.gateway {
         for (k, v) in gateway.agent_env() {
-            set(k.into(), v.into());
+            env.insert(k.into(), v.into());
         }
     }
-    env
+    env.into_iter().collect()
 }
+
+/// The jail for `policy`: its private temporary directory, its views, its forwards to the
+/// proxy and the gateway.
 fn jailed(
     req: &ProcessRequest<'_>,
     policy: &SandboxPolicy,
@@ -248,9 +249,10 @@ fn jailed(
     };
     Ok((spec, keep))
 }
+
 /// How many processes of group `pgid` still run (an unconfined worker's leftovers; a jail's
 /// are counted inside it). Cheap when there are none: one `killpg(…, 0)`.
-pub(super) fn group_members(pgid: Option<i32>) -> u32 {
+fn group_members(pgid: Option<i32>) -> u32 {
     let Some(pgid) = pgid.filter(|p| *p > 0) else {
         return 0;
     };
@@ -279,7 +281,7 @@ pub(super) fn group_members(pgid: Option<i32>) -> u32 {
         .count() as u32
 }
 
-pub(super) fn signal_group(pgid: Option<i32>, signal: i32) {
+fn signal_group(pgid: Option<i32>, signal: i32) {
     if let Some(pgid) = pgid.filter(|p| *p > 0) {
         // SAFETY: killpg only sends a signal; ESRCH (group already gone) is fine.
         unsafe {

@@ -18,19 +18,12 @@
 //! model gateway) need the loopback of a network namespace of the task's own, so those
 //! processes keep the one-off jail.
 //!
-//! The protocol, on the host's standard input (a Unix stream socket, swarm's orders) and
-//! standard output (a pipe, the host's reports), one task at a time:
-//!
-//! - swarm → host: a length-prefixed JSON [`Order`]; with `Run`, the write end of the task's
-//!   output pipe rides along (`SCM_RIGHTS`).
-//! - host → swarm: one JSON [`Report`] a line: `Ready` once set up (or `Failed`), then
-//!   `Exited` with each task's wait status.
+//! The protocol is in [`super::wire`].
 //!
 //! swarm signals a task through the host (`Signal`), which owns the task's jail and has not
 //! reaped it yet, so the signal cannot reach a reused process group.
 
 use std::ffi::OsString;
-use std::io::{Read as _, Write as _};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt as _;
 use std::process::ExitCode;
@@ -38,12 +31,11 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use super::{Bytes, JAIL_FAILED, JailSpec, Never, errno, path};
+use super::wire::{Order, Report, read_order, send_report};
+use super::{Bytes, JAIL_FAILED, JailSpec, Never, TASK_NAMESPACES, errno, path};
 
 /// The argument that makes swarm a jail host.
 pub(crate) const ARG: &str = "__swarm-jail-host";
-/// The longest order swarm sends (a spec and an environment).
-const MAX_ORDER: usize = 16 << 20;
 
 /// What is the same for every task of a host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,27 +46,6 @@ pub(super) struct HostSpec {
     pub network: bool,
     /// swarm's pid.
     pub parent: u32,
-}
-
-/// What swarm tells a host.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) enum Order {
-    /// Run a task's jail: this spec (its `hide` is the host's), with this environment.
-    Run {
-        spec: Box<JailSpec>,
-        env: Vec<(Bytes, Bytes)>,
-    },
-    /// Send this signal to the running task's process group.
-    Signal(i32),
-}
-
-/// What a host tells swarm.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) enum Report {
-    Ready,
-    Failed(String),
-    /// The task's jail ended with this wait status (the worker's, as a one-off jail's).
-    Exited(i32),
 }
 
 /// The host process's life: namespaces once, then one task after another until swarm's end
@@ -122,11 +93,9 @@ fn set_up(spec: &HostSpec) -> anyhow::Result<()> {
         std::os::unix::process::parent_id() == spec.parent,
         "swarm has exited"
     );
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
-    if !spec.network {
-        flags |= libc::CLONE_NEWNET;
-    }
-    super::enter_namespaces(flags)?;
+    super::enter_namespaces(
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | super::network(spec.network),
+    )?;
     // The host holds nothing secret, but nothing of it is any worker's business either.
     // SAFETY: prctl has no memory effects.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } != 0 {
@@ -157,10 +126,6 @@ fn set_up(spec: &HostSpec) -> anyhow::Result<()> {
     );
     Ok(())
 }
-
-/// The namespaces of each task of a host.
-const TASK_NAMESPACES: libc::c_int =
-    libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
 
 /// Forks the task's jail and waits for it, passing swarm's signals on. `None` when swarm's
 /// socket closed meanwhile (the task was killed).
@@ -256,6 +221,11 @@ fn task_main(
     }
     drop((output, null));
     super::watch_parent(host_pid, "the jail host has exited")?;
+    let argv = super::argv_of(task)?;
+    anyhow::ensure!(
+        task.forwards.is_empty() && task.network == host.network && task.hide.is_empty(),
+        "a task a jail host cannot run"
+    );
     for (key, _) in std::env::vars_os() {
         // SAFETY: this forked process is single-threaded.
         unsafe { std::env::remove_var(key) };
@@ -264,11 +234,6 @@ fn task_main(
         // SAFETY: as above.
         unsafe { std::env::set_var(path(key), path(value)) };
     }
-    let argv = super::argv_of(task)?;
-    anyhow::ensure!(
-        task.forwards.is_empty() && task.network == host.network && task.hide.is_empty(),
-        "a task a jail host cannot run"
-    );
     super::enter_namespaces(TASK_NAMESPACES)?;
     super::contained(task, &argv)
 }
@@ -281,77 +246,6 @@ fn pidfd_open(pid: i32) -> anyhow::Result<OwnedFd> {
     }
     // SAFETY: the fd was just returned to us and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-fn send_report(report: &Report) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(report)?;
-    line.push(b'\n');
-    std::io::stdout().lock().write_all(&line)
-}
-
-/// Reads one order from `fd`, with the descriptor sent along it if any; `None` at the end.
-fn read_order(fd: RawFd) -> std::io::Result<Option<(Order, Option<OwnedFd>)>> {
-    let mut head = [0u8; 4];
-    let (n, passed) = recv_with_fd(fd, &mut head)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    // SAFETY: `fd` stays open for the host's life; ManuallyDrop keeps it so.
-    let mut socket = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
-    socket.read_exact(&mut head[n..])?;
-    let len = u32::from_le_bytes(head) as usize;
-    if len > MAX_ORDER {
-        return Err(std::io::Error::other("an order too long"));
-    }
-    let mut body = vec![0u8; len];
-    socket.read_exact(&mut body)?;
-    let order = serde_json::from_slice(&body).map_err(std::io::Error::other)?;
-    Ok(Some((order, passed)))
-}
-
-/// `recvmsg` into `buf`, with at most one descriptor passed along (`SCM_RIGHTS`; any more are
-/// closed).
-fn recv_with_fd(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<OwnedFd>)> {
-    // Room for a few descriptors, so extra ones are received (and closed), not truncated.
-    let mut control = [0u64; 8];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control);
-    let n = loop {
-        // SAFETY: recvmsg into the buffers `msg` points at; descriptors come close-on-exec.
-        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    };
-    let mut passed = Vec::new();
-    // SAFETY: walking the control messages the kernel wrote into `control`.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
-                    / std::mem::size_of::<RawFd>();
-                for i in 0..count {
-                    passed.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    Ok((n, passed.into_iter().next()))
 }
 
 /// For swarm's side: the argument vector of a host process.

@@ -4,8 +4,8 @@
 //! killed, and everything of its task with it.
 
 use std::ffi::OsString;
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
+use std::io::BufReader;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::process::{Child, ChildStdout, ExitStatus, Stdio};
@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 
-use super::host::{HostSpec, Order, Report, host_args};
+use super::host::{HostSpec, host_args};
+use super::wire::{Order, Report, frame, read_report, send};
 use super::{Bytes, JailSpec};
 
 /// Set (to anything) in swarm's environment: every confined process gets a one-off jail (to
@@ -107,15 +108,15 @@ impl Hosted {
         }
         let gone = || std::io::Error::other("the jail host is gone");
         let host = self.host.as_mut().ok_or_else(gone)?;
-        if self.pending.is_none() {
-            let mut reports = host.reports.take().ok_or_else(gone)?;
-            self.pending = Some(tokio::task::spawn_blocking(move || {
-                let report = read_report(&mut reports);
-                (reports, report)
-            }));
-        }
-        let Some(pending) = self.pending.as_mut() else {
-            return Err(gone());
+        let pending = match &mut self.pending {
+            Some(pending) => pending,
+            slot @ None => {
+                let mut reports = host.reports.take().ok_or_else(gone)?;
+                slot.insert(tokio::task::spawn_blocking(move || {
+                    let report = read_report(&mut reports);
+                    (reports, report)
+                }))
+            }
         };
         let (reports, report) = pending.await.map_err(std::io::Error::other)?;
         self.pending = None;
@@ -243,66 +244,5 @@ fn give_back(host: Host) {
     } else {
         drop(idle);
         host.discard();
-    }
-}
-
-fn read_report(reports: &mut BufReader<ChildStdout>) -> std::io::Result<Report> {
-    let mut line = String::new();
-    if reports.read_line(&mut line)? == 0 {
-        return Err(std::io::Error::other("the jail host ended"));
-    }
-    serde_json::from_str(&line).map_err(std::io::Error::other)
-}
-
-/// An order as sent: its length (4 bytes, little-endian), then its JSON.
-fn frame(order: &Order) -> std::io::Result<Vec<u8>> {
-    let body = serde_json::to_vec(order)?;
-    let len = u32::try_from(body.len()).map_err(std::io::Error::other)?;
-    let mut framed = len.to_le_bytes().to_vec();
-    framed.extend_from_slice(&body);
-    Ok(framed)
-}
-
-/// Writes `bytes` to the host, `fd` passed along with the first of them (`SCM_RIGHTS`).
-fn send(socket: &UnixStream, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
-    let mut sent = 0;
-    if let Some(fd) = fd {
-        sent = send_with_fd(socket, bytes, fd)?;
-    }
-    let mut socket = socket;
-    socket.write_all(&bytes[sent..])
-}
-
-fn send_with_fd(socket: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> std::io::Result<usize> {
-    let raw = fd.as_raw_fd();
-    let mut control = [0u64; 4];
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr().cast_mut().cast(),
-        iov_len: bytes.len(),
-    };
-    // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below, and the
-    // control buffer has room for one descriptor's message (CMSG_SPACE of an int, 24 bytes,
-    // in 32).
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as usize;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
-        libc::CMSG_DATA(cmsg).cast::<i32>().write_unaligned(raw);
-        loop {
-            let n = libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
-            if n > 0 {
-                return Ok(n as usize);
-            }
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
-            }
-        }
     }
 }

@@ -52,6 +52,7 @@ mod host;
 mod hosted;
 mod init;
 mod mounts;
+mod wire;
 
 pub use hosted::{Hosted, NO_HOSTS_VAR, end_hosts};
 use init::init_main;
@@ -275,7 +276,7 @@ enum Never {}
 fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
     watch_parent(spec.parent, "swarm has exited")?;
     let argv = argv_of(spec)?;
-    enter_namespaces(namespaces(spec.network))?;
+    enter_namespaces(TASK_NAMESPACES | network(spec.network))?;
     contained(spec, &argv)
 }
 
@@ -304,12 +305,17 @@ fn argv_of(spec: &JailSpec) -> anyhow::Result<Vec<CString>> {
     Ok(argv)
 }
 
-/// The namespaces of a one-off jail: user, PID, mount, IPC and, unless `network`, network.
-fn namespaces(network: bool) -> libc::c_int {
-    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+/// The namespaces made for each process, whether its jail is a one-off or forked by a host:
+/// everything a task could change (its processes, its mounts, System V IPC, its user
+/// namespace's keyrings).
+const TASK_NAMESPACES: libc::c_int =
+    libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+
+/// The network namespace, unless `network` (the host's network is kept).
+fn network(network: bool) -> libc::c_int {
     match network {
-        true => flags,
-        false => flags | libc::CLONE_NEWNET,
+        true => 0,
+        false => libc::CLONE_NEWNET,
     }
 }
 
