@@ -3,9 +3,10 @@
 //! included, die with it; its System V IPC objects and its `/proc` are its own.
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::common::{SED_FOO_BAR, TestRepo};
+use crate::common::{Run, SED_FOO_BAR, TestRepo};
 
 fn three_files() -> TestRepo {
     TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")])
@@ -16,7 +17,7 @@ fn three_files() -> TestRepo {
 fn exec(out: &Path) -> String {
     format!(
         r#"o={out}; f="$SWARM_FILE"
-readlink /proc/self/ns/net > "$o/net-$f"; readlink /proc/self/ns/pid > "$o/pid-$f"
+readlink /proc/self/ns/net > "$o/net-$f"; echo $$ > "$o/pid-$f"
 if [ "$f" = a.txt ]; then
   setsid sh -c 'trap "" TERM INT HUP; i=0; while [ $i -lt 300 ]; do echo beat >> {out}/beat; i=$((i+1)); sleep 0.05; done' </dev/null >/dev/null 2>&1 &
   ipcmk -Q >/dev/null
@@ -32,6 +33,31 @@ fi
     )
 }
 
+/// Runs `cmd` to its end, and says whether a jail host (`swarm __swarm-jail-host`) was ever
+/// among its children meanwhile.
+fn run_watching_hosts(cmd: &mut Command) -> (Run, bool) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = child.id().to_string();
+    let mut hosts = false;
+    while child.try_wait().unwrap().is_none() {
+        hosts |= std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+            let stat = std::fs::read_to_string(p.path().join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1));
+            ppid == Some(parent.as_str())
+                && std::fs::read(p.path().join("cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"__swarm-jail-host"))
+        });
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (Run::from(child.wait_with_output().unwrap()), hosts)
+}
+
 fn read(dir: &Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(name))
         .unwrap_or_else(|e| panic!("{name}: {e}"))
@@ -43,8 +69,16 @@ fn read(dir: &Path, name: &str) -> String {
 fn a_reused_jail_keeps_nothing_of_the_task_before() {
     let repo = three_files();
     let out = repo.writable_dir();
-    let run = repo.swarm(&["refactor", "x", "-j", "1", "--exec", &exec(&out)]);
+    let (run, hosts) = run_watching_hosts(repo.swarm_cmd().args([
+        "refactor",
+        "x",
+        "-j",
+        "1",
+        "--exec",
+        &exec(&out),
+    ]));
     run.assert_code(0);
+    assert!(hosts, "no jail host ran");
     for f in ["a.txt", "b.txt", "c.txt"] {
         assert_eq!(repo.read(f), "bar\n", "{f}");
     }
@@ -54,12 +88,11 @@ fn a_reused_jail_keeps_nothing_of_the_task_before() {
         .map(|t| read(&out, &format!("net-{t}.txt")))
         .collect();
     assert!(net.windows(2).all(|w| w[0] == w[1]), "{net:?}");
-    // ...but each has a PID namespace of its own.
-    let pid: Vec<String> = ["a", "b", "c"]
-        .iter()
-        .map(|t| read(&out, &format!("pid-{t}.txt")))
-        .collect();
-    assert!(pid[0] != pid[1] && pid[1] != pid[2], "{pid:?}");
+    // ...but each has a PID namespace of its own: its shell is the second process there,
+    // after its init.
+    for t in ["a", "b", "c"] {
+        assert_eq!(read(&out, &format!("pid-{t}.txt")), "2", "task {t}");
+    }
     for t in ["b", "c"] {
         assert_eq!(read(&out, &format!("beat-{t}.txt")), "quiet", "task {t}");
         assert_eq!(read(&out, &format!("queues-{t}.txt")), "0", "task {t}");
@@ -82,15 +115,12 @@ fn a_reused_jail_keeps_nothing_of_the_task_before() {
 fn without_jail_hosts_each_task_has_a_jail_of_its_own() {
     let repo = three_files();
     let out = repo.writable_dir();
-    let run = crate::common::Run::from(
+    let (run, hosts) = run_watching_hosts(
         repo.swarm_cmd()
             .args(["refactor", "x", "-j", "1", "--exec", &exec(&out)])
-            .env("SWARM_NO_JAIL_HOSTS", "1")
-            .output()
-            .unwrap(),
+            .env("SWARM_NO_JAIL_HOSTS", "1"),
     );
     run.assert_code(0);
-    let (a, b) = (read(&out, "net-a.txt"), read(&out, "net-b.txt"));
-    assert_ne!(a, b, "the one-off jails share a network namespace");
+    assert!(!hosts, "a jail host ran");
     assert_eq!(read(&out, "beat-b.txt"), "quiet");
 }
