@@ -2,7 +2,7 @@
 //! re-executed as one, else set libgit2's and the allocator's process-wide options.
 
 /// What libgit2's object cache may hold (its default is 256 MiB).
-const GIT_CACHE_BYTES: isize = 32 * 1024 * 1024;
+const GIT_CACHE_BYTES: isize = 4 * 1024 * 1024;
 
 /// Called first, before swarm starts any thread: `Some` with the exit code when this process
 /// was a jail and has finished as one.

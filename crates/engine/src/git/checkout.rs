@@ -99,6 +99,7 @@ pub(crate) fn update_checkout(
         Ok(lock) => lock,
         Err(not_moved) => return Ok(Err(not_moved)),
     };
+    let (mut index, index_written) = index_in_lock(git_dir, &lock.path)?;
     // Should swarm be killed from here on, the next swarm to hold the run finishes or undoes
     // the update from this record ([`super::interrupted`]).
     super::interrupted::record(staging, &lock.path, into_ref, old, new)?;
@@ -112,10 +113,11 @@ pub(crate) fn update_checkout(
     let workdir = repo
         .workdir()
         .context("the checkout has no working directory")?;
-    let mut index = repo.index()?;
-    index.read(true)?;
+    // libgit2's own lookups (attributes, a path's status) read this copy too: one index of
+    // the repository's size in memory, not three.
+    repo.set_index(&mut index)?;
     let changes = changes(repo, &index, old, new)?;
-    let blocked = blocked_paths(repo, workdir, &index, &changes)?;
+    let blocked = blocked_paths(repo, workdir, &index, index_written, &changes)?;
     if !blocked.is_empty() {
         let list: Vec<String> = blocked.iter().take(10).map(|p| p.display()).collect();
         return Ok(Err(NotMoved::new(
@@ -138,7 +140,7 @@ pub(crate) fn update_checkout(
         .apply(&changes)
         .map_err(|e| format!("cannot update your checkout: {e:#}"))
         .and_then(|()| {
-            write_index(git_dir, &lock.path, workdir, &changes, repo, new)
+            write_index(&mut index, workdir, &changes, repo, new)
                 .and_then(|()| {
                     // The lock is a new file now: what a recovery must recognise.
                     super::interrupted::record(staging, &lock.path, into_ref, old, new)
@@ -313,12 +315,9 @@ fn blocked_paths(
     repo: &Repository,
     workdir: &Path,
     index: &git2::Index,
+    index_written: Option<std::time::SystemTime>,
     changes: &[Change],
 ) -> anyhow::Result<Vec<RepoPath>> {
-    let index_written = index
-        .path()
-        .and_then(|p| std::fs::metadata(p).ok())
-        .and_then(|m| m.modified().ok());
     let mut blocked = Vec::new();
     for c in changes {
         let entry = index.get_path(c.path.as_path(), 0);
@@ -493,25 +492,32 @@ impl<'a> Swap<'a> {
     }
 }
 
-/// Writes the new index into the held lock file `lock` (the current index with the changed
-/// entries replaced), leaving it there for the caller to rename into place.
-fn write_index(
+/// The checkout's index, copied into the held lock file `lock` and opened there (edited
+/// there, the lock file exists from the start to the end, so no other git process can take
+/// it meanwhile), and when the index was written (its entries' racy-clean line).
+fn index_in_lock(
     git_dir: &Path,
     lock: &Path,
+) -> anyhow::Result<(git2::Index, Option<std::time::SystemTime>)> {
+    let current = git_dir.join("index");
+    let written = match std::fs::copy(&current, lock) {
+        Ok(_) => std::fs::metadata(&current)?.modified().ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((git2::Index::open(lock)?, written))
+}
+
+/// Writes the new index into the held lock file it was opened from ([`index_in_lock`]): the
+/// current index with the changed entries replaced, left there for the caller to rename
+/// into place.
+fn write_index(
+    index: &mut git2::Index,
     workdir: &Path,
     changes: &[Change],
     repo: &Repository,
     new: Oid,
 ) -> anyhow::Result<()> {
-    // The current index, copied into the lock and edited there: the lock file exists from
-    // the start to the end, so no other git process can take it meanwhile.
-    let current = git_dir.join("index");
-    match std::fs::read(&current) {
-        Ok(bytes) => std::fs::write(lock, bytes)?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e.into()),
-    }
-    let mut index = git2::Index::open(lock)?;
     let new_tree = repo.find_commit(new)?.tree()?;
     for c in changes {
         let old_entry = index.get_path(c.path.as_path(), 0);
