@@ -35,7 +35,7 @@ pub(crate) struct Lease {
 
 impl Lease {
     /// Gives the worktree back to the pool: HEAD detached (so its branch can be moved or
-    /// deleted) and unlocked; a worktree whose worker tampered with it is thrown away instead.
+    /// deleted), still locked; a worktree whose worker tampered with it is thrown away instead.
     /// Blocking.
     pub(crate) fn release(mut self) -> anyhow::Result<()> {
         let slot = self.end();

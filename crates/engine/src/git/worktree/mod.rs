@@ -5,7 +5,8 @@
 //! `--jobs`), and resets an idle one for the next task: the task branch is created at the
 //! task's start commit, HEAD points at it, and a forced checkout with `remove_untracked`
 //! rewrites only what the previous task changed. Ignored files (build output) survive, so
-//! incremental builds stay warm. A worktree is locked while a worker uses it.
+//! incremental builds stay warm. A worktree is locked from its creation to its removal (once,
+//! not a `locked` file written and deleted per task).
 //!
 //! A worker controls its worktree's files, the `.git` file among them, so swarm never takes
 //! their word for anything:
@@ -257,17 +258,20 @@ impl WorktreePool {
         self.copy_base_index(base, &slot.name)
     }
 
-    /// Lends `slot`, locked against `git worktree prune/remove` while in use.
+    /// Lends `slot`; a new one is locked against `git worktree prune/remove` first, and stays
+    /// locked until it is removed.
     fn lend(self: &Arc<Self>, repo: &Repository, slot: Slot) -> anyhow::Result<Lease> {
         let lease = Lease {
             pool: self.clone(),
             slot,
             ended: false,
         };
-        let wt = repo.find_worktree(&lease.name)?;
-        // Locking is advisory (it stops `git worktree prune/remove`); a failure is not fatal.
-        if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
-            tracing::debug!("cannot lock worktree {}: {e}", lease.name);
+        if lease.fresh {
+            let wt = repo.find_worktree(&lease.name)?;
+            // Advisory (it stops `git worktree prune/remove`); a failure is not fatal.
+            if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
+                tracing::debug!("cannot lock worktree {}: {e}", lease.name);
+            }
         }
         Ok(lease)
     }
@@ -552,8 +556,8 @@ impl WorktreePool {
         Ok(oid)
     }
 
-    /// Takes a worktree back: HEAD detached (so its branch can be moved or deleted) and
-    /// unlocked, or thrown away if its worker tampered with it.
+    /// Takes a worktree back: HEAD detached (so its branch can be moved or deleted), or
+    /// thrown away if its worker tampered with it.
     fn give_back(&self, slot: Slot) -> anyhow::Result<()> {
         if let Err(why) = self.check_intact(&slot) {
             tracing::warn!("worktree {} is not used again: {why}", slot.name);
@@ -563,10 +567,6 @@ impl WorktreePool {
         let wt_repo = self.open(&slot)?;
         let head = wt_repo.head()?.peel_to_commit()?.id();
         wt_repo.set_head_detached(head)?;
-        let repo = Repository::open(&self.common_dir)?;
-        if let Ok(wt) = repo.find_worktree(&slot.name) {
-            let _ = wt.unlock();
-        }
         let mut st = self.lock_state();
         match slot.view {
             Some(_) => st.idle_views.push(slot),
@@ -646,7 +646,8 @@ mod tests {
             };
             fails().unwrap_err().to_string()
         };
-        assert!(!locked(&repo, &name), "the worktree is still locked");
+        // Idle in the pool, still locked: no `git worktree prune/remove` takes it meanwhile.
+        assert!(locked(&repo, &name), "an idle worktree was unlocked");
         let again = pool.acquire(&branch, commit).unwrap();
         assert_eq!(again.name, name);
         assert!(!again.fresh, "the worktree was not reused");
