@@ -28,7 +28,7 @@ pub struct GitDirs {
 /// The layer of one worker process's view, removed when dropped.
 #[derive(Debug)]
 pub struct GitLayer {
-    _dir: tempfile::TempDir,
+    _dir: crate::scratch::ScratchDir,
     pub view: StateView,
     /// Where, in the layer, the worker's new objects, refs and worktree state are.
     pub objects: PathBuf,
@@ -39,10 +39,8 @@ pub struct GitLayer {
 impl GitLayer {
     /// A view of `dirs.common` with an empty upper layer.
     pub fn new(dirs: &GitDirs) -> std::io::Result<Self> {
-        let dir = crate::scratch::dir("git-")?;
+        let dir = crate::scratch::reusable("git-", &["upper", "work"])?;
         let (upper, work) = (dir.path().join("upper"), dir.path().join("work"));
-        std::fs::create_dir(&upper)?;
-        std::fs::create_dir(&work)?;
         let admin = dirs
             .admin
             .strip_prefix(&dirs.common)

@@ -200,9 +200,10 @@ async fn probe_overlay_in(policy: &SandboxPolicy, layers: &std::path::Path) -> R
     }
 }
 
-/// A private temporary directory for one worker process, deleted when dropped.
-pub fn private_tmp() -> std::io::Result<tempfile::TempDir> {
-    crate::scratch::dir("tmp-")
+/// A private temporary directory for one worker process, emptied when dropped (and used
+/// again, [`scratch::reusable`]).
+pub fn private_tmp() -> std::io::Result<scratch::ScratchDir> {
+    crate::scratch::reusable("tmp-", &[])
 }
 
 /// `N` bytes from the kernel's random source: keys, placeholders and tokens nobody can guess.

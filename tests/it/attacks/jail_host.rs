@@ -1,6 +1,7 @@
 //! A worker slot's jail is set up once and reused (a jail host forks each task's jail), yet
 //! nothing of a task reaches the next one in the same jail: its processes, daemons
-//! included, die with it; its System V IPC objects and its `/proc` are its own.
+//! included, die with it; its System V IPC objects and its `/proc` are its own; its
+//! `TMPDIR` and its git's writes are emptied before another task gets the same folders.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -123,4 +124,60 @@ fn without_jail_hosts_each_task_has_a_jail_of_its_own() {
     run.assert_code(0);
     assert!(!hosts, "a jail host ran");
     assert_eq!(read(&out, "beat-b.txt"), "quiet");
+}
+
+/// `-j 1`: each task records its `TMPDIR` (path, mode, what is in it) and a setting its git
+/// may have kept, then leaves a file, a folder and a link to a file outside in it, and a
+/// setting in its repository's config; task b also opens its `TMPDIR` to everyone.
+fn leave_things(out: &Path, victim: &Path) -> String {
+    format!(
+        r#"o={out}; f="$SWARM_FILE"
+echo "$TMPDIR $(stat -c %a "$TMPDIR") [$(ls -A "$TMPDIR" | tr '\n' ' ')]" > "$o/tmp-$f"
+git config --get swarm.left > "$o/git-$f" || true
+touch "$TMPDIR/left"; mkdir -p "$TMPDIR/d/e"; ln -s {victim} "$TMPDIR/link"
+git config swarm.left "$f"
+[ "$f" = b.txt ] && chmod 755 "$TMPDIR"
+{SED_FOO_BAR}"#,
+        out = out.display(),
+        victim = victim.display(),
+    )
+}
+
+#[test]
+fn a_reused_tmpdir_and_git_view_keep_nothing_of_the_task_before() {
+    let repo = three_files();
+    let out = repo.writable_dir();
+    let victim = repo.home.join("victim.txt");
+    std::fs::write(&victim, "untouched\n").unwrap();
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "-j",
+        "1",
+        "--exec",
+        &leave_things(&out, &victim),
+    ]);
+    run.assert_code(0);
+    let seen: Vec<Vec<String>> = ["a", "b", "c"]
+        .iter()
+        .map(|t| {
+            let line = read(&out, &format!("tmp-{t}.txt"));
+            line.split(' ').map(str::to_string).collect()
+        })
+        .collect();
+    for (t, seen) in ["a", "b", "c"].iter().zip(&seen) {
+        assert_eq!(seen[1..], ["700", "[]"], "task {t}'s TMPDIR: {seen:?}");
+        assert_eq!(
+            read(&out, &format!("git-{t}.txt")),
+            "",
+            "task {t}'s git config"
+        );
+    }
+    // a's folder, emptied, was b's; b's, opened to everyone, was deleted, not given to c.
+    assert_eq!(seen[0][0], seen[1][0], "the TMPDIR was not used again");
+    assert_ne!(seen[1][0], seen[2][0], "a changed TMPDIR was used again");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+    let config = repo.git(&["config", "--list", "--local"]);
+    assert!(!config.contains("swarm.left"), "{config}");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
 }

@@ -108,10 +108,9 @@ pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> 
         crate::secrets::redact(&task_markdown(&task)).as_bytes(),
     )
     .map_err(WorkerError::task_file("write", &task_file))?;
-    let result_dir = swarm_sandbox::scratch::dir("result-").map_err(WorkerError::task_file(
-        "create",
-        "a folder for the result file",
-    ))?;
+    let result_dir = swarm_sandbox::scratch::reusable("result-", &[]).map_err(
+        WorkerError::task_file("create", "a folder for the result file"),
+    )?;
     let result_file = result_dir.path().join("result.json");
     let mut env = task_env(&task, &task_file, &result_file);
     let agent_sandbox = match task.agent {

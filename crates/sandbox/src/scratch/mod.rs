@@ -20,6 +20,10 @@ use std::sync::OnceLock;
 
 use crate::files::{rename_noreplace, try_lock};
 
+mod reuse;
+
+pub use reuse::{ScratchDir, reusable};
+
 /// The name of every process's directory starts with this, then its pid and a dash.
 const PREFIX: &str = "swarm-";
 
