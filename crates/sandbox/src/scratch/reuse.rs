@@ -6,7 +6,8 @@
 //! same kind, instead of being deleted, when nothing of its last user can reach the next:
 //!
 //! - it is still the directory made (same device and inode, not a link), owned by this
-//!   user, with the mode it was made with and no extended attribute (an ACL is one);
+//!   user, with the mode it was made with and no extended attribute (an ACL is one) but
+//!   overlayfs' own, which are removed (an upper layer's root gets `user.overlay.uuid`);
 //! - everything in it but the folders it was made with is removed (links are removed, never
 //!   followed), and those folders pass the same checks;
 //! - every process that could write there has ended: the task's jail dies with its last
