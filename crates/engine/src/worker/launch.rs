@@ -23,7 +23,7 @@ use swarm_sandbox::{self as sandbox, SandboxPolicy};
 /// its network proxy, for an agent its door to the model gateway.
 #[derive(Default)]
 pub(super) struct Confinement {
-    tmp: Option<swarm_sandbox::scratch::ScratchDir>,
+    tmp: Option<sandbox::scratch::ScratchDir>,
     /// Where the jail says what the process left behind, if it left anything (out of its
     /// reach).
     pub(super) leftovers: Option<std::path::PathBuf>,

@@ -5,8 +5,10 @@
 //! holds a `lock` file locked (`flock`) for as long as the process lives: the directory is
 //! made under another name, locked, then renamed, so no directory of that name is ever
 //! unlocked while its process lives. Each piece is a
-//! [`tempfile::TempDir`] inside it, removed when dropped; the directory itself is removed
-//! when the command ends ([`close`]). A process killed with `kill -9` cannot remove
+//! [`tempfile::TempDir`] inside it, removed when dropped, or for what every task needs (its
+//! `TMPDIR`, its result folder, its git view's layers) a [`ScratchDir`], emptied when dropped
+//! and used again ([`reusable`]); the directory itself is removed when the command ends
+//! ([`close`]). A process killed with `kill -9` cannot remove
 //! anything, but its lock is released by the kernel: [`sweep`] (at the start of every run,
 //! and by `swarm clean`) removes the directories of this user whose lock nobody holds.
 //! Unix socket paths are limited to 108 bytes, so these cannot live under a repository's
@@ -38,13 +40,16 @@ static ROOT: OnceLock<Result<Root, String>> = OnceLock::new();
 /// A new directory for one use (`prefix` names the use: `net-`, `tmp-`…), inside this
 /// process's scratch directory; removed when dropped.
 pub fn dir(prefix: &str) -> io::Result<tempfile::TempDir> {
-    let root = ROOT
-        .get_or_init(|| open_root().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| io::Error::other(e.clone()))?;
     tempfile::Builder::new()
         .prefix(prefix)
-        .tempdir_in(&root.path)
+        .tempdir_in(&root()?.path)
+}
+
+/// This process's directory, made on first use.
+fn root() -> io::Result<&'static Root> {
+    ROOT.get_or_init(|| open_root().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| io::Error::other(e.clone()))
 }
 
 fn open_root() -> io::Result<Root> {
@@ -75,12 +80,8 @@ fn open_root() -> io::Result<Root> {
 /// nothing is at (yet): for a file another process may write.
 pub fn path(prefix: &str) -> io::Result<PathBuf> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let root = ROOT
-        .get_or_init(|| open_root().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| io::Error::other(e.clone()))?;
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Ok(root.path.join(format!("{prefix}{n}")))
+    Ok(root()?.path.join(format!("{prefix}{n}")))
 }
 
 /// Removes this process's scratch directory (what its guards have not removed already).
@@ -96,8 +97,7 @@ pub fn sweep(tmp: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return 0;
     };
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = rustix::process::getuid().as_raw();
     let mine = ROOT.get().and_then(|r| r.as_ref().ok()).map(|r| &r.path);
     entries
         .flatten()
@@ -151,8 +151,7 @@ mod tests {
     #[test]
     fn a_locked_directory_is_alive_and_an_unlocked_one_is_stale() {
         let tmp = tempfile::tempdir().unwrap();
-        // SAFETY: getuid cannot fail.
-        let uid = unsafe { libc::getuid() };
+        let uid = rustix::process::getuid().as_raw();
         let alive = tmp.path().join("swarm-1-alive");
         let dead = tmp.path().join("swarm-2-dead");
         for d in [&alive, &dead] {

@@ -58,13 +58,15 @@ pub fn reusable(kind: &'static str, inner: &'static [&'static str]) -> io::Resul
     let path = match kept {
         Some(path) => path,
         None => {
-            let path = super::dir(kind)?.keep();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(MODE))?;
+            // Kept only once whole: a folder half made is removed by its guard.
+            let new = super::dir(kind)?;
+            let mode = || std::fs::Permissions::from_mode(MODE);
+            std::fs::set_permissions(new.path(), mode())?;
             for name in inner {
-                std::fs::create_dir(path.join(name))?;
-                std::fs::set_permissions(path.join(name), std::fs::Permissions::from_mode(MODE))?;
+                std::fs::create_dir(new.path().join(name))?;
+                std::fs::set_permissions(new.path().join(name), mode())?;
             }
-            path
+            new.keep()
         }
     };
     let made = std::iter::once(path.clone())
