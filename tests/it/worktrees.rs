@@ -201,12 +201,15 @@ fn overlay_worktrees_are_refused_where_they_cannot_work() {
 /// The base checkout is written by several threads and its index by swarm: in a view, git
 /// finds the worktree clean at once, stat data included (`git diff-files` compares stat data
 /// without refreshing anything), for files in nested folders, an executable, a link and a
-/// file git converts on checkout (CRLF).
+/// file git converts on checkout (CRLF), and folders whose names would be patterns as
+/// pathspecs (the checkout threads are given plain paths).
 #[test]
 fn a_view_is_clean_for_git_at_once() {
     let repo = TestRepo::with_files(&[
         ("a.txt", "a\n"),
         ("deep/er/still/b.txt", "b\n"),
+        ("odd [x] */c?.txt", "c\n"),
+        ("odd [x] *y/d.txt", "d\n"),
         ("run.sh", "echo hi\n"),
         ("crlf.txt", "one\ntwo\n"),
         (".gitattributes", "crlf.txt text eol=crlf\n"),

@@ -6,6 +6,12 @@
 //! per thread), each thread checks out its parts through a handle of its own without
 //! touching the index, and the index is then written once: the tree's entries, each with the
 //! stat data of the file just written, as libgit2's own checkout would have left it.
+//!
+//! A thread's parts are given to libgit2 as a list of paths, not as pathspecs
+//! (`disable_pathspec_match`): libgit2 then looks each entry up in the sorted list and skips
+//! the folders of other threads, where a pathspec is matched against every entry of the tree.
+//! A tree of 1,000 folders (100,000 files) makes 500 pathspecs a thread, and matching them
+//! took 4 s of CPU before the first worker could start.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
@@ -14,8 +20,6 @@ use std::path::Path;
 use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
 use git2::{Oid, Repository};
-
-use crate::repo_path::RepoPath;
 
 /// Parts each thread gets, at least (so that a part bigger than the others evens out).
 const PARTS_PER_THREAD: usize = 4;
@@ -47,7 +51,10 @@ pub(super) fn check_out(
                     let repo = open()?;
                     let tree = repo.find_tree(tree)?;
                     let mut checkout = CheckoutBuilder::new();
-                    checkout.force().update_index(false);
+                    checkout
+                        .force()
+                        .update_index(false)
+                        .disable_pathspec_match(true);
                     for part in mine {
                         checkout.path(part.as_slice());
                     }
@@ -65,7 +72,7 @@ pub(super) fn check_out(
     write_index(&repo, tree, workdir, index_path)
 }
 
-/// Literal pathspecs of at least `want` parts of `tree` (fewer if it has fewer entries):
+/// The paths of at least `want` parts of `tree` (fewer if it has fewer entries):
 /// its entries, with folders replaced by their entries level by level.
 fn parts(repo: &Repository, tree: Oid, want: usize) -> anyhow::Result<Vec<Vec<u8>>> {
     // (path, the folder's tree if it is one)
@@ -95,7 +102,7 @@ fn parts(repo: &Repository, tree: Oid, want: usize) -> anyhow::Result<Vec<Vec<u8
     Ok(front
         .into_iter()
         .filter(|(path, _)| !path.is_empty())
-        .map(|(path, _)| crate::git::literal_pathspec(&RepoPath::from_bytes(path)))
+        .map(|(path, _)| path)
         .collect())
 }
 
