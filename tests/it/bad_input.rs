@@ -118,6 +118,61 @@ fn uncommitted_changes_to_task_files() {
     );
 }
 
+/// Each kind of change `git status` shows on a task file stops the run before anything is
+/// written: swarm checks the task files alone (not a status walk of the checkout), against
+/// HEAD and the index, by stat data and then content.
+#[test]
+fn every_kind_of_uncommitted_change_to_a_task_file_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let a_mode_alone = |repo: &TestRepo| {
+        let a = repo.path.join("a.txt");
+        std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    let same_size_and_mtime = |repo: &TestRepo| {
+        let a = repo.path.join("a.txt");
+        let mtime = std::fs::metadata(&a).unwrap().modified().unwrap();
+        std::fs::write(&a, "fox\n").unwrap();
+        let file = std::fs::File::options().write(true).open(&a).unwrap();
+        file.set_modified(mtime).unwrap();
+    };
+    type Change<'a> = (&'a str, &'a dyn Fn(&TestRepo));
+    let changes: [Change; 5] = [
+        ("the mode alone", &a_mode_alone),
+        ("the same size and mtime", &same_size_and_mtime),
+        ("deleted", &|repo| {
+            std::fs::remove_file(repo.path.join("a.txt")).unwrap()
+        }),
+        ("deleted from the index", &|repo| {
+            repo.git(&["rm", "-q", "--cached", "a.txt"]);
+        }),
+        ("staged, then put back in the file", &|repo| {
+            repo.write("a.txt", "staged\n");
+            repo.git(&["add", "a.txt"]);
+            repo.write("a.txt", "foo\n");
+        }),
+    ];
+    for (what, change) in changes {
+        let repo = repo();
+        // An index written after the files, so that their stat data is trusted.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        repo.git(&["update-index", "--refresh", "--really-refresh"]);
+        change(&repo);
+        assert!(
+            repo.git(&["status", "--porcelain"]).contains("a.txt"),
+            "{what}: git sees no change"
+        );
+        let before = snapshot(&repo);
+        let run = repo.swarm(&["refactor", "x", "a.txt", "--exec", SED_FOO_BAR]);
+        run.assert_code(2);
+        assert!(
+            run.stderr.contains("uncommitted changes in a.txt"),
+            "{what}: {}",
+            run.stderr
+        );
+        assert_eq!(snapshot(&repo), before, "{what}: something changed");
+    }
+}
+
 #[test]
 fn unknown_base() {
     refuses(

@@ -346,3 +346,17 @@ fn the_live_view_says_the_run_and_how_long_workers_run() {
     assert!(started < running, "{screen}");
     assert_eq!(repo.read("a.txt"), "bar\n");
 }
+
+/// Uncommitted work in files no task touches stops nothing, and is left as it was.
+#[test]
+fn uncommitted_changes_to_other_files_are_left_alone() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    repo.write("b.txt", "my edit\n");
+    repo.write("new.txt", "untracked\n");
+    repo.swarm(&["refactor", "x", "a.txt", "--exec", SED_FOO_BAR])
+        .assert_code(0);
+    assert_eq!(repo.read("a.txt"), "bar\n");
+    assert_eq!(repo.read("b.txt"), "my edit\n");
+    assert_eq!(repo.read("new.txt"), "untracked\n");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "M b.txt\n?? new.txt");
+}
