@@ -3,6 +3,9 @@
 
 /// What libgit2's object cache may hold (its default is 256 MiB).
 const GIT_CACHE_BYTES: isize = 4 * 1024 * 1024;
+/// The largest tree libgit2 may keep in that cache (its default is 4 KiB): a folder of 1,000
+/// entries is a 32 KiB tree, which each task and each merge read again.
+const GIT_CACHE_TREE_BYTES: usize = 256 * 1024;
 
 /// Called first, before swarm starts any thread: `Some` with the exit code when this process
 /// was a jail and has finished as one.
@@ -25,6 +28,12 @@ pub fn start_process() -> Option<std::process::ExitCode> {
     // SAFETY: set before any other thread uses libgit2.
     if let Err(e) = unsafe { git2::opts::set_cache_max_size(GIT_CACHE_BYTES) } {
         eprintln!("swarm: cannot limit libgit2's object cache: {e}");
+    }
+    // SAFETY: as above.
+    if let Err(e) =
+        unsafe { git2::opts::set_cache_object_limit(git2::ObjectType::Tree, GIT_CACHE_TREE_BYTES) }
+    {
+        eprintln!("swarm: cannot set libgit2's cache limit for trees: {e}");
     }
     limit_malloc_arenas();
     None
