@@ -1,7 +1,9 @@
 //! What the pool lends: a [`Slot`] (one worktree), inside a [`Lease`] that gives it back.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use git2::Repository;
 
 use super::WorktreePool;
 use swarm_sandbox::overlay::OverlayView;
@@ -21,6 +23,63 @@ pub(crate) struct Slot {
     /// An overlay worktree's view, which its jails mount on `path` (where only the `.git`
     /// file is); `None` for a full checkout.
     pub view: Option<OverlayView>,
+    /// Its repository, and the base checkout's, opened once and kept from task to task.
+    pub(super) handles: Handles,
+}
+
+/// Handles on a repository kept for the next task of a worktree: opening one reads the config
+/// files, and libgit2 keeps the trees it read (the base's, which every task reads again) per
+/// handle. Nothing in them is a worker's: each is opened through an administrative directory
+/// no worker can write, and libgit2 reads references, the index and the config again when
+/// their files change.
+#[derive(Default)]
+pub(crate) struct Handles {
+    worktree: Mutex<Option<Repository>>,
+    base: Mutex<Option<Repository>>,
+}
+
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Handles")
+    }
+}
+
+impl Slot {
+    /// Runs `work` on this worktree's repository, opened through its administrative
+    /// directory in `common_dir` on first use.
+    pub(super) fn with_repo<T>(
+        &self,
+        common_dir: &Path,
+        work: impl FnOnce(&Repository) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        with_handle(&self.handles.worktree, work, || {
+            super::open_worktree(common_dir, &self.name, &self.path)
+        })
+    }
+
+    /// Runs `work` on the base checkout's repository, opened at `base_admin` on first use.
+    pub(super) fn with_base_repo<T>(
+        &self,
+        base_admin: &Path,
+        work: impl FnOnce(&Repository) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        with_handle(&self.handles.base, work, || {
+            Ok(Repository::open(base_admin)?)
+        })
+    }
+}
+
+fn with_handle<T>(
+    held: &Mutex<Option<Repository>>,
+    work: impl FnOnce(&Repository) -> anyhow::Result<T>,
+    open: impl FnOnce() -> anyhow::Result<Repository>,
+) -> anyhow::Result<T> {
+    let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+    let repo = match held.as_mut() {
+        Some(repo) => repo,
+        None => held.insert(open()?),
+    };
+    work(repo)
 }
 
 /// A worktree of the pool, lent to one task (or check, or repair). Dropping it gives the

@@ -37,7 +37,6 @@ use crate::ids::{RunBranch, RunId};
 use crate::repo_path::RepoPath;
 use crate::state;
 use swarm_sandbox as sandbox;
-use swarm_sandbox::overlay::OverlayView;
 
 mod cleanup;
 mod files;
@@ -46,6 +45,7 @@ mod lease;
 mod open;
 mod parallel;
 pub(crate) mod view;
+mod views;
 
 pub(crate) use cleanup::{remove_run_worktrees, remove_run_worktrees_except, remove_worktree};
 use files::{copy_into, reset};
@@ -157,105 +157,6 @@ impl WorktreePool {
         start: Oid,
     ) -> anyhow::Result<Lease> {
         self.acquire_kind(branch, start, true)
-    }
-
-    /// The run's base checkout at `start`, made on first use.
-    fn base_checkout(&self, repo: &Repository, start: Oid) -> anyhow::Result<Arc<BaseCheckout>> {
-        let mut base = self.base.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(base) = &*base {
-            anyhow::ensure!(
-                base.commit == start,
-                "an overlay worktree must start at the run's base"
-            );
-            return Ok(base.clone());
-        }
-        let (name, path) = self.register(repo, Head::Detached(start))?;
-        self.populate(&name, &path, Threads::Several)?;
-        let made = Arc::new(BaseCheckout {
-            repo: Mutex::new(open_worktree(&self.common_dir, &name, &path)?),
-            name,
-            path,
-            commit: start,
-        });
-        *base = Some(made.clone());
-        Ok(made)
-    }
-
-    /// A new overlay worktree on `branch_ref`: registered with git (no files but its `.git`)
-    /// and given empty layers. It needs the base checkout's index still ([`Self::create_view`]):
-    /// registering does not wait for the base checkout, so the first workers' registrations
-    /// overlap it.
-    fn register_view(&self, repo: &Repository, branch_ref: &str) -> anyhow::Result<NewView> {
-        let (name, path) = self.register(repo, Head::Branch(branch_ref))?;
-        let layers = state::layers_dir(&self.common_dir)
-            .join(path.file_name().context("a worktree path without a name")?);
-        let (upper, work) = (layers.join("upper"), layers.join("work"));
-        std::fs::create_dir_all(&upper)?;
-        std::fs::create_dir_all(&work)?;
-        Ok(NewView {
-            name,
-            path,
-            upper,
-            work,
-        })
-    }
-
-    /// The overlay worktree `new`, with the base checkout's index (whose file stamps match
-    /// what the view shows, so the worker's own `git status` is clean and quick).
-    fn create_view(&self, new: NewView, base: &BaseCheckout) -> anyhow::Result<Slot> {
-        let NewView {
-            name,
-            path,
-            upper,
-            work,
-        } = new;
-        self.copy_base_index(base, &name)?;
-        let gitlink = std::fs::read(path.join(".git"))?;
-        Ok(Slot {
-            view: Some(OverlayView {
-                mount_point: path.clone(),
-                base: base.path.clone(),
-                upper,
-                work,
-            }),
-            name,
-            path,
-            set_up: false,
-            fresh: true,
-            gitlink,
-        })
-    }
-
-    /// Gives worktree `name` the base checkout's index: a hard link to it (the index of a
-    /// large repository is megabytes; git and libgit2 replace an index by renaming a new
-    /// file over it, never writing it in place, and a worker cannot write the administrative
-    /// directory at all), or a copy where a link cannot be made.
-    fn copy_base_index(&self, base: &BaseCheckout, name: &str) -> anyhow::Result<()> {
-        let from = self.admin_dir(&base.name).join("index");
-        let to = self.admin_dir(name).join("index");
-        state::remove_file_if_present(&to)
-            .with_context(|| format!("cannot replace {}", to.display()))?;
-        if std::fs::hard_link(&from, &to).is_err() {
-            std::fs::copy(&from, &to).with_context(|| format!("cannot write {}", to.display()))?;
-        }
-        Ok(())
-    }
-
-    /// Makes an idle overlay worktree ready for `branch_ref`: its upper layer emptied (but
-    /// for untracked ignored output), HEAD on the branch, the base's index back.
-    fn reset_view(&self, slot: &Slot, base: &BaseCheckout, branch_ref: &str) -> anyhow::Result<()> {
-        let view = slot.view.as_ref().context("not an overlay worktree")?;
-        let base_admin = self.admin_dir(&base.name);
-        let commit = base.commit;
-        sandbox::confined(std::slice::from_ref(&view.upper), || {
-            let base_repo = Repository::open(&base_admin)?;
-            let tree = base_repo.find_commit(commit)?.tree()?;
-            let rules = ignore::ViewIgnore::new(&base_repo, &view.upper);
-            view::clear_upper(&view.upper, &tree, &|p, d| rules.ignored(p, d))
-                .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
-        })?;
-        self.open(slot)?.set_head(branch_ref)?;
-        self.copy_base_index(base, &slot.name)
     }
 
     /// Lends `slot`; a new one is locked against `git worktree prune/remove` first, and stays
@@ -438,8 +339,8 @@ impl WorktreePool {
         message: &str,
     ) -> Result<Committed, CommitError> {
         let git = |e: anyhow::Error| CommitError::Git(git2::Error::from_str(&format!("{e:#}")));
-        let repo = self.open(slot).map_err(git)?;
         let Some(view) = &slot.view else {
+            let repo = self.open(slot).map_err(git)?;
             return commit::commit_task(&repo, branch, start, message);
         };
         let base = self
@@ -450,7 +351,17 @@ impl WorktreePool {
             .context("an overlay worktree without its base")
             .map_err(git)?;
         let base_repo = base.repo.lock().unwrap_or_else(|e| e.into_inner());
-        commit::commit_view(&repo, &base_repo, branch, start, message, &view.upper)
+        slot.with_repo(&self.common_dir, |repo| {
+            Ok(commit::commit_view(
+                repo,
+                &base_repo,
+                branch,
+                start,
+                message,
+                &view.upper,
+            ))
+        })
+        .map_err(git)?
     }
 
     /// Points an idle worktree's HEAD at `branch_ref` and makes its files those of `start`.
@@ -473,6 +384,7 @@ impl WorktreePool {
             fresh: true,
             gitlink,
             view: None,
+            handles: Default::default(),
         })
     }
 
@@ -564,9 +476,10 @@ impl WorktreePool {
             self.discard(slot);
             return Ok(());
         }
-        let wt_repo = self.open(&slot)?;
-        let head = wt_repo.head()?.peel_to_commit()?.id();
-        wt_repo.set_head_detached(head)?;
+        slot.with_repo(&self.common_dir, |repo| {
+            let head = repo.head()?.peel_to_commit()?.id();
+            Ok(repo.set_head_detached(head)?)
+        })?;
         let mut st = self.lock_state();
         match slot.view {
             Some(_) => st.idle_views.push(slot),

@@ -1,0 +1,130 @@
+//! The overlay side of the pool: the run's base checkout, made once, and the views over it
+//! (registered, given the base's index, reset between tasks).
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use git2::{Oid, Repository};
+
+use super::{
+    BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, ignore, open_worktree, view,
+};
+use crate::state;
+use swarm_sandbox as sandbox;
+use swarm_sandbox::overlay::OverlayView;
+
+impl WorktreePool {
+    /// The run's base checkout at `start`, made on first use.
+    pub(super) fn base_checkout(
+        &self,
+        repo: &Repository,
+        start: Oid,
+    ) -> anyhow::Result<Arc<BaseCheckout>> {
+        let mut base = self.base.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(base) = &*base {
+            anyhow::ensure!(
+                base.commit == start,
+                "an overlay worktree must start at the run's base"
+            );
+            return Ok(base.clone());
+        }
+        let (name, path) = self.register(repo, Head::Detached(start))?;
+        self.populate(&name, &path, Threads::Several)?;
+        let made = Arc::new(BaseCheckout {
+            repo: Mutex::new(open_worktree(&self.common_dir, &name, &path)?),
+            name,
+            path,
+            commit: start,
+        });
+        *base = Some(made.clone());
+        Ok(made)
+    }
+
+    /// A new overlay worktree on `branch_ref`: registered with git (no files but its `.git`)
+    /// and given empty layers. It needs the base checkout's index still ([`Self::create_view`]):
+    /// registering does not wait for the base checkout, so the first workers' registrations
+    /// overlap it.
+    pub(super) fn register_view(
+        &self,
+        repo: &Repository,
+        branch_ref: &str,
+    ) -> anyhow::Result<NewView> {
+        let (name, path) = self.register(repo, Head::Branch(branch_ref))?;
+        let layers = state::layers_dir(&self.common_dir)
+            .join(path.file_name().context("a worktree path without a name")?);
+        let (upper, work) = (layers.join("upper"), layers.join("work"));
+        std::fs::create_dir_all(&upper)?;
+        std::fs::create_dir_all(&work)?;
+        Ok(NewView {
+            name,
+            path,
+            upper,
+            work,
+        })
+    }
+
+    /// The overlay worktree `new`, with the base checkout's index (whose file stamps match
+    /// what the view shows, so the worker's own `git status` is clean and quick).
+    pub(super) fn create_view(&self, new: NewView, base: &BaseCheckout) -> anyhow::Result<Slot> {
+        let NewView {
+            name,
+            path,
+            upper,
+            work,
+        } = new;
+        self.copy_base_index(base, &name)?;
+        let gitlink = std::fs::read(path.join(".git"))?;
+        Ok(Slot {
+            view: Some(OverlayView {
+                mount_point: path.clone(),
+                base: base.path.clone(),
+                upper,
+                work,
+            }),
+            name,
+            path,
+            set_up: false,
+            fresh: true,
+            gitlink,
+            handles: Default::default(),
+        })
+    }
+
+    /// Gives worktree `name` the base checkout's index: a hard link to it (the index of a
+    /// large repository is megabytes; git and libgit2 replace an index by renaming a new
+    /// file over it, never writing it in place, and a worker cannot write the administrative
+    /// directory at all), or a copy where a link cannot be made.
+    pub(super) fn copy_base_index(&self, base: &BaseCheckout, name: &str) -> anyhow::Result<()> {
+        let from = self.admin_dir(&base.name).join("index");
+        let to = self.admin_dir(name).join("index");
+        state::remove_file_if_present(&to)
+            .with_context(|| format!("cannot replace {}", to.display()))?;
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).with_context(|| format!("cannot write {}", to.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Makes an idle overlay worktree ready for `branch_ref`: its upper layer emptied (but
+    /// for untracked ignored output), HEAD on the branch, the base's index back.
+    pub(super) fn reset_view(
+        &self,
+        slot: &Slot,
+        base: &BaseCheckout,
+        branch_ref: &str,
+    ) -> anyhow::Result<()> {
+        let view = slot.view.as_ref().context("not an overlay worktree")?;
+        let base_admin = self.admin_dir(&base.name);
+        let commit = base.commit;
+        sandbox::confined(std::slice::from_ref(&view.upper), || {
+            slot.with_base_repo(&base_admin, |base_repo| {
+                let tree = base_repo.find_commit(commit)?.tree()?;
+                let rules = ignore::ViewIgnore::new(base_repo, &view.upper);
+                view::clear_upper(&view.upper, &tree, &|p, d| rules.ignored(p, d))
+                    .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
+            })
+        })?;
+        slot.with_repo(&self.common_dir, |repo| Ok(repo.set_head(branch_ref)?))?;
+        self.copy_base_index(base, &slot.name)
+    }
+}
