@@ -23,24 +23,21 @@ pub(crate) struct Slot {
     /// An overlay worktree's view, which its jails mount on `path` (where only the `.git`
     /// file is); `None` for a full checkout.
     pub view: Option<OverlayView>,
-    /// Its repository, and the base checkout's, opened once and kept from task to task.
-    pub(super) handles: Handles,
+    /// Its repository, opened once and kept from task to task.
+    pub(super) handle: Handle,
 }
 
-/// Handles on a repository kept for the next task of a worktree: opening one reads the config
-/// files, and libgit2 keeps the trees it read (the base's, which every task reads again) per
-/// handle. Nothing in them is a worker's: each is opened through an administrative directory
-/// no worker can write, and libgit2 reads references, the index and the config again when
-/// their files change.
+/// A worktree's repository kept for its next task: opening one reads the config files, and
+/// libgit2 keeps the trees it read per handle. Nothing in it is a worker's: it is opened
+/// through the administrative directory no worker can write, and libgit2 reads references,
+/// the index and the config again when their files change. (The base checkout's handle is
+/// the run's one, [`super::BaseCheckout`]'s.)
 #[derive(Default)]
-pub(crate) struct Handles {
-    worktree: Mutex<Option<Repository>>,
-    base: Mutex<Option<Repository>>,
-}
+pub(crate) struct Handle(Mutex<Option<Repository>>);
 
-impl std::fmt::Debug for Handles {
+impl std::fmt::Debug for Handle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Handles")
+        f.write_str("Handle")
     }
 }
 
@@ -52,34 +49,13 @@ impl Slot {
         common_dir: &Path,
         work: impl FnOnce(&Repository) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        with_handle(&self.handles.worktree, work, || {
-            super::open_worktree(common_dir, &self.name, &self.path)
-        })
+        let mut held = self.handle.0.lock().unwrap_or_else(|e| e.into_inner());
+        let repo = match held.as_mut() {
+            Some(repo) => repo,
+            None => held.insert(super::open_worktree(common_dir, &self.name, &self.path)?),
+        };
+        work(repo)
     }
-
-    /// Runs `work` on the base checkout's repository, opened at `base_admin` on first use.
-    pub(super) fn with_base_repo<T>(
-        &self,
-        base_admin: &Path,
-        work: impl FnOnce(&Repository) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        with_handle(&self.handles.base, work, || {
-            Ok(Repository::open(base_admin)?)
-        })
-    }
-}
-
-fn with_handle<T>(
-    held: &Mutex<Option<Repository>>,
-    work: impl FnOnce(&Repository) -> anyhow::Result<T>,
-    open: impl FnOnce() -> anyhow::Result<Repository>,
-) -> anyhow::Result<T> {
-    let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
-    let repo = match held.as_mut() {
-        Some(repo) => repo,
-        None => held.insert(open()?),
-    };
-    work(repo)
 }
 
 /// A worktree of the pool, lent to one task (or check, or repair). Dropping it gives the

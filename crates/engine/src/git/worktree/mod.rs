@@ -384,7 +384,7 @@ impl WorktreePool {
             fresh: true,
             gitlink,
             view: None,
-            handles: Default::default(),
+            handle: Default::default(),
         })
     }
 

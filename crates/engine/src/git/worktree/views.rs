@@ -86,7 +86,7 @@ impl WorktreePool {
             set_up: false,
             fresh: true,
             gitlink,
-            handles: Default::default(),
+            handle: Default::default(),
         })
     }
 
@@ -114,15 +114,12 @@ impl WorktreePool {
         branch_ref: &str,
     ) -> anyhow::Result<()> {
         let view = slot.view.as_ref().context("not an overlay worktree")?;
-        let base_admin = self.admin_dir(&base.name);
-        let commit = base.commit;
         sandbox::confined(std::slice::from_ref(&view.upper), || {
-            slot.with_base_repo(&base_admin, |base_repo| {
-                let tree = base_repo.find_commit(commit)?.tree()?;
-                let rules = ignore::ViewIgnore::new(base_repo, &view.upper);
-                view::clear_upper(&view.upper, &tree, &|p, d| rules.ignored(p, d))
-                    .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
-            })
+            let base_repo = base.repo.lock().unwrap_or_else(|e| e.into_inner());
+            let tree = base_repo.find_commit(base.commit)?.tree()?;
+            let rules = ignore::ViewIgnore::new(&base_repo, &view.upper);
+            view::clear_upper(&view.upper, &tree, &|p, d| rules.ignored(p, d))
+                .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
         })?;
         slot.with_repo(&self.common_dir, |repo| Ok(repo.set_head(branch_ref)?))?;
         self.copy_base_index(base, &slot.name)
