@@ -41,12 +41,16 @@ pub fn start_process() -> Option<std::process::ExitCode> {
 
 /// glibc gives each thread that allocates under contention an arena of its own, up to eight
 /// per core, and keeps what they freed: the blocking threads that commit and reset
-/// worktrees left swarm's peak memory at nearly twice what it uses (93 MB against 53 MB at
-/// 300 tasks on 27,000 files, the same time). Two arenas, unless MALLOC_ARENA_MAX says.
+/// worktrees, and the base checkout's, left swarm's peak memory at nearly twice what it uses.
+/// Two arenas halved that at 27,000 files; one more than that again at 100,000 files and
+/// 10,000 tasks (113 MB -> 86 MB at the peak, the same time: docs/BENCHMARKS.md), where the
+/// second arena kept ~30 MB of what the base checkout and planning had freed. swarm's
+/// threads mostly wait on workers, git and the disk, so one arena costs no measurable time.
+/// One arena, unless MALLOC_ARENA_MAX says.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
         // SAFETY: mallopt only sets an allocator parameter; called before other threads.
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     }
 }
