@@ -39,18 +39,27 @@ pub fn start_process() -> Option<std::process::ExitCode> {
     None
 }
 
+/// Cores per malloc arena. At two cores, one arena: swarm's threads mostly wait on workers,
+/// git and the disk, and malloc was ~7 % of their samples, so they seldom contend for it.
+/// On a machine with many cores running as many workers, a single arena's lock could become
+/// the bottleneck, so one more arena for each eight cores.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const CORES_PER_ARENA: usize = 8;
+
 /// glibc gives each thread that allocates under contention an arena of its own, up to eight
 /// per core, and keeps what they freed: the blocking threads that commit and reset
 /// worktrees, and the base checkout's, left swarm's peak memory at nearly twice what it uses.
 /// Two arenas halved that at 27,000 files; one more than that again at 100,000 files and
 /// 10,000 tasks (113 MB -> 86 MB at the peak, the same time: docs/BENCHMARKS.md), where the
-/// second arena kept ~30 MB of what the base checkout and planning had freed. swarm's
-/// threads mostly wait on workers, git and the disk, so one arena costs no measurable time.
-/// One arena, unless MALLOC_ARENA_MAX says.
+/// second arena kept ~30 MB of what the base checkout and planning had freed. One arena per
+/// [`CORES_PER_ARENA`] cores (one up to eight), unless MALLOC_ARENA_MAX says.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let arenas = cores.div_ceil(CORES_PER_ARENA);
+        let arenas = libc::c_int::try_from(arenas).unwrap_or(libc::c_int::MAX);
         // SAFETY: mallopt only sets an allocator parameter; called before other threads.
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, arenas) };
     }
 }
