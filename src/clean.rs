@@ -14,7 +14,7 @@ pub(crate) struct CleanArgs {
     /// The run to clean (an id or a unique prefix: YYYYMMDD-HHMMSS-xxxx).
     #[arg(conflicts_with = "all")]
     pub run_id: Option<RunSelector>,
-    /// Clean every swarm run of this repository.
+    /// Clean every swarm run of this repository, and the base checkout --reuse-base keeps.
     #[arg(long)]
     pub all: bool,
 }

@@ -210,6 +210,12 @@ pub(crate) struct PlanningArgs {
           value_parser = super::keywords::<WorktreeMode>(WorktreeMode::NAMES))]
     pub worktrees: Option<WorktreeMode>,
 
+    /// Keep the base checkout of overlay worktrees in .git/swarm/base for the next run, which
+    /// brings it to its own base in proportion to what changed instead of checking the whole
+    /// tree out again (swarm clean --all removes it).
+    #[arg(long)]
+    pub reuse_base: bool,
+
     /// Let worker processes reach the network.
     #[arg(long)]
     pub network: bool,
@@ -274,6 +280,7 @@ impl PlanningArgs {
         layer.model.max_output_tokens = self.max_output_tokens;
         layer.sandbox.mode = self.sandbox;
         layer.worktree.mode = self.worktrees;
+        layer.worktree.reuse_base = self.reuse_base.then_some(true);
         layer.sandbox.network = self.network.then_some(true);
         layer.sandbox.allow_domains = Some(self.allow_domains.clone()).filter(|d| !d.is_empty());
         layer.sandbox.allow_any_run = self.allow_run.then_some(true);

@@ -32,6 +32,7 @@ mod planning;
 mod recovery;
 mod refactor;
 mod repair;
+mod reuse_base;
 mod sandbox;
 mod shards;
 mod snapshots;

@@ -209,8 +209,9 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
                 .into_iter()
                 .filter(|name| !busy.iter().any(|b| name.starts_with(&b.branch_prefix())))
                 .collect();
+            let kept = worktree::remove_kept_base(common)?;
             (
-                worktree::remove_run_worktrees_except(common, &busy)?,
+                worktree::remove_run_worktrees_except(common, &busy)? + usize::from(kept),
                 branches,
             )
         }

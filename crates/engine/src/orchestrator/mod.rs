@@ -461,12 +461,15 @@ impl Shared {
             true => None,
             false => Some(watch::CheckoutWatch::new(&info.workdir).map_err(RunError::Worktree)?),
         };
-        let pool = Arc::new(WorktreePool::new(
-            &info.common_dir,
-            &plan.run_id,
-            settings.worktree.copy.clone(),
-            &info.workdir,
-        ));
+        let pool = Arc::new(
+            WorktreePool::new(
+                &info.common_dir,
+                &plan.run_id,
+                settings.worktree.copy.clone(),
+                &info.workdir,
+            )
+            .reusing_base(settings.worktree.reuse_base),
+        );
         Ok(Self {
             known_branches: match workers_write_refs(&settings.sandbox, &info.common_dir) {
                 true => Some(std::sync::Mutex::new(

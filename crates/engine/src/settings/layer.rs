@@ -152,9 +152,16 @@ pub struct WorktreeTable {
     pub setup: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<WorktreeMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse_base: Option<bool>,
 }
 
-combine_fields!(WorktreeTable { copy, setup, mode });
+combine_fields!(WorktreeTable {
+    copy,
+    setup,
+    mode,
+    reuse_base
+});
 
 /// `[model]`: the OpenAI-compatible endpoint of the built-in worker. No key here: keys come
 /// from the environment only, so they never end up in a committed file.

@@ -201,6 +201,7 @@ impl Settings {
             copy: layer.worktree.copy.unwrap_or_default(),
             setup: layer.worktree.setup,
             mode: layer.worktree.mode.unwrap_or_default(),
+            reuse_base: layer.worktree.reuse_base.unwrap_or(false),
         };
         for file in &worktree.copy {
             crate::repo_path::RepoPath::from(file.as_str())

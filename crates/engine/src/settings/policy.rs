@@ -159,6 +159,9 @@ pub struct WorktreeSettings {
     /// Overlay views or pooled checkouts (`--worktrees`).
     #[serde(default)]
     pub mode: WorktreeMode,
+    /// Keep the base checkout of overlay worktrees for the next run (`--reuse-base`).
+    #[serde(default)]
+    pub reuse_base: bool,
 }
 
 /// The model endpoint of the built-in worker (no secret: this is saved in plan.json).

@@ -34,13 +34,13 @@ use git2::{Oid, Repository, WorktreeAddOptions};
 
 use super::commit::{self, CommitError, Committed};
 use crate::ids::{RunBranch, RunId};
-use crate::repo_path::RepoPath;
 use crate::state;
 use swarm_sandbox as sandbox;
 
 mod cleanup;
 mod files;
 pub(crate) mod ignore;
+mod kept;
 mod lease;
 mod open;
 mod parallel;
@@ -49,6 +49,7 @@ mod views;
 
 pub(crate) use cleanup::{remove_run_worktrees, remove_run_worktrees_except, remove_worktree};
 use files::{copy_into, reset};
+pub(crate) use kept::remove_kept_base;
 pub(crate) use lease::{Lease, Slot};
 use open::describe_gitlink;
 pub(crate) use open::open_worktree;
@@ -72,6 +73,8 @@ struct BaseCheckout {
     commit: Oid,
     /// Opened once: commits read its ignore rules and attributes (its index is read once).
     repo: Mutex<Repository>,
+    /// The lock on the checkout kept between runs, if this is it ([`kept`]).
+    _kept: Option<std::fs::File>,
 }
 
 /// Where a new worktree's HEAD goes.
@@ -89,6 +92,8 @@ pub(crate) struct WorktreePool {
     state: Mutex<PoolState>,
     /// Made by the first overlay worktree; held while it is made, so others wait for it.
     base: Mutex<Option<Arc<BaseCheckout>>>,
+    /// Use, and leave, the base checkout kept between runs (`--reuse-base`).
+    reuse_base: bool,
 }
 
 /// How many threads check a new worktree out.
@@ -143,7 +148,15 @@ impl WorktreePool {
             user_workdir: user_workdir.to_path_buf(),
             state: Mutex::new(PoolState::default()),
             base: Mutex::new(None),
+            reuse_base: false,
         }
+    }
+
+    /// Overlay worktrees over the base checkout kept between runs ([`kept`]), when another
+    /// run is not using it, rather than one made for this run.
+    pub(crate) fn reusing_base(mut self, reuse: bool) -> Self {
+        self.reuse_base = reuse;
+        self
     }
 
     /// Lends an overlay worktree with `branch` (created or moved to `start`, which must be
@@ -391,16 +404,29 @@ impl WorktreePool {
     /// Registers a new worktree with git, with `head` as its HEAD and no files but its `.git`.
     /// Returns its name and (canonical) path.
     fn register(&self, repo: &Repository, head: Head<'_>) -> anyhow::Result<(String, PathBuf)> {
-        let (name, path, n) = {
+        let (name, path) = {
             let mut st = self.lock_state();
             st.numbered += 1;
             let n = st.numbered;
             let name = format!("swarm-{}-{n}", self.run_id);
             let path = state::worktrees_dir(&self.common_dir).join(format!("{}-{n}", self.run_id));
             st.created.push((name.clone(), path.clone()));
-            (name, path, n)
+            (name, path)
         };
         std::fs::create_dir_all(state::worktrees_dir(&self.common_dir))?;
+        self.register_at(repo, &name, &path, head)?;
+        Ok((name, path.canonicalize()?))
+    }
+
+    /// Registers worktree `name` at `path` (which must not exist yet), with `head` as its HEAD
+    /// and no files but its `.git`.
+    fn register_at(
+        &self,
+        repo: &Repository,
+        name: &str,
+        path: &Path,
+        head: Head<'_>,
+    ) -> anyhow::Result<()> {
         // libgit2 creates `.git/worktrees` itself and fails if another process does so at the
         // same moment.
         std::fs::create_dir_all(self.common_dir.join("worktrees"))?;
@@ -409,7 +435,8 @@ impl WorktreePool {
         // at a commit with an empty tree (nothing to check out); files come afterwards, in
         // parallel with other creations (or never, for an overlay worktree).
         let _one_at_a_time = CreationLock::acquire(&self.common_dir)?;
-        let placeholder_name = self.run_id.branch(&RunBranch::Placeholder(n));
+        // One name for the run: the lock is held until the placeholder is deleted.
+        let placeholder_name = self.run_id.branch(&RunBranch::Placeholder(0));
         let empty = self.empty_commit(repo)?;
         // References written directly: libgit2's branch calls open every worktree of the
         // repository to check that the branch is not checked out, which made starting
@@ -418,15 +445,15 @@ impl WorktreePool {
         let placeholder = repo.reference(&placeholder_ref, empty, true, "swarm: placeholder")?;
         let mut opts = WorktreeAddOptions::new();
         opts.reference(Some(&placeholder));
-        repo.worktree(&name, &path, Some(&opts))
+        repo.worktree(name, path, Some(&opts))
             .with_context(|| format!("cannot create worktree {}", path.display()))?;
-        let wt = Repository::open(self.admin_dir(&name))?;
+        let wt = Repository::open(self.admin_dir(name))?;
         match head {
             Head::Branch(branch_ref) => wt.set_head(branch_ref)?,
             Head::Detached(commit) => wt.set_head_detached(commit)?,
         }
         repo.find_reference(&placeholder_ref)?.delete()?;
-        Ok((name, path.canonicalize()?))
+        Ok(())
     }
 
     /// Checks out HEAD in a new worktree in full, and copies in `[worktree] copy`.
@@ -448,10 +475,7 @@ impl WorktreePool {
                     parallel::check_out(&open, tree, path, &self.admin_dir(name).join("index"))?;
                 }
             }
-            for rel in &self.copy {
-                copy_into(&self.user_workdir, path, &RepoPath::from(rel.as_str()))?;
-            }
-            Ok(())
+            self.copy_in(path)
         })
     }
 

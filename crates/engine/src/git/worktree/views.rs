@@ -28,13 +28,24 @@ impl WorktreePool {
             );
             return Ok(base.clone());
         }
-        let (name, path) = self.register(repo, Head::Detached(start))?;
-        self.populate(&name, &path, Threads::Several)?;
+        let kept = match self.reuse_base {
+            true => self.kept_base(repo, start)?,
+            false => None,
+        };
+        let (name, path, kept) = match kept {
+            Some((name, path, lock)) => (name, path, Some(lock)),
+            None => {
+                let (name, path) = self.register(repo, Head::Detached(start))?;
+                self.populate(&name, &path, Threads::Several)?;
+                (name, path, None)
+            }
+        };
         let made = Arc::new(BaseCheckout {
             repo: Mutex::new(open_worktree(&self.common_dir, &name, &path)?),
             name,
             path,
             commit: start,
+            _kept: kept,
         });
         *base = Some(made.clone());
         Ok(made)
