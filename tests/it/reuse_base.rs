@@ -85,6 +85,27 @@ fn a_kept_base_follows_the_next_runs_base_and_clean_all_removes_it() {
         "f ./.gitignore\nf ./a.txt\nf ./dir\nf ./e/f.txt\nf ./seen.txt\ntwo\n"
     );
     assert_kept_at(&repo, &second);
+    // The stat data libgit2 wrote for the files it updated matches what the next run
+    // compares: on the same base again, nothing is written.
+    repo.git(&["reset", "-q", "--hard", &second]);
+    let again = repo.swarm(&[
+        "-v",
+        "refactor",
+        "look",
+        "seen.txt",
+        "--worktrees",
+        "overlay",
+        "--reuse-base",
+        "-y",
+        "--exec",
+        LOOK,
+    ]);
+    again.assert_code(0);
+    assert!(
+        again.stderr.contains(": 0 paths written"),
+        "{}",
+        again.stderr
+    );
 
     let clean = repo.swarm(&["clean", "--all"]);
     clean.assert_code(0);

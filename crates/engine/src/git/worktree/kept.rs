@@ -101,9 +101,16 @@ impl WorktreePool {
     fn refresh(&self, old: Oid, start: Oid, path: &Path) -> anyhow::Result<()> {
         let admin = self.admin_dir(NAME);
         sandbox::confined(&[path.to_path_buf(), admin.clone()], || {
+            let began = std::time::Instant::now();
             let wt = open_worktree(&self.common_dir, NAME, &path.canonicalize()?)?;
             check_gitlink(path, &admin)?;
             let found = survey(&wt.index()?, path)?;
+            tracing::debug!(
+                "kept base checkout surveyed in {:?}: {} stale, {} strays",
+                began.elapsed(),
+                found.stale.len(),
+                found.strays.len()
+            );
             for stray in &found.strays {
                 state::remove_owned(&self.common_dir, stray)
                     .with_context(|| format!("cannot remove {}", stray.display()))?;
@@ -119,6 +126,11 @@ impl WorktreePool {
             let tree = wt.find_commit(start)?.tree()?;
             check_out_paths(&wt, &tree, &paths)?;
             wt.set_head_detached(start)?;
+            tracing::debug!(
+                "kept base checkout at {start} in {:?}: {} paths written",
+                began.elapsed(),
+                paths.len()
+            );
             self.copy_in(path)
         })
     }
@@ -279,13 +291,13 @@ fn same_kind(entry: &git2::IndexEntry, meta: &std::fs::Metadata) -> bool {
 }
 
 /// Does the file `meta` describes still match `entry` (kind, size, times, inode, owner)?
-/// (libgit2 is built with `GIT_USE_NSEC`: the times are to the nanosecond.)
+/// (libgit2 is built with `GIT_USE_NSEC`: the times are to the nanosecond. Its checkout
+/// leaves the device out, as git does unless `core.checkStat` says otherwise.)
 fn same_stat(entry: &git2::IndexEntry, meta: &std::fs::Metadata) -> bool {
     same_kind(entry, meta)
         && entry.ctime == git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32)
         && entry.mtime == git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32)
         && entry.ino == meta.ino() as u32
-        && entry.dev == meta.dev() as u32
         && entry.uid == meta.uid()
         && entry.gid == meta.gid()
         && entry.file_size == meta.size() as u32
