@@ -143,6 +143,40 @@ fn what_changed_in_a_kept_base_between_runs_is_put_right() {
 }
 
 #[test]
+fn a_kept_base_swapped_for_a_link_is_made_anew_where_it_belongs() {
+    let repo = repo();
+    let first = repo.git(&["rev-parse", "HEAD"]);
+    look(&repo, LOOK);
+    repo.git(&["reset", "-q", "--hard", &first]);
+    // The kept checkout moved elsewhere and a link left in its place, pointing at a folder
+    // that looks like it: its `.git` file and its folders, nothing to remove.
+    let victim = repo.root().join("elsewhere");
+    std::fs::create_dir_all(victim.join("dir")).unwrap();
+    let moved = repo.root().join("moved-base");
+    std::fs::rename(kept(&repo), &moved).unwrap();
+    std::fs::copy(moved.join(".git"), victim.join(".git")).unwrap();
+    std::os::unix::fs::symlink(&victim, kept(&repo)).unwrap();
+    let before = crate::common::Snapshot::of(&victim, &[]);
+    let run = repo.swarm(&[
+        "refactor",
+        "look",
+        "seen.txt",
+        "--worktrees",
+        "overlay",
+        "--reuse-base",
+        "-y",
+        "--exec",
+        LOOK,
+    ]);
+    run.assert_code(0);
+    assert!(run.stderr.contains("made anew"), "{}", run.stderr);
+    assert_eq!(repo.read("seen.txt"), FIRST_SEEN);
+    crate::common::Snapshot::of(&victim, &[]).assert_same(&before);
+    assert!(!kept(&repo).is_symlink());
+    assert_kept_at(&repo, &first);
+}
+
+#[test]
 fn a_worker_cannot_change_the_kept_base() {
     let repo = repo();
     let first = repo.git(&["rev-parse", "HEAD"]);

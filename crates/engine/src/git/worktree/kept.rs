@@ -100,6 +100,9 @@ impl WorktreePool {
     /// whatever else changed in it. Blocking.
     fn refresh(&self, old: Oid, start: Oid, path: &Path) -> anyhow::Result<()> {
         let admin = self.admin_dir(NAME);
+        // A link there would take the confinement, and every write, where it points.
+        let meta = std::fs::symlink_metadata(path)?;
+        anyhow::ensure!(meta.is_dir(), "{} is not a folder", path.display());
         sandbox::confined(&[path.to_path_buf(), admin.clone()], || {
             let began = std::time::Instant::now();
             let wt = open_worktree(&self.common_dir, NAME, &path.canonicalize()?)?;
