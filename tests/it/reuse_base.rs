@@ -252,3 +252,36 @@ fn a_run_that_finds_the_kept_base_in_use_makes_its_own_and_clean_leaves_it() {
     repo.swarm(&["clean", "--all"]).assert_code(0);
     assert!(!kept(&repo).exists());
 }
+
+#[test]
+fn reuse_base_in_swarm_toml_keeps_the_base_and_without_it_nothing_is_kept() {
+    let repo = repo();
+    repo.swarm(&[
+        "refactor",
+        "look",
+        "seen.txt",
+        "--worktrees",
+        "overlay",
+        "-y",
+        "--exec",
+        LOOK,
+    ])
+    .assert_code(0);
+    assert!(!kept(&repo).exists());
+    repo.assert_clean_after_run();
+    repo.write("swarm.toml", "[worktree]\nreuse_base = true\n");
+    repo.commit_all("config");
+    let first = repo.git(&["rev-parse", "HEAD"]);
+    repo.swarm(&[
+        "refactor",
+        "look",
+        "seen.txt",
+        "--worktrees",
+        "overlay",
+        "-y",
+        "--exec",
+        LOOK,
+    ])
+    .assert_code(0);
+    assert_kept_at(&repo, &first);
+}

@@ -330,7 +330,7 @@ pub enum RunBranch {
         n: usize,
     },
     /// A short-lived branch a new worktree is created on (`_` cannot be in a task id).
-    Placeholder(usize),
+    Placeholder,
     /// A group's branch of `swarm land`: `land/<group>`.
     Land(String),
 }
@@ -343,7 +343,7 @@ impl RunBranch {
             RunBranch::Verify => "verify".into(),
             RunBranch::Repair => "repair".into(),
             RunBranch::Shard { k, n } => format!("shard-{k}-of-{n}"),
-            RunBranch::Placeholder(n) => format!("placeholder_{n}"),
+            RunBranch::Placeholder => "placeholder_".into(),
             RunBranch::Land(group) => format!("land/{group}"),
         }
     }

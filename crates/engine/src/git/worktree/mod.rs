@@ -436,7 +436,7 @@ impl WorktreePool {
         // parallel with other creations (or never, for an overlay worktree).
         let _one_at_a_time = CreationLock::acquire(&self.common_dir)?;
         // One name for the run: the lock is held until the placeholder is deleted.
-        let placeholder_name = self.run_id.branch(&RunBranch::Placeholder(0));
+        let placeholder_name = self.run_id.branch(&RunBranch::Placeholder);
         let empty = self.empty_commit(repo)?;
         // References written directly: libgit2's branch calls open every worktree of the
         // repository to check that the branch is not checked out, which made starting
