@@ -218,70 +218,114 @@ struct Survey {
 }
 
 /// Compares the checkout at `root` with `index`: each entry's stat data, and each folder's
-/// listing. `Err` if a folder of the index is not a folder there, or a submodule's folder is
-/// not empty (then the checkout is made anew).
+/// listing, on a few threads (100,000 files: ~0.25 s on one, most of it in `statx`). `Err`
+/// if a folder of the index is not a folder there, or a submodule's folder is not empty
+/// (then the checkout is made anew).
 fn survey(index: &git2::Index, root: &Path) -> anyhow::Result<Survey> {
-    let mut found = Survey::default();
-    let mut folders: HashSet<Vec<u8>> = HashSet::from([Vec::new()]);
-    let mut submodules = Vec::new();
-    for entry in index.iter() {
+    let entries: Vec<git2::IndexEntry> = index.iter().collect();
+    let files: HashSet<&[u8]> = entries.iter().map(|e| e.path.as_slice()).collect();
+    let mut folders: HashSet<&[u8]> = HashSet::from([&b""[..]]);
+    for entry in &entries {
         let mut parent = entry.path.as_slice();
         while let Some(slash) = parent.iter().rposition(|&b| b == b'/') {
             parent = &parent[..slash];
-            if !folders.insert(parent.to_vec()) {
+            if !folders.insert(parent) {
                 break;
             }
         }
+    }
+    let mut found = Survey::default();
+    for part in in_parallel(&entries, |mine| compare_files(mine, root)) {
+        let (stale, strays) = part?;
+        found.stale.extend(stale);
+        found.strays.extend(strays);
+    }
+    let listed: Vec<&[u8]> = folders.iter().copied().collect();
+    for part in in_parallel(&listed, |mine| list_folders(mine, root, &folders, &files)) {
+        found.strays.extend(part?);
+    }
+    Ok(found)
+}
+
+/// Runs `work` on shares of `items`, one thread each (up to four).
+fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let share = items.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let work = &work;
+        let handles: Vec<_> = items
+            .chunks(share)
+            .map(|mine| s.spawn(move || work(mine)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
+/// The files of `entries` missing or changed (their paths), and what stands where the index
+/// has something of another kind (to be removed first: a checkout would write through a
+/// link). `Err` if a submodule's folder is not empty.
+fn compare_files(
+    entries: &[git2::IndexEntry],
+    root: &Path,
+) -> anyhow::Result<(Vec<Vec<u8>>, Vec<PathBuf>)> {
+    let (mut stale, mut strays) = (Vec::new(), Vec::new());
+    for entry in entries {
         let file = root.join(OsStr::from_bytes(&entry.path));
         if entry.mode == 0o160000 {
-            submodules.push(file);
+            let empty = std::fs::read_dir(&file).is_ok_and(|mut d| d.next().is_none());
+            anyhow::ensure!(empty, "submodule folder {} is not empty", file.display());
             continue;
         }
         match std::fs::symlink_metadata(&file) {
-            Ok(meta) if same_stat(&entry, &meta) => {}
-            // A link, folder or file where the index has something else goes first: a
-            // checkout would write through a link.
-            Ok(meta) if !same_kind(&entry, &meta) => {
-                found.strays.push(file);
-                found.stale.push(entry.path);
+            Ok(meta) if same_stat(entry, &meta) => {}
+            Ok(meta) if !same_kind(entry, &meta) => {
+                strays.push(file);
+                stale.push(entry.path.clone());
             }
-            _ => found.stale.push(entry.path),
+            _ => stale.push(entry.path.clone()),
         }
     }
-    for folder in &folders {
+    Ok((stale, strays))
+}
+
+/// What the listings of `mine` (folders of the index) hold that the index does not have.
+/// `Err` if one of the index's folders is not a folder there.
+fn list_folders(
+    mine: &[&[u8]],
+    root: &Path,
+    folders: &HashSet<&[u8]>,
+    files: &HashSet<&[u8]>,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let mut strays = Vec::new();
+    for folder in mine {
         let dir = root.join(OsStr::from_bytes(folder));
         let listing =
             std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?;
         for child in listing {
             let child = child?;
-            let mut rel = folder.clone();
+            let mut rel = folder.to_vec();
             if !rel.is_empty() {
                 rel.push(b'/');
             }
             rel.extend_from_slice(child.file_name().as_bytes());
             let is_dir = child.file_type()?.is_dir();
-            let known = match is_dir && folders.contains(&rel) {
-                true => true,
-                false => index
-                    .get_path(Path::new(OsStr::from_bytes(&rel)), 0)
-                    .is_some(),
-            };
-            let gitlink = folder.is_empty() && child.file_name() == ".git";
+            let is_folder = folders.contains(rel.as_slice());
             anyhow::ensure!(
-                is_dir || !folders.contains(&rel),
+                is_dir || !is_folder,
                 "{} is not a folder",
                 child.path().display()
             );
+            let known = is_folder || files.contains(rel.as_slice());
+            let gitlink = folder.is_empty() && child.file_name() == ".git";
             if !known && !gitlink {
-                found.strays.push(child.path());
+                strays.push(child.path());
             }
         }
     }
-    for dir in submodules {
-        let empty = std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
-        anyhow::ensure!(empty, "submodule folder {} is not empty", dir.display());
-    }
-    Ok(found)
+    Ok(strays)
 }
 
 /// Is the file `meta` describes of the kind `entry` says (a link, a file, executable or not)?
