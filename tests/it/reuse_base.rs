@@ -285,3 +285,43 @@ fn reuse_base_in_swarm_toml_keeps_the_base_and_without_it_nothing_is_kept() {
     .assert_code(0);
     assert_kept_at(&repo, &first);
 }
+
+#[test]
+fn swarm_run_of_a_plan_puts_the_kept_base_right_too() {
+    // A plan file keeps `--reuse-base` in its settings; `swarm run` uses it as `refactor`
+    // does.
+    let repo = repo();
+    let first = repo.git(&["rev-parse", "HEAD"]);
+    look(&repo, LOOK);
+    repo.git(&["reset", "-q", "--hard", &first]);
+    std::fs::write(kept(&repo).join("a.txt"), "tampered\n").unwrap();
+    std::fs::write(kept(&repo).join("evil.log"), "ignored\n").unwrap();
+    let plan = repo.root().join("plans/plan.json");
+    std::fs::create_dir_all(plan.parent().unwrap()).unwrap();
+    let plan = plan.to_str().unwrap();
+    let args = [
+        "--worktrees",
+        "overlay",
+        "--reuse-base",
+        "--exec",
+        LOOK,
+        "-o",
+    ];
+    let mut made = vec!["plan", "look", "seen.txt"];
+    made.extend_from_slice(&args);
+    made.push(plan);
+    repo.swarm(&made).assert_code(0);
+    let run = repo.swarm(&["run", plan, "-y"]);
+    run.assert_code(0);
+    assert!(!run.stderr.contains("made anew"), "{}", run.stderr);
+    let branches = repo.swarm_branches();
+    let task = branches
+        .iter()
+        .find(|b| b.contains("seen-txt"))
+        .unwrap_or_else(|| panic!("{branches:?}"));
+    assert_eq!(
+        repo.git(&["show", &format!("{task}:seen.txt")]),
+        FIRST_SEEN.trim_end()
+    );
+    assert_kept_at(&repo, &first);
+}
