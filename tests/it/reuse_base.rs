@@ -325,3 +325,32 @@ fn swarm_run_of_a_plan_puts_the_kept_base_right_too() {
     );
     assert_kept_at(&repo, &first);
 }
+
+#[test]
+fn where_git_makes_no_links_a_link_written_as_a_file_is_not_written_again() {
+    let repo = repo();
+    std::os::unix::fs::symlink("a.txt", repo.path.join("link")).unwrap();
+    let first = repo.commit_all("a link");
+    // libgit2's checkout then writes the link's target into a plain file.
+    repo.git(&["config", "core.symlinks", "false"]);
+    look(&repo, LOOK);
+    repo.git(&["reset", "-q", "--hard", &first]);
+    let mut args = vec![
+        "-v",
+        "refactor",
+        "look",
+        "seen.txt",
+        "--worktrees",
+        "overlay",
+    ];
+    args.extend(["--reuse-base", "-y", "--exec", LOOK]);
+    let again = repo.swarm(&args);
+    again.assert_code(0);
+    assert!(
+        again.stderr.contains("0 stale, 0 strays") && again.stderr.contains(": 0 paths written"),
+        "{}",
+        again.stderr
+    );
+    let link = std::fs::symlink_metadata(kept(&repo).join("link")).unwrap();
+    assert!(link.is_file(), "{link:?}");
+}

@@ -107,7 +107,9 @@ impl WorktreePool {
             let began = std::time::Instant::now();
             let wt = open_worktree(&self.common_dir, NAME, &path.canonicalize()?)?;
             check_gitlink(path, &admin)?;
-            let found = survey(&wt.index()?, path)?;
+            // Where links are not made, libgit2 writes a link's target into a plain file.
+            let links = wt.config()?.get_bool("core.symlinks").unwrap_or(true);
+            let found = survey(&wt.index()?, path, links)?;
             tracing::debug!(
                 "kept base checkout surveyed in {:?}: {} stale, {} strays",
                 began.elapsed(),
@@ -221,7 +223,7 @@ struct Survey {
 /// listing, on a few threads (100,000 files: ~0.25 s on one, most of it in `statx`). `Err`
 /// if a folder of the index is not a folder there, or a submodule's folder is not empty
 /// (then the checkout is made anew).
-fn survey(index: &git2::Index, root: &Path) -> anyhow::Result<Survey> {
+fn survey(index: &git2::Index, root: &Path, links: bool) -> anyhow::Result<Survey> {
     let entries: Vec<git2::IndexEntry> = index.iter().collect();
     let files: HashSet<&[u8]> = entries.iter().map(|e| e.path.as_slice()).collect();
     let mut folders: HashSet<&[u8]> = HashSet::from([&b""[..]]);
@@ -235,7 +237,7 @@ fn survey(index: &git2::Index, root: &Path) -> anyhow::Result<Survey> {
         }
     }
     let mut found = Survey::default();
-    for part in in_parallel(&entries, |mine| compare_files(mine, root)) {
+    for part in in_parallel(&entries, |mine| compare_files(mine, root, links)) {
         let (stale, strays) = part?;
         found.stale.extend(stale);
         found.strays.extend(strays);
@@ -270,6 +272,7 @@ fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&[T]) -> R + Sync) -
 fn compare_files(
     entries: &[git2::IndexEntry],
     root: &Path,
+    links: bool,
 ) -> anyhow::Result<(Vec<Vec<u8>>, Vec<PathBuf>)> {
     let (mut stale, mut strays) = (Vec::new(), Vec::new());
     for entry in entries {
@@ -280,8 +283,8 @@ fn compare_files(
             continue;
         }
         match std::fs::symlink_metadata(&file) {
-            Ok(meta) if same_stat(entry, &meta) => {}
-            Ok(meta) if !same_kind(entry, &meta) => {
+            Ok(meta) if same_stat(entry, &meta, links) => {}
+            Ok(meta) if !same_kind(entry, &meta, links) => {
                 strays.push(file);
                 stale.push(entry.path.clone());
             }
@@ -329,9 +332,11 @@ fn list_folders(
 }
 
 /// Is the file `meta` describes of the kind `entry` says (a link, a file, executable or not)?
-fn same_kind(entry: &git2::IndexEntry, meta: &std::fs::Metadata) -> bool {
+/// A link is a plain file where the checkout makes no `links`.
+fn same_kind(entry: &git2::IndexEntry, meta: &std::fs::Metadata, links: bool) -> bool {
     match entry.mode {
-        0o120000 => meta.file_type().is_symlink(),
+        0o120000 if links => meta.file_type().is_symlink(),
+        0o120000 => meta.is_file(),
         0o100755 => meta.is_file() && meta.mode() & 0o111 != 0,
         _ => meta.is_file() && meta.mode() & 0o111 == 0,
     }
@@ -340,8 +345,8 @@ fn same_kind(entry: &git2::IndexEntry, meta: &std::fs::Metadata) -> bool {
 /// Does the file `meta` describes still match `entry` (kind, size, times, inode, owner)?
 /// (libgit2 is built with `GIT_USE_NSEC`: the times are to the nanosecond. Its checkout
 /// leaves the device out, as git does unless `core.checkStat` says otherwise.)
-fn same_stat(entry: &git2::IndexEntry, meta: &std::fs::Metadata) -> bool {
-    same_kind(entry, meta)
+fn same_stat(entry: &git2::IndexEntry, meta: &std::fs::Metadata, links: bool) -> bool {
+    same_kind(entry, meta, links)
         && entry.ctime == git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32)
         && entry.mtime == git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32)
         && entry.ino == meta.ino() as u32
