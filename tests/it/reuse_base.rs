@@ -25,18 +25,30 @@ fn repo() -> TestRepo {
 /// What [`LOOK`] writes in a view of [`repo`]'s first commit.
 const FIRST_SEEN: &str = "f ./.gitignore\nf ./a.txt\nf ./b.txt\nf ./dir/c.txt\nf ./seen.txt\none\n";
 
-fn look(repo: &TestRepo, exec: &str) -> crate::common::Run {
-    let run = repo.swarm(&[
+/// `swarm [-v] refactor look seen.txt` in an overlay worktree running `exec`, with
+/// `--reuse-base` or not.
+fn refactor_look(repo: &TestRepo, exec: &str, verbose: bool, reuse: bool) -> crate::common::Run {
+    let mut args = vec![
         "refactor",
         "look",
         "seen.txt",
         "--worktrees",
         "overlay",
-        "--reuse-base",
         "-y",
-        "--exec",
-        exec,
-    ]);
+    ];
+    if verbose {
+        args.insert(0, "-v");
+    }
+    if reuse {
+        args.push("--reuse-base");
+    }
+    args.extend(["--exec", exec]);
+    repo.swarm(&args)
+}
+
+/// A run with `--reuse-base` that succeeds and keeps the base it found (not made anew).
+fn look(repo: &TestRepo, exec: &str) -> crate::common::Run {
+    let run = refactor_look(repo, exec, false, true);
     run.assert_code(0);
     assert!(!run.stderr.contains("made anew"), "{}", run.stderr);
     run
@@ -88,18 +100,7 @@ fn a_kept_base_follows_the_next_runs_base_and_clean_all_removes_it() {
     // The stat data libgit2 wrote for the files it updated matches what the next run
     // compares: on the same base again, nothing is written.
     repo.git(&["reset", "-q", "--hard", &second]);
-    let again = repo.swarm(&[
-        "-v",
-        "refactor",
-        "look",
-        "seen.txt",
-        "--worktrees",
-        "overlay",
-        "--reuse-base",
-        "-y",
-        "--exec",
-        LOOK,
-    ]);
+    let again = refactor_look(&repo, LOOK, true, true);
     again.assert_code(0);
     assert!(
         again.stderr.contains(": 0 paths written"),
@@ -157,17 +158,7 @@ fn a_kept_base_swapped_for_a_link_is_made_anew_where_it_belongs() {
     std::fs::copy(moved.join(".git"), victim.join(".git")).unwrap();
     std::os::unix::fs::symlink(&victim, kept(&repo)).unwrap();
     let before = crate::common::Snapshot::of(&victim, &[]);
-    let run = repo.swarm(&[
-        "refactor",
-        "look",
-        "seen.txt",
-        "--worktrees",
-        "overlay",
-        "--reuse-base",
-        "-y",
-        "--exec",
-        LOOK,
-    ]);
+    let run = refactor_look(&repo, LOOK, false, true);
     run.assert_code(0);
     assert!(run.stderr.contains("made anew"), "{}", run.stderr);
     assert_eq!(repo.read("seen.txt"), FIRST_SEEN);
@@ -256,33 +247,13 @@ fn a_run_that_finds_the_kept_base_in_use_makes_its_own_and_clean_leaves_it() {
 #[test]
 fn reuse_base_in_swarm_toml_keeps_the_base_and_without_it_nothing_is_kept() {
     let repo = repo();
-    repo.swarm(&[
-        "refactor",
-        "look",
-        "seen.txt",
-        "--worktrees",
-        "overlay",
-        "-y",
-        "--exec",
-        LOOK,
-    ])
-    .assert_code(0);
+    refactor_look(&repo, LOOK, false, false).assert_code(0);
     assert!(!kept(&repo).exists());
     repo.assert_clean_after_run();
     repo.write("swarm.toml", "[worktree]\nreuse_base = true\n");
     repo.commit_all("config");
     let first = repo.git(&["rev-parse", "HEAD"]);
-    repo.swarm(&[
-        "refactor",
-        "look",
-        "seen.txt",
-        "--worktrees",
-        "overlay",
-        "-y",
-        "--exec",
-        LOOK,
-    ])
-    .assert_code(0);
+    refactor_look(&repo, LOOK, false, false).assert_code(0);
     assert_kept_at(&repo, &first);
 }
 
@@ -335,16 +306,7 @@ fn where_git_makes_no_links_a_link_written_as_a_file_is_not_written_again() {
     repo.git(&["config", "core.symlinks", "false"]);
     look(&repo, LOOK);
     repo.git(&["reset", "-q", "--hard", &first]);
-    let mut args = vec![
-        "-v",
-        "refactor",
-        "look",
-        "seen.txt",
-        "--worktrees",
-        "overlay",
-    ];
-    args.extend(["--reuse-base", "-y", "--exec", LOOK]);
-    let again = repo.swarm(&args);
+    let again = refactor_look(&repo, LOOK, true, true);
     again.assert_code(0);
     assert!(
         again.stderr.contains("0 stale, 0 strays") && again.stderr.contains(": 0 paths written"),

@@ -10,7 +10,8 @@ use crate::ids::RunId;
 use crate::state;
 
 /// Removes a worktree of swarm's: its record in the git directory, then its directory,
-/// which must be under `<git-common-dir>/swarm/worktrees/` (whatever the record says).
+/// which must be under `<git-common-dir>/swarm/` (whatever the record says): in
+/// `worktrees/`, or the base checkout kept between runs.
 pub(crate) fn remove_worktree(repo: &Repository, name: &str, path: &Path) -> anyhow::Result<()> {
     if let Ok(wt) = repo.find_worktree(name) {
         let _ = wt.unlock();

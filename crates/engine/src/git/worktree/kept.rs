@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
-use git2::{Oid, Repository, WorktreePruneOptions};
+use git2::{Oid, Repository};
 
 use super::{Head, Threads, WorktreePool, copy_into, open_worktree};
 use crate::repo_path::RepoPath;
@@ -181,15 +181,7 @@ pub(crate) fn remove_kept_base(common_dir: &Path) -> anyhow::Result<bool> {
 
 /// Removes git's record of the kept checkout and moves its folder to the trash.
 fn remove_kept(repo: &Repository, path: &Path) -> anyhow::Result<()> {
-    if let Ok(wt) = repo.find_worktree(NAME) {
-        let _ = wt.unlock();
-        let mut opts = WorktreePruneOptions::new();
-        opts.valid(true).locked(true).working_tree(false);
-        wt.prune(Some(&mut opts))
-            .with_context(|| format!("cannot remove worktree {NAME}"))?;
-    }
-    state::discard_owned(repo.commondir(), path)?;
-    Ok(())
+    super::remove_worktree(repo, NAME, path)
 }
 
 /// `Err` unless the checkout's `.git` file is a file pointing at its record `admin`.
