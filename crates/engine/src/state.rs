@@ -107,12 +107,7 @@ pub(crate) struct RunLock {
 impl RunLock {
     /// Takes the lock, or `None` if another process holds it.
     pub(crate) fn try_acquire(run: &RunDir) -> std::io::Result<Option<Self>> {
-        let file = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(run.path.join("lock"))?;
+        let file = lock_file(&run.path.join("lock"))?;
         Ok(try_lock(&file)?.then_some(Self { _file: file }))
     }
 }
@@ -184,6 +179,17 @@ pub(crate) fn create_file(path: &Path) -> std::io::Result<File> {
     File::options()
         .write(true)
         .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Opens the lock file `path` (creating it, never truncating it) to `flock` it, refusing a
+/// symbolic link; not inherited by the processes swarm starts.
+pub(crate) fn lock_file(path: &Path) -> std::io::Result<File> {
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
 }

@@ -23,13 +23,14 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
 use git2::{Oid, Repository};
 
+use super::parallel::in_parallel;
 use super::{Head, Threads, WorktreePool, copy_into, open_worktree};
 use crate::repo_path::RepoPath;
 use crate::state;
@@ -39,7 +40,7 @@ use swarm_sandbox as sandbox;
 const NAME: &str = "swarm-base";
 
 /// Where the kept checkout is.
-pub(crate) fn kept_dir(common_dir: &Path) -> PathBuf {
+fn kept_dir(common_dir: &Path) -> PathBuf {
     state::swarm_dir(common_dir).join("base")
 }
 
@@ -50,12 +51,7 @@ fn ready_file(common_dir: &Path) -> PathBuf {
 /// The lock on the kept checkout, or `None` while another run holds it.
 fn take_lock(common_dir: &Path) -> std::io::Result<Option<File>> {
     std::fs::create_dir_all(state::swarm_dir(common_dir))?;
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(state::swarm_dir(common_dir).join("base.lock"))?;
+    let file = state::lock_file(&state::swarm_dir(common_dir).join("base.lock"))?;
     Ok(state::try_lock(&file)?.then_some(file))
 }
 
@@ -143,7 +139,7 @@ impl WorktreePool {
     /// Makes the kept checkout from nothing: what was there goes (to the trash), then a
     /// worktree is registered and checked out as a run's own base checkout is. Blocking.
     fn remake_kept(&self, repo: &Repository, start: Oid, path: &Path) -> anyhow::Result<()> {
-        remove_kept(repo, path)?;
+        super::remove_worktree(repo, NAME, path)?;
         self.register_at(repo, NAME, path, Head::Detached(start))?;
         self.populate(NAME, &path.canonicalize()?, Threads::Several)?;
         let reason = "kept by swarm for the next run (--reuse-base); swarm clean --all removes it";
@@ -175,13 +171,8 @@ pub(crate) fn remove_kept_base(common_dir: &Path) -> anyhow::Result<bool> {
     let repo = Repository::open(common_dir)?;
     let path = kept_dir(common_dir);
     let there = repo.find_worktree(NAME).is_ok() || std::fs::symlink_metadata(&path).is_ok();
-    remove_kept(&repo, &path)?;
+    super::remove_worktree(&repo, NAME, &path)?;
     Ok(there)
-}
-
-/// Removes git's record of the kept checkout and moves its folder to the trash.
-fn remove_kept(repo: &Repository, path: &Path) -> anyhow::Result<()> {
-    super::remove_worktree(repo, NAME, path)
 }
 
 /// `Err` unless the checkout's `.git` file is a file pointing at its record `admin`.
@@ -239,23 +230,6 @@ fn survey(index: &git2::Index, root: &Path, links: bool) -> anyhow::Result<Surve
         found.strays.extend(part?);
     }
     Ok(found)
-}
-
-/// Runs `work` on shares of `items`, one thread each (up to four).
-fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    let share = items.len().div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        let work = &work;
-        let handles: Vec<_> = items
-            .chunks(share)
-            .map(|mine| s.spawn(move || work(mine)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
 }
 
 /// The files of `entries` missing or changed (their paths), and what stands where the index

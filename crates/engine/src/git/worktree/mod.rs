@@ -122,13 +122,7 @@ struct CreationLock(#[allow(dead_code)] std::fs::File);
 
 impl CreationLock {
     fn acquire(common_dir: &Path) -> std::io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let file = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(state::swarm_dir(common_dir).join("worktrees.lock"))?;
+        let file = state::lock_file(&state::swarm_dir(common_dir).join("worktrees.lock"))?;
         state::lock(&file)?;
         Ok(Self(file))
     }

@@ -72,6 +72,27 @@ pub(super) fn check_out(
     write_index(&repo, tree, workdir, index_path)
 }
 
+/// Runs `work` on shares of `items`, one thread each (as many as cores, up to
+/// [`MOST_THREADS`]): the kept base checkout's survey.
+pub(super) fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    work: impl Fn(&[T]) -> R + Sync,
+) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MOST_THREADS));
+    let share = items.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let work = &work;
+        let handles: Vec<_> = items
+            .chunks(share)
+            .map(|mine| s.spawn(move || work(mine)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
 /// The paths of at least `want` parts of `tree` (fewer if it has fewer entries):
 /// its entries, with folders replaced by their entries level by level.
 fn parts(repo: &Repository, tree: Oid, want: usize) -> anyhow::Result<Vec<Vec<u8>>> {
