@@ -155,12 +155,80 @@ pub(crate) fn apply_paths(
     from: &git2::Tree<'_>,
     base: &git2::Tree<'_>,
 ) -> Result<Oid, git2::Error> {
+    let entries = paths
+        .iter()
+        .map(|path| Ok((path, entry_at(from, path)?)))
+        .collect::<Result<Vec<_>, git2::Error>>()?;
+    update_tree(repo, base, &entries)
+}
+
+/// `base` with each change's new entry at its path (or none): the tree the changes lead to,
+/// when `base` is the tree they start from.
+pub(crate) fn apply_changes(
+    repo: &Repository,
+    changes: &[TreeChange],
+    base: &git2::Tree<'_>,
+) -> Result<Oid, git2::Error> {
+    let entries: Vec<_> = changes.iter().map(|c| (&c.path, c.new)).collect();
+    update_tree(repo, base, &entries)
+}
+
+/// `base` with each path set to its entry (or removed). An entry that changes kind (a folder
+/// that becomes a file, or the reverse) is removed first, with what was under it: libgit2
+/// does not replace one kind by the other in one edit.
+fn update_tree(
+    repo: &Repository,
+    base: &git2::Tree<'_>,
+    entries: &[(&RepoPath, Option<(Oid, u32)>)],
+) -> Result<Oid, git2::Error> {
+    let is_folder = |(_, mode): (Oid, u32)| mode == TREE_MODE;
+    // The folders that entries are set in (a path removed there becomes a folder).
+    let folders: std::collections::HashSet<&[u8]> = entries
+        .iter()
+        .filter(|(_, entry)| entry.is_some())
+        .flat_map(|(path, _)| {
+            let path = path.as_bytes();
+            (0..path.len())
+                .filter(|&i| path[i] == b'/')
+                .map(|i| &path[..i])
+        })
+        .collect();
+    let mut replaced = Vec::new();
+    for (path, entry) in entries {
+        let changes_kind = match (entry, entry_at(base, path)?) {
+            (Some(new), Some(old)) => is_folder(*new) != is_folder(old),
+            (None, Some(_)) => folders.contains(path.as_bytes()),
+            (_, None) => false,
+        };
+        if changes_kind {
+            replaced.push(path.as_bytes());
+        }
+    }
+    let emptied;
+    let base = match replaced.is_empty() {
+        true => base,
+        false => {
+            let mut update = git2::build::TreeUpdateBuilder::new();
+            for path in &replaced {
+                update.remove(path);
+            }
+            emptied = repo.find_tree(update.create_updated(repo, base)?)?;
+            &emptied
+        }
+    };
+    // Removed already: a replaced path, and what was under it.
+    let gone = |path: &[u8]| {
+        replaced.iter().any(|gone| {
+            path.strip_prefix(*gone)
+                .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+        })
+    };
     let mut update = git2::build::TreeUpdateBuilder::new();
-    for path in paths {
-        match from.get_path(path.as_path()) {
-            Ok(entry) => update.upsert(path.as_bytes(), entry.id(), file_mode(entry.filemode())),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => update.remove(path.as_bytes()),
-            Err(e) => return Err(e),
+    for (path, entry) in entries {
+        match entry {
+            Some((id, mode)) => update.upsert(path.as_bytes(), *id, file_mode(*mode as i32)),
+            None if gone(path.as_bytes()) => &mut update,
+            None => update.remove(path.as_bytes()),
         };
     }
     update.create_updated(repo, base)
@@ -302,6 +370,11 @@ mod tests {
         expected.sort_by(|a, b| a.path.cmp(&b.path));
         assert_eq!(tree_changes(&repo, &old, &new).unwrap(), expected);
         assert_eq!(expected.len(), 10, "{expected:#?}");
+        // What a task's changes carry to its merge rebuild its tree, as the paths read from
+        // the tree itself do (a file that became a folder, and back, included).
+        let paths: Vec<RepoPath> = expected.iter().map(|c| c.path.clone()).collect();
+        assert_eq!(apply_paths(&repo, &paths, &new, &old).unwrap(), new.id());
+        assert_eq!(apply_changes(&repo, &expected, &old).unwrap(), new.id());
     }
 
     #[test]
