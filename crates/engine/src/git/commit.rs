@@ -32,6 +32,8 @@ pub(crate) struct Committed {
     pub tip: Oid,
     /// Paths that differ between the start commit and the tip.
     pub changed: Vec<RepoPath>,
+    /// The same, with their entries on each side.
+    pub changes: Vec<super::TreeChange>,
     /// Those of `changed` that the tip no longer has.
     pub deleted: Vec<RepoPath>,
     /// Commits the worker made by itself.
@@ -166,7 +168,8 @@ fn commit_with(
         tip = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&tip_commit])?;
     }
     let new_tree = repo.find_commit(tip)?.tree()?;
-    let changed = super::changed_paths(repo, &start_tree, &new_tree)?;
+    let changes = super::tree_changes(repo, &start_tree, &new_tree)?;
+    let changed: Vec<_> = changes.iter().map(|c| c.path.clone()).collect();
     let deleted = changed
         .iter()
         .filter(|p| new_tree.get_path(p.as_path()).is_err())
@@ -175,6 +178,7 @@ fn commit_with(
     Ok(Committed {
         tip,
         changed,
+        changes,
         deleted,
         worker_commits,
         skipped,
@@ -183,23 +187,21 @@ fn commit_with(
 }
 
 /// One task's share of what a worker process did for several tasks (`--per-process`): the
-/// start commit's tree with `paths` as they are in commit `whole`, committed with `start` as
-/// its only parent, and `branch` pointed there (at `start` itself when `paths` is empty).
-/// Returns the branch's new tip. Blocking.
+/// start commit's tree with `share` applied (changes from the start to the process's
+/// commit), committed with `start` as its only parent, and `branch` pointed there (at `start`
+/// itself when `share` is empty). Returns the branch's new tip. Blocking.
 pub(crate) fn commit_share(
     repo: &Repository,
     start: Oid,
-    whole: Oid,
-    paths: &[RepoPath],
+    share: &[super::TreeChange],
     branch: &str,
     message: &str,
 ) -> Result<Oid, git2::Error> {
     let start_commit = repo.find_commit(start)?;
-    let tip = if paths.is_empty() {
+    let tip = if share.is_empty() {
         start
     } else {
-        let from = repo.find_commit(whole)?.tree()?;
-        let tree = super::apply_paths(repo, paths, &from, &start_commit.tree()?)?;
+        let tree = super::apply_changes(repo, share, &start_commit.tree()?)?;
         let sig = super::signature(repo)?;
         repo.commit(
             None,

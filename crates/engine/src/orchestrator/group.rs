@@ -27,6 +27,7 @@ use super::task::{
     warn_about_checkout, warn_about_new_branches, work,
 };
 use crate::env_vars;
+use crate::git::TreeChange;
 use crate::git::commit::{self, CommitError};
 use crate::ids::TaskIdx;
 use crate::plan::{Plan, Task};
@@ -235,11 +236,11 @@ async fn attempt_group(
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
         Err(e) => return Ok(Err(unshared(e.to_string()))),
     };
-    let (tip, shares) = match shareable(shared, tasks, committed) {
+    let shares = match shareable(shared, tasks, committed) {
         Ok(shareable) => shareable,
         Err(why) => return Ok(Err(unshared(why))),
     };
-    let tips = commit_shares(shared, tasks, tip, &shares).await?;
+    let tips = commit_shares(shared, tasks, &shares).await?;
     Ok(Ok(tasks
         .iter()
         .zip(shares)
@@ -247,14 +248,16 @@ async fn attempt_group(
         .enumerate()
         .map(|(k, ((&idx, share), tip))| {
             let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Failed);
+            let changed: Vec<RepoPath> = share.iter().map(|c| c.path.clone()).collect();
             (a.status, a.error) = outcome(
                 result.verdict.clone(),
-                &share,
+                &changed,
                 &plan.task(idx).files,
                 shared.settings.scope,
             );
             a.tip = Some(tip);
-            a.changed = share;
+            a.changed = changed;
+            a.changes = Some(share);
             a.summary = result.summary.clone();
             a.worktree = Some(worktree.clone());
             a.log = result.log.clone();
@@ -293,13 +296,13 @@ fn stopped(shared: &Shared, tasks: &[TaskIdx], result: &super::task::WorkerResul
         .collect()
 }
 
-/// The process's commit, as each task's share of its changes; `Err` says why it cannot be
+/// The process's changes, as each task's share of them; `Err` says why it cannot be
 /// shared out (it moved HEAD, committed by itself, or changed a file of no task).
 fn shareable(
     shared: &Shared,
     tasks: &[TaskIdx],
     committed: crate::git::commit::Committed,
-) -> Result<(git2::Oid, Vec<Vec<RepoPath>>), String> {
+) -> Result<Vec<Vec<TreeChange>>, String> {
     let first = &shared.plan.task(tasks[0]).id;
     if let Some(now) = committed.moved_head {
         return Err(format!(
@@ -319,8 +322,8 @@ fn shareable(
             format!("{path} could not be staged (a nested repository?); left out"),
         );
     }
-    match share_out(&shared.plan, tasks, committed.changed) {
-        Ok(shares) => Ok((committed.tip, shares)),
+    match share_out(&shared.plan, tasks, committed.changes) {
+        Ok(shares) => Ok(shares),
         Err(path) => Err(format!(
             "it changed {path}, which is no file of its tasks, so that change belongs to none \
              of them"
@@ -333,8 +336,8 @@ fn shareable(
 fn share_out(
     plan: &Plan,
     tasks: &[TaskIdx],
-    changed: Vec<RepoPath>,
-) -> Result<Vec<Vec<RepoPath>>, RepoPath> {
+    changes: Vec<TreeChange>,
+) -> Result<Vec<Vec<TreeChange>>, RepoPath> {
     let mut owner: HashMap<&RepoPath, usize> = HashMap::new();
     for (k, &idx) in tasks.iter().enumerate() {
         for file in &plan.task(idx).files {
@@ -342,24 +345,23 @@ fn share_out(
         }
     }
     let mut shares = vec![Vec::new(); tasks.len()];
-    for path in changed {
-        match owner.get(&path) {
-            Some(&k) => shares[k].push(path),
-            None => return Err(path),
+    for change in changes {
+        match owner.get(&change.path) {
+            Some(&k) => shares[k].push(change),
+            None => return Err(change.path),
         }
     }
     Ok(shares)
 }
 
-/// Commits each task's share of the process's commit `whole` on the task's branch; returns
-/// the branches' tips (the base where a share is empty).
+/// Commits each task's share of the process's changes on the task's branch; returns the
+/// branches' tips (the base where a share is empty).
 async fn commit_shares(
     shared: &Arc<Shared>,
     tasks: &[TaskIdx],
-    whole: Oid,
-    shares: &[Vec<RepoPath>],
+    shares: &[Vec<TreeChange>],
 ) -> anyhow::Result<Vec<Oid>> {
-    let jobs: Vec<(String, String, Vec<RepoPath>)> = tasks
+    let jobs: Vec<(String, String, Vec<TreeChange>)> = tasks
         .iter()
         .zip(shares)
         .map(|(&idx, share)| {
@@ -376,7 +378,7 @@ async fn commit_shares(
         let repo = git2::Repository::open(&common_dir)?;
         jobs.iter()
             .map(|(branch, message, share)| {
-                commit::commit_share(&repo, base, whole, share, branch, message)
+                commit::commit_share(&repo, base, share, branch, message)
             })
             .collect::<Result<Vec<_>, _>>()
             .context("cannot commit a task's share of its process's changes")

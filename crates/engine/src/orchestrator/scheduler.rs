@@ -136,7 +136,10 @@ impl Scheduler {
         let (done_tx, done_rx) = mpsc::unbounded_channel::<MergeDone>();
         let merge_thread = {
             let shared = shared.clone();
-            std::thread::spawn(move || merge_loop(train, &shared, job_rx, done_tx))
+            std::thread::Builder::new()
+                .name("swarm-merge".into())
+                .spawn(move || merge_loop(train, &shared, job_rx, done_tx))
+                .map_err(|e| RunError::classify("starting the merge thread", e.into()))?
         };
         let pending = shared
             .plan
@@ -165,6 +168,7 @@ impl Scheduler {
                 start,
                 tip,
                 resolved: None,
+                changes: None,
             };
             // If the merge thread is gone already, the task stays finished and unmerged (for
             // `swarm resume`).
@@ -431,6 +435,7 @@ impl Scheduler {
                     start: a.start,
                     tip,
                     resolved: a.resolved,
+                    changes: a.changes,
                 });
             }
         }

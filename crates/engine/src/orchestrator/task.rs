@@ -20,6 +20,7 @@ use git2::Oid;
 use super::Shared;
 use super::worker_run::{Place, run_worker, set_up};
 use crate::events::Event;
+use crate::git::TreeChange;
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 
@@ -33,6 +34,9 @@ pub(super) struct Attempt {
     pub(super) changed: Vec<RepoPath>,
     /// Those of `changed` it deleted.
     pub(super) deleted: Vec<RepoPath>,
+    /// `changed` with their entries at `start` and at `tip`, where swarm made the tip (the
+    /// merge need not read the trees again).
+    pub(super) changes: Option<Vec<TreeChange>>,
     pub(super) error: Option<String>,
     pub(super) summary: Option<String>,
     pub(super) output_tail: Option<String>,
@@ -69,6 +73,7 @@ impl Attempt {
             tip: None,
             changed: Vec::new(),
             deleted: Vec::new(),
+            changes: None,
             error: None,
             summary: None,
             output_tail: None,
@@ -228,6 +233,7 @@ fn record_commit(
     let files = &shared.plan.task(a.idx).files;
     a.tip = Some(committed.tip);
     a.changed = committed.changed;
+    a.changes = Some(committed.changes);
     a.deleted = committed.deleted;
     if let Some(now) = committed.moved_head {
         a.status = TaskStatus::Failed;

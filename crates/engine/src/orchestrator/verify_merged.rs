@@ -455,6 +455,7 @@ fn remerge(
             run_id: &shared.plan.run_id,
             start,
             tip,
+            changes: None,
         })?;
         outcomes.push((
             idx,
