@@ -2,15 +2,17 @@
 //! checkouts, side by side in one run, on generated repositories.
 //!
 //! ```text
-//! cargo bench --bench scale_bench -- large   [--files 27000] [--dirs 300] [--tasks 1000] [--jobs 2] [--modes overlay,pool]
+//! cargo bench --bench scale_bench -- large   [--files 27000] [--dirs 300] [--tasks 1000] [--jobs 2] [--modes overlay,pool] [--forms file,list] [--rounds 1]
 //! cargo bench --bench scale_bench -- startup [--files 5000] [--dirs 50] [--jobs 16] [--modes overlay,pool]
 //! cargo bench --bench scale_bench -- codemod [--repo DIR] [--tool CMD] [--jobs 2]
 //! ```
 //!
 //! `large`: one-file `sed` tasks on a repository of `--files` files; prints, per worktree
-//! mode, the wall time, CPU time, swarm's own peak memory and the overhead per task
+//! mode and form of the command (`--forms`: `file` runs `sed` once per task on
+//! `"$SWARM_FILE"`, `list` once for several tasks on `$SWARM_FILES`), the wall time, CPU time, swarm's own peak memory and the overhead per task
 //! (wall × jobs / tasks), and checks that every mode ends with the same tree and one merge
-//! per task.
+//! per task. Beside them, git's own floor (see [`floor`]) and swarm/floor; with `--rounds N`,
+//! all of it N times in turn, and the worst swarm/floor of the rounds.
 //!
 //! `startup`: `2 × jobs` tasks whose worker sleeps 2 s; prints the time from swarm's start to
 //! the moment the last of the first `jobs` workers runs (from the run's events), and the disk
@@ -41,6 +43,9 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 const SED: &str = r#"sed -i 's/foo/bar/g' "$SWARM_FILE""#;
+/// The same codemod given a list of files: with `--per-process auto` (the default), one
+/// process runs several one-file tasks, and each task still gets its own commit and merge.
+const SED_LIST: &str = r#"sed -i 's/foo/bar/g' $SWARM_FILES"#;
 
 /// The benches' repository shape with 20 lines a file.
 fn shape(files: usize, dirs: usize, tasks: usize) -> Shape {
@@ -76,65 +81,113 @@ fn modes() -> Vec<String> {
         .collect()
 }
 
+/// `--forms file,list`: the one-file form (`"$SWARM_FILE"`, a process per task) and the list
+/// form (`$SWARM_FILES`, a process for several tasks).
+fn forms() -> Vec<(String, &'static str)> {
+    option_str("--forms", "file")
+        .split(',')
+        .map(|form| match form {
+            "file" => (form.to_string(), SED),
+            "list" => (form.to_string(), SED_LIST),
+            _ => panic!("--forms takes file, list or both: file,list"),
+        })
+        .collect()
+}
+
 fn large() {
     let files = option("--files", 27_000) as usize;
     let dirs = option("--dirs", 300) as usize;
     let tasks = option("--tasks", 1000) as usize;
     let jobs = option("--jobs", 2) as usize;
+    let rounds = option("--rounds", 1) as usize;
     let root = tempfile::tempdir().unwrap();
     eprintln!("generating {files} files in {dirs} folders ({tasks} with foo)");
     let origin = generate(root.path(), &shape(files, dirs, tasks));
-    let floor_repo = root.path().join("floor");
-    clone(&origin, &floor_repo);
-    eprintln!("git's floor: checkout + fast-import of {tasks} tasks and merges + reset");
-    let (floor_wall, floor_tree) = floor(&floor_repo);
-    println!(
-        "floor files={files} tasks={tasks}: wall={:.1}s (one checkout of the base, git \
-         fast-import of every blob, task commit and --no-ff merge, git reset --hard)",
-        floor_wall.as_secs_f64()
-    );
-    let mut trees = vec![floor_tree];
-    for mode in modes() {
-        let repo = root.path().join(&mode);
-        clone(&origin, &repo);
-        eprintln!("swarm --worktrees {mode}: {tasks} tasks, -j {jobs}");
-        let m = measure(&mut swarm(&repo, jobs, &mode, SED));
-        let merges = git(&repo, &["rev-list", "--merges", "--count", "HEAD"]);
-        assert_eq!(merges, tasks.to_string(), "one merge per task");
-        trees.push(git(&repo, &["rev-parse", "HEAD^{tree}"]));
-        let per_task = m.wall.as_secs_f64() * jobs as f64 / tasks as f64;
-        // Once the first worker runs, until the last merge: what each task costs, without
-        // the run's start (the base checkout) and end (cleanup).
-        let events = run_events(&repo);
-        let ts = |kind: &str| {
-            events
-                .iter()
-                .filter(|e| e["kind"] == kind)
-                .map(|e| e["ts"].as_f64().unwrap())
-                .collect::<Vec<_>>()
-        };
-        let started = ts("run_started")[0];
-        let first_running = ts("task_step")[0];
-        let last_merge = *ts("merged").last().unwrap();
-        let steady = (last_merge - first_running) * jobs as f64 / tasks as f64;
+    let runs: Vec<_> = modes()
+        .into_iter()
+        .flat_map(|mode| forms().into_iter().map(move |form| (mode.clone(), form)))
+        .collect();
+    let mut trees = Vec::new();
+    // The worst swarm/floor of each run, over the rounds.
+    let mut worst = vec![0.0f64; runs.len()];
+    for round in 1..=rounds {
+        let floor_repo = root.path().join(format!("floor-{round}"));
+        clone(&origin, &floor_repo);
+        eprintln!("git's floor: checkout + fast-import of {tasks} tasks and merges + reset");
+        let (floor_wall, floor_tree) = floor(&floor_repo);
         println!(
-            "large files={files} tasks={tasks} jobs={jobs} worktrees={mode}: wall={:.1}s \
-             user={:.1}s sys={:.1}s peak={:.0}MB per-task={:.0}ms (start-up {:.1}s, then \
-             {:.1}ms a task)",
-            m.wall.as_secs_f64(),
-            m.user_s,
-            m.sys_s,
-            m.peak_mb,
-            per_task * 1000.0,
-            first_running - started,
-            steady * 1000.0
+            "floor files={files} tasks={tasks} round={round}: wall={:.1}s (one checkout of the \
+             base, git fast-import of every blob, task commit and --no-ff merge, git reset --hard)",
+            floor_wall.as_secs_f64()
         );
+        trees.push(floor_tree);
+        for (k, (mode, (form, exec))) in runs.iter().enumerate() {
+            let name =
+                format!("files={files} tasks={tasks} jobs={jobs} worktrees={mode} form={form}");
+            let repo = root.path().join(format!("{mode}-{form}-{round}"));
+            clone(&origin, &repo);
+            eprintln!("swarm --worktrees {mode}, the {form} form: {tasks} tasks, -j {jobs}");
+            let (wall, tree) = large_run(&repo, jobs, mode, exec, tasks, &name);
+            trees.push(tree);
+            let ratio = wall / floor_wall.as_secs_f64();
+            worst[k] = worst[k].max(ratio);
+            println!("large {name} round={round}: swarm/floor = {ratio:.2}");
+        }
+    }
+    for (k, (mode, (form, _))) in runs.iter().enumerate() {
         println!(
-            "large files={files} tasks={tasks} jobs={jobs} worktrees={mode}: swarm/floor = {:.2}",
-            m.wall.as_secs_f64() / floor_wall.as_secs_f64()
+            "large files={files} tasks={tasks} jobs={jobs} worktrees={mode} form={form}: \
+             worst swarm/floor of {rounds} round(s) = {:.2}",
+            worst[k]
         );
     }
-    assert!(trees.windows(2).all(|w| w[0] == w[1]), "the modes disagree");
+    assert!(trees.windows(2).all(|w| w[0] == w[1]), "the runs disagree");
+}
+
+/// One swarm run of `large` in `repo` (a fresh clone): prints its figures, checks one merge
+/// per task, and returns its wall time in seconds and the result's tree.
+fn large_run(
+    repo: &Path,
+    jobs: usize,
+    mode: &str,
+    exec: &str,
+    tasks: usize,
+    name: &str,
+) -> (f64, String) {
+    let m = measure(&mut swarm(repo, jobs, mode, exec));
+    let merges = git(repo, &["rev-list", "--merges", "--count", "HEAD"]);
+    assert_eq!(merges, tasks.to_string(), "one merge per task");
+    let per_task = m.wall.as_secs_f64() * jobs as f64 / tasks as f64;
+    // Once the first worker runs, until the last merge: what each task costs, without the
+    // run's start (the base checkout) and end (the final update and cleanup).
+    let events = run_events(repo);
+    let ts = |kind: &str| {
+        events
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| e["ts"].as_f64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let started = ts("run_started")[0];
+    let first_running = ts("task_step")[0];
+    let last_merge = *ts("merged").last().unwrap();
+    let steady = (last_merge - first_running) * jobs as f64 / tasks as f64;
+    println!(
+        "large {name}: wall={:.1}s user={:.1}s sys={:.1}s peak={:.0}MB per-task={:.0}ms \
+         (start-up {:.1}s, then {:.1}ms a task, then {:.1}s to the end)",
+        m.wall.as_secs_f64(),
+        m.user_s,
+        m.sys_s,
+        m.peak_mb,
+        per_task * 1000.0,
+        first_running - started,
+        steady * 1000.0,
+        m.wall.as_secs_f64() - (last_merge - started)
+    );
+    (
+        m.wall.as_secs_f64(),
+        git(repo, &["rev-parse", "HEAD^{tree}"]),
+    )
 }
 
 /// What git itself needs to make the history a run of one-file `sed` tasks makes, in `repo`
