@@ -173,17 +173,60 @@ pub(crate) fn apply_changes(
     update_tree(repo, base, &entries)
 }
 
-/// `base` with each path set to its entry (or removed). An entry that changes kind (a folder
-/// that becomes a file, or the reverse) is removed first, with what was under it: libgit2
-/// does not replace one kind by the other in one edit.
+/// `base` with each path set to its entry (or removed), in one edit of the tree. Where that
+/// fails because an entry changes kind (a folder that becomes a file, or the reverse, also
+/// where a path is set under what was a file), libgit2 does not replace one kind by the other
+/// in one edit: those paths are removed first, with what was under them, then the rest set.
 fn update_tree(
     repo: &Repository,
     base: &git2::Tree<'_>,
     entries: &[(&RepoPath, Option<(Oid, u32)>)],
 ) -> Result<Oid, git2::Error> {
+    if let Ok(tree) = edit_tree(repo, base, entries, &[]) {
+        return Ok(tree);
+    }
+    let replaced = kind_changes(base, entries)?;
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for path in &replaced {
+        update.remove(path.as_slice());
+    }
+    let emptied = repo.find_tree(update.create_updated(repo, base)?)?;
+    edit_tree(repo, &emptied, entries, &replaced)
+}
+
+/// `base` with each path set to its entry, or removed unless it is one of `gone` or under one.
+fn edit_tree(
+    repo: &Repository,
+    base: &git2::Tree<'_>,
+    entries: &[(&RepoPath, Option<(Oid, u32)>)],
+    gone: &[Vec<u8>],
+) -> Result<Oid, git2::Error> {
+    let is_gone = |path: &[u8]| {
+        gone.iter().any(|gone| {
+            path.strip_prefix(gone.as_slice())
+                .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+        })
+    };
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (path, entry) in entries {
+        match entry {
+            Some((id, mode)) => update.upsert(path.as_bytes(), *id, file_mode(*mode as i32)),
+            None if is_gone(path.as_bytes()) => &mut update,
+            None => update.remove(path.as_bytes()),
+        };
+    }
+    update.create_updated(repo, base)
+}
+
+/// The paths of `base` whose kind `entries` change: set to the other kind, or removed where
+/// another entry is set under them, or a file (or link) in `base` that an entry is set under.
+fn kind_changes(
+    base: &git2::Tree<'_>,
+    entries: &[(&RepoPath, Option<(Oid, u32)>)],
+) -> Result<Vec<Vec<u8>>, git2::Error> {
     let is_folder = |(_, mode): (Oid, u32)| mode == TREE_MODE;
-    // The folders that entries are set in (a path removed there becomes a folder).
-    let folders: std::collections::HashSet<&[u8]> = entries
+    // The folders that entries are set in.
+    let folders: std::collections::BTreeSet<&[u8]> = entries
         .iter()
         .filter(|(_, entry)| entry.is_some())
         .flat_map(|(path, _)| {
@@ -194,6 +237,12 @@ fn update_tree(
         })
         .collect();
     let mut replaced = Vec::new();
+    for folder in &folders {
+        let path = RepoPath::from_bytes(folder.to_vec());
+        if entry_at(base, &path)?.is_some_and(|old| !is_folder(old)) {
+            replaced.push(folder.to_vec());
+        }
+    }
     for (path, entry) in entries {
         let changes_kind = match (entry, entry_at(base, path)?) {
             (Some(new), Some(old)) => is_folder(*new) != is_folder(old),
@@ -201,37 +250,12 @@ fn update_tree(
             (_, None) => false,
         };
         if changes_kind {
-            replaced.push(path.as_bytes());
+            replaced.push(path.as_bytes().to_vec());
         }
     }
-    let emptied;
-    let base = match replaced.is_empty() {
-        true => base,
-        false => {
-            let mut update = git2::build::TreeUpdateBuilder::new();
-            for path in &replaced {
-                update.remove(path);
-            }
-            emptied = repo.find_tree(update.create_updated(repo, base)?)?;
-            &emptied
-        }
-    };
-    // Removed already: a replaced path, and what was under it.
-    let gone = |path: &[u8]| {
-        replaced.iter().any(|gone| {
-            path.strip_prefix(*gone)
-                .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
-        })
-    };
-    let mut update = git2::build::TreeUpdateBuilder::new();
-    for (path, entry) in entries {
-        match entry {
-            Some((id, mode)) => update.upsert(path.as_bytes(), *id, file_mode(*mode as i32)),
-            None if gone(path.as_bytes()) => &mut update,
-            None => update.remove(path.as_bytes()),
-        };
-    }
-    update.create_updated(repo, base)
+    replaced.sort();
+    replaced.dedup();
+    Ok(replaced)
 }
 
 /// Fills `entry`'s stat data from `meta` (of the file just written, not followed if a link),
@@ -375,6 +399,19 @@ mod tests {
         let paths: Vec<RepoPath> = expected.iter().map(|c| c.path.clone()).collect();
         assert_eq!(apply_paths(&repo, &paths, &new, &old).unwrap(), new.id());
         assert_eq!(apply_changes(&repo, &expected, &old).unwrap(), new.id());
+        // Part of them, as one task's share of a process's changes: a file set under what
+        // was a file, with no change naming that file.
+        let part: Vec<TreeChange> = expected
+            .iter()
+            .filter(|c| c.path.as_bytes() != b"swap")
+            .cloned()
+            .collect();
+        let tree = repo
+            .find_tree(apply_changes(&repo, &part, &old).unwrap())
+            .unwrap();
+        assert_eq!(tree.get_path("swap/now.txt".as_ref()).unwrap().id(), {
+            new.get_path("swap/now.txt".as_ref()).unwrap().id()
+        });
     }
 
     #[test]
