@@ -123,6 +123,30 @@ fn one_process_runs_several_tasks_and_each_task_merges_on_its_own() {
 }
 
 #[test]
+fn a_shared_process_that_deletes_a_file_reports_it_deleted() {
+    let repo = files(4, &[]);
+    let exec = r#"for f in $SWARM_FILES; do
+  case "$f" in *f02.txt) rm "$f" ;; *) sed -i 's/foo/bar/' "$f" ;; esac
+done"#;
+    let run = refactor(&repo, "1", Some("4"), exec, &[]);
+    run.assert_code(0);
+    assert_eq!(
+        repo.lines(&["ls-tree", "--name-only", "main"]),
+        names(4, &[2])
+    );
+    let report = repo.report(&run);
+    assert_eq!(count(&statuses(&report), "merged"), 4, "{}", run.stderr);
+    assert_eq!(task_of(&report, "f02.txt")["deleted_files"][0], "f02.txt");
+    assert!(task_of(&report, "f01.txt")["deleted_files"].is_null());
+    assert!(
+        run.stderr
+            .contains("1 file(s) changed, 1 deleted (f02.txt)"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn a_failing_process_is_split_and_only_the_task_of_the_failing_file_fails() {
     let repo = files(12, &[7]);
     let base = repo.git(&["rev-parse", "HEAD"]);

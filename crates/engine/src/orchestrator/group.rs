@@ -249,6 +249,7 @@ async fn attempt_group(
         .map(|(k, ((&idx, share), tip))| {
             let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Failed);
             let changed: Vec<RepoPath> = share.iter().map(|c| c.path.clone()).collect();
+            a.deleted = deleted_in(&share);
             (a.status, a.error) = outcome(
                 result.verdict.clone(),
                 &changed,
@@ -352,6 +353,22 @@ fn share_out(
         }
     }
     Ok(shares)
+}
+
+/// The paths a share of changes deletes: set to nothing, and no folder now either (nothing
+/// set under them).
+fn deleted_in(share: &[TreeChange]) -> Vec<RepoPath> {
+    let under = |c: &TreeChange, folder: &RepoPath| {
+        let (path, folder) = (c.path.as_bytes(), folder.as_bytes());
+        c.new.is_some() && path.len() > folder.len() && path.starts_with(folder) && {
+            path[folder.len()] == b'/'
+        }
+    };
+    share
+        .iter()
+        .filter(|c| c.new.is_none() && !share.iter().any(|other| under(other, &c.path)))
+        .map(|c| c.path.clone())
+        .collect()
 }
 
 /// Commits each task's share of the process's changes on the task's branch; returns the
