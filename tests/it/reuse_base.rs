@@ -143,12 +143,19 @@ fn what_changed_in_a_kept_base_between_runs_is_put_right() {
     );
 }
 
-#[test]
-fn a_kept_base_swapped_for_a_link_is_made_anew_where_it_belongs() {
+/// A repository where one `--reuse-base` run kept its base checkout, then went back to its
+/// base: (the repository, the base).
+fn after_a_kept_run() -> (TestRepo, String) {
     let repo = repo();
     let first = repo.git(&["rev-parse", "HEAD"]);
     look(&repo, LOOK);
     repo.git(&["reset", "-q", "--hard", &first]);
+    (repo, first)
+}
+
+#[test]
+fn a_kept_base_swapped_for_a_link_is_made_anew_where_it_belongs() {
+    let (repo, first) = after_a_kept_run();
     // The kept checkout moved elsewhere and a link left in its place, pointing at a folder
     // that looks like it: its `.git` file and its folders, nothing to remove.
     let victim = repo.root().join("elsewhere");
@@ -221,10 +228,7 @@ fn hold_lock(path: &Path) -> std::fs::File {
 
 #[test]
 fn a_run_that_finds_the_kept_base_in_use_makes_its_own_and_clean_leaves_it() {
-    let repo = repo();
-    let first = repo.git(&["rev-parse", "HEAD"]);
-    look(&repo, LOOK);
-    repo.git(&["reset", "-q", "--hard", &first]);
+    let (repo, _) = after_a_kept_run();
     let before = crate::common::Snapshot::of(&kept(&repo), &[]);
     let lock = hold_lock(&repo.swarm_dir().join("base.lock"));
     let run = look(&repo, LOOK);
@@ -261,10 +265,7 @@ fn reuse_base_in_swarm_toml_keeps_the_base_and_without_it_nothing_is_kept() {
 fn swarm_run_of_a_plan_puts_the_kept_base_right_too() {
     // A plan file keeps `--reuse-base` in its settings; `swarm run` uses it as `refactor`
     // does.
-    let repo = repo();
-    let first = repo.git(&["rev-parse", "HEAD"]);
-    look(&repo, LOOK);
-    repo.git(&["reset", "-q", "--hard", &first]);
+    let (repo, first) = after_a_kept_run();
     std::fs::write(kept(&repo).join("a.txt"), "tampered\n").unwrap();
     std::fs::write(kept(&repo).join("evil.log"), "ignored\n").unwrap();
     let plan = repo.root().join("plans/plan.json");

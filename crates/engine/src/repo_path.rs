@@ -32,6 +32,13 @@ impl RepoPath {
         Path::new(self.as_os_str())
     }
 
+    /// Is this path inside the folder `folder` (`a/b` is inside `a`; `a` and `ab` are not)?
+    pub(crate) fn is_inside(&self, folder: &[u8]) -> bool {
+        self.0
+            .strip_prefix(folder)
+            .is_some_and(|rest| rest.first() == Some(&b'/'))
+    }
+
     /// Is this a path git could store in a tree: relative, with no empty, `.`, `..` or `.git`
     /// component and no NUL byte? `Err` says what is wrong. Paths from outside (plan files,
     /// settings) are checked with this before swarm uses them.

@@ -30,11 +30,10 @@ use swarm_sandbox::overlay;
 pub(crate) struct Committed {
     /// The task branch tip after committing (== start when nothing changed).
     pub tip: Oid,
-    /// Paths that differ between the start commit and the tip.
-    pub changed: Vec<RepoPath>,
-    /// The same, with their entries on each side.
+    /// What differs between the start commit and the tip: paths, with their entries on each
+    /// side.
     pub changes: Vec<super::TreeChange>,
-    /// Those of `changed` that the tip no longer has.
+    /// Those of the changed paths that the tip no longer has.
     pub deleted: Vec<RepoPath>,
     /// Commits the worker made by itself.
     pub worker_commits: usize,
@@ -169,15 +168,13 @@ fn commit_with(
     }
     let new_tree = repo.find_commit(tip)?.tree()?;
     let changes = super::tree_changes(repo, &start_tree, &new_tree)?;
-    let changed: Vec<_> = changes.iter().map(|c| c.path.clone()).collect();
-    let deleted = changed
+    let deleted = changes
         .iter()
-        .filter(|p| new_tree.get_path(p.as_path()).is_err())
-        .cloned()
+        .filter(|c| new_tree.get_path(c.path.as_path()).is_err())
+        .map(|c| c.path.clone())
         .collect();
     Ok(Committed {
         tip,
-        changed,
         changes,
         deleted,
         worker_commits,

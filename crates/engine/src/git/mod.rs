@@ -56,10 +56,12 @@ pub(crate) fn changed_paths(
     old: &git2::Tree<'_>,
     new: &git2::Tree<'_>,
 ) -> Result<Vec<RepoPath>, git2::Error> {
-    Ok(tree_changes(repo, old, new)?
-        .into_iter()
-        .map(|c| c.path)
-        .collect())
+    Ok(paths(&tree_changes(repo, old, new)?))
+}
+
+/// The paths of `changes`.
+pub(crate) fn paths(changes: &[TreeChange]) -> Vec<RepoPath> {
+    changes.iter().map(|c| c.path.clone()).collect()
 }
 
 /// A file (or link, or submodule) that differs between two trees: its entry on each side,
@@ -201,17 +203,15 @@ fn edit_tree(
     entries: &[(&RepoPath, Option<(Oid, u32)>)],
     gone: &[Vec<u8>],
 ) -> Result<Oid, git2::Error> {
-    let is_gone = |path: &[u8]| {
-        gone.iter().any(|gone| {
-            path.strip_prefix(gone.as_slice())
-                .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
-        })
+    let is_gone = |path: &RepoPath| {
+        gone.iter()
+            .any(|gone| path.as_bytes() == gone.as_slice() || path.is_inside(gone))
     };
     let mut update = git2::build::TreeUpdateBuilder::new();
     for (path, entry) in entries {
         match entry {
             Some((id, mode)) => update.upsert(path.as_bytes(), *id, file_mode(*mode as i32)),
-            None if is_gone(path.as_bytes()) => &mut update,
+            None if is_gone(path) => &mut update,
             None => update.remove(path.as_bytes()),
         };
     }

@@ -248,7 +248,7 @@ async fn attempt_group(
         .enumerate()
         .map(|(k, ((&idx, share), tip))| {
             let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Failed);
-            let changed: Vec<RepoPath> = share.iter().map(|c| c.path.clone()).collect();
+            let changed = crate::git::paths(&share);
             a.deleted = deleted_in(&share);
             (a.status, a.error) = outcome(
                 result.verdict.clone(),
@@ -358,15 +358,12 @@ fn share_out(
 /// The paths a share of changes deletes: set to nothing, and no folder now either (nothing
 /// set under them).
 fn deleted_in(share: &[TreeChange]) -> Vec<RepoPath> {
-    let under = |c: &TreeChange, folder: &RepoPath| {
-        let (path, folder) = (c.path.as_bytes(), folder.as_bytes());
-        c.new.is_some() && path.len() > folder.len() && path.starts_with(folder) && {
-            path[folder.len()] == b'/'
-        }
+    let set_inside = |folder: &RepoPath| {
+        (share.iter()).any(|c| c.new.is_some() && c.path.is_inside(folder.as_bytes()))
     };
     share
         .iter()
-        .filter(|c| c.new.is_none() && !share.iter().any(|other| under(other, &c.path)))
+        .filter(|c| c.new.is_none() && !set_inside(&c.path))
         .map(|c| c.path.clone())
         .collect()
 }

@@ -232,7 +232,7 @@ fn record_commit(
 ) {
     let files = &shared.plan.task(a.idx).files;
     a.tip = Some(committed.tip);
-    a.changed = committed.changed;
+    a.changed = crate::git::paths(&committed.changes);
     a.changes = Some(committed.changes);
     a.deleted = committed.deleted;
     if let Some(now) = committed.moved_head {
