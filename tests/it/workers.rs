@@ -497,3 +497,45 @@ fn a_worker_writing_into_the_checkout_is_reported_with_the_sandbox_off() {
         run.stderr
     );
 }
+
+/// A command that is one program and its arguments runs without `sh -c`, with the words and
+/// the `PWD` the shell would have given it; one that needs a shell still gets one. Seen from
+/// the program: its parent is the jail's init (process 1 of the task's namespace) only when
+/// no shell stood between them.
+#[test]
+fn a_one_program_command_runs_without_a_shell_as_the_shell_would_run_it() {
+    let program = r#"python3 -c 'import os, sys; open(sys.argv[1], "w").write(repr([os.getppid() == 1, os.environ["PWD"] == os.getcwd(), sys.argv[2:]]))' "$SWARM_FILE" "a  b" '' x"y"'z'"#;
+    for (exec, direct) in [
+        (program.to_string(), true),
+        (format!("{program}; true"), false),
+    ] {
+        let repo = TestRepo::with_files(&[("dir/my file.txt", "x\n")]);
+        let run = repo.swarm(&["refactor", "x", "dir", "--exec", &exec]);
+        run.assert_code(0);
+        assert_eq!(
+            repo.git(&["show", "HEAD:dir/my file.txt"]),
+            format!(
+                "[{}, True, ['a  b', '', 'xyz']]",
+                if direct { "True" } else { "False" }
+            ),
+            "{exec}"
+        );
+    }
+}
+
+/// Run without a shell, a program that cannot be run fails as it would with one: status 126.
+#[test]
+fn a_program_that_cannot_be_run_exits_126_as_with_a_shell() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("tool.sh", "#!/bin/sh\n")]);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "a.txt",
+        "--exec",
+        "./tool.sh \"$SWARM_FILE\"",
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let a = task_of(&report, "a.txt");
+    assert!(a["error"].as_str().unwrap().contains("status 126"), "{a}");
+}

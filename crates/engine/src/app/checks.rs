@@ -82,14 +82,6 @@ pub(crate) fn endpoint_and_key(
     Ok(key)
 }
 
-/// Words `sh` runs itself: a command starting with one is not looked up on PATH.
-const SHELL_WORDS: &[&str] = &[
-    "!", "{", "}", "(", "case", "for", "if", "until", "while", ".", ":", "break", "cd", "command",
-    "continue", "echo", "eval", "exec", "exit", "export", "false", "printf", "pwd", "read",
-    "readonly", "return", "set", "shift", "test", "[", "times", "trap", "true", "type", "ulimit",
-    "umask", "unset", "wait",
-];
-
 /// The program an `--exec` command starts with, when it is a plain name that is not on PATH
 /// (`rufff check …`): better said once than failed on every task with exit 127. Commands
 /// this cannot read for sure (unbalanced quotes, a variable, a path, a shell word) pass.
@@ -110,7 +102,7 @@ fn missing_program(command: &str) -> Option<String> {
     let first = words.get(assignments.len())?;
     let plain = !first.is_empty()
         && !first.contains(['/', '$', '`', '(', ';', '|', '&', '<', '>', '*', '?'])
-        && !SHELL_WORDS.contains(&first.as_str());
+        && !crate::worker::is_shell_word(first.as_bytes());
     (plain && super::agents::which(first).is_none()).then(|| first.clone())
 }
 

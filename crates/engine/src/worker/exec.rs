@@ -216,8 +216,18 @@ async fn run_process(
     if let Some(layer) = git {
         also_writable.push(layer.writable());
     }
+    let mut env = env;
+    let direct = super::direct::argv(task.command, &env);
+    let program = match &direct {
+        Some(argv) => {
+            // What the shell would have set.
+            env.push(("PWD".into(), task.worktree.into()));
+            Program::Direct(argv)
+        }
+        None => Program::Shell(task.command),
+    };
     let outcome = process::run(ProcessRequest {
-        program: Program::Shell(task.command),
+        program,
         cwd: task.worktree,
         env,
         log,

@@ -7,12 +7,14 @@
 
 pub(crate) mod agent_output;
 pub(crate) mod diagnose;
+mod direct;
 mod error;
 pub(crate) mod exec;
 mod launch;
 pub(crate) mod llm;
 pub(crate) mod process;
 
+pub(crate) use direct::is_shell_word;
 pub(crate) use error::WorkerError;
 
 /// How a worker ended, before swarm looks at the worktree.

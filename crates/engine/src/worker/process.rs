@@ -44,6 +44,9 @@ pub(crate) enum Program<'a> {
     Shell(&'a str),
     /// A program and its arguments, run without a shell.
     Argv(&'a [String]),
+    /// The program and arguments of a command line that needs no shell
+    /// ([`super::direct`]).
+    Direct(&'a [OsString]),
 }
 
 impl Program<'_> {
@@ -51,6 +54,7 @@ impl Program<'_> {
         match self {
             Program::Shell(command) => vec!["sh".into(), "-c".into(), (*command).into()],
             Program::Argv(argv) => argv.iter().map(OsString::from).collect(),
+            Program::Direct(argv) => argv.to_vec(),
         }
     }
 
@@ -58,6 +62,11 @@ impl Program<'_> {
         match self {
             Program::Shell(command) => format!("sh -c {command}"),
             Program::Argv(argv) => argv.join(" "),
+            Program::Direct(argv) => argv
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 }

@@ -117,12 +117,13 @@ fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Res
             let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
             ptrs.push(std::ptr::null());
             libc::execvp(ptrs[0], ptrs.as_ptr());
-            eprintln!(
-                "swarm: cannot run {}: {}",
-                argv[0].to_string_lossy(),
-                std::io::Error::last_os_error()
-            );
-            libc::_exit(127);
+            let error = std::io::Error::last_os_error();
+            eprintln!("swarm: cannot run {}: {error}", argv[0].to_string_lossy());
+            // As a shell says it: not found, or found but not runnable.
+            libc::_exit(match error.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                _ => 126,
+            });
         }
     }
     Ok(worker)
