@@ -523,19 +523,24 @@ fn a_one_program_command_runs_without_a_shell_as_the_shell_would_run_it() {
     }
 }
 
-/// Run without a shell, a program that cannot be run fails as it would with one: status 126.
+/// Run without a shell, a program that cannot be run fails as it would with one: status 126
+/// in the jail; unconfined, the task says it could not start it, and why, once.
 #[test]
 fn a_program_that_cannot_be_run_exits_126_as_with_a_shell() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("tool.sh", "#!/bin/sh\n")]);
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        "a.txt",
-        "--exec",
-        "./tool.sh \"$SWARM_FILE\"",
-    ]);
-    run.assert_code(1);
-    let report = repo.report(&run);
-    let a = task_of(&report, "a.txt");
-    assert!(a["error"].as_str().unwrap().contains("status 126"), "{a}");
+    let exec = "./tool.sh \"$SWARM_FILE\"";
+    for (extra, expected) in [
+        (&[][..], "the worker exited with status 126"),
+        (
+            &["--sandbox", "off"][..],
+            "cannot start `./tool.sh a.txt`: Permission denied (os error 13)",
+        ),
+    ] {
+        let mut args = vec!["refactor", "x", "a.txt", "--exec", exec];
+        args.extend_from_slice(extra);
+        let run = repo.swarm(&args);
+        run.assert_code(1);
+        let report = repo.report(&run);
+        assert_eq!(task_of(&report, "a.txt")["error"], expected);
+    }
 }

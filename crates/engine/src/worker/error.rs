@@ -1,7 +1,9 @@
 //! How running a worker's process fails, as opposed to the process failing: a process that
 //! exits non-zero, times out or is killed is an [`super::process::Exit`], its task's verdict;
 //! a `WorkerError` is swarm unable to run it at all. The orchestrator turns either into the
-//! task's outcome; the run goes on.
+//! task's outcome; the run goes on. Each message says its cause itself, and names no
+//! `source`: the task's error is written with the whole chain (`{:#}`), which would say it
+//! twice.
 
 use std::io;
 use std::path::PathBuf;
@@ -9,27 +11,22 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum WorkerError {
     /// A file or folder of the task's own (its log, `TASK.md`, its result file's folder).
-    #[error("cannot {doing} {}: {source}", path.display())]
+    #[error("cannot {doing} {}: {error}", path.display())]
     TaskFile {
         doing: &'static str,
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The process could not be started.
-    #[error("cannot start `{program}`: {source}")]
-    Start {
-        program: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error("cannot start `{program}`: {error}")]
+    Start { program: String, error: io::Error },
     /// Its confinement (the jail, its private temporary folder, the allow-list proxy, the
     /// gateway's listener, the views of its git or state) could not be set up.
     #[error("cannot confine the worker: {0:#}")]
-    Sandbox(#[source] anyhow::Error),
+    Sandbox(anyhow::Error),
     /// Its output pipe, or waiting for it, failed.
     #[error("lost track of the worker's process: {0}")]
-    Process(#[source] io::Error),
+    Process(io::Error),
 }
 
 impl WorkerError {
@@ -39,10 +36,6 @@ impl WorkerError {
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(io::Error) -> Self {
         let path = path.into();
-        move |source| WorkerError::TaskFile {
-            doing,
-            path,
-            source,
-        }
+        move |error| WorkerError::TaskFile { doing, path, error }
     }
 }

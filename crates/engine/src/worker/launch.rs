@@ -119,9 +119,9 @@ pub(super) fn start(
     cmd.stdout(output).stderr(output_err);
     cmd.current_dir(req.cwd).process_group(0).kill_on_drop(true);
     cmd.env_clear().envs(env);
-    let child = cmd.spawn().map_err(|source| WorkerError::Start {
+    let child = cmd.spawn().map_err(|error| WorkerError::Start {
         program: req.program.describe(),
-        source,
+        error,
     })?;
     // Our copies of the pipe's write end must go, or the reader never sees end-of-file.
     drop(cmd);
