@@ -11,7 +11,7 @@
 //! double-quoted text, and the task's own variables (`$SWARM_FILE`, `${SWARM_FILES}`…) in
 //! double quotes or as a whole unquoted word (split at blanks, as the shell does, unless a
 //! field holds a glob character). Anything else (any other character of shell syntax, a
-//! backslash, another variable, a builtin or reserved word first, an assignment) is left to
+//! backslash outside double quotes, another variable, a builtin or reserved word first, an assignment) is left to
 //! `sh -c`. The differences that remain are the shell's own: the program is found on `PATH`
 //! by the jail (a failure is status 127, or 126 when it cannot be run), `PWD` is set to the
 //! worktree as the shell sets it, and a program killed by a signal is reported as such
@@ -107,7 +107,8 @@ impl Words<'_> {
     }
 
     /// Reads double-quoted text up to its closing quote (`rest` starts after the opening
-    /// one): literal, but for the task's variables. Returns what follows.
+    /// one): literal, but for the task's variables and a backslash's quoting. Returns what
+    /// follows.
     fn double_quoted<'r>(&mut self, mut rest: &'r [u8]) -> Option<&'r [u8]> {
         self.push(&[]);
         loop {
@@ -120,7 +121,19 @@ impl Words<'_> {
                     self.push(value.as_bytes());
                     tail
                 }
-                b'`' | b'\\' => return None,
+                b'`' => return None,
+                // A backslash quotes these five, and stays before anything else.
+                b'\\' => match tail.split_first() {
+                    Some((b'\n', after)) => after,
+                    Some((&next @ (b'$' | b'`' | b'"' | b'\\'), after)) => {
+                        self.push(&[next]);
+                        after
+                    }
+                    _ => {
+                        self.push(b"\\");
+                        tail
+                    }
+                },
                 _ => {
                     self.push(&[c]);
                     tail
@@ -216,6 +229,9 @@ mod tests {
     fn simple_commands_run_with_the_words_the_shell_gives() {
         for command in [
             r#"sed -i 's/foo/bar/g' "$SWARM_FILE""#,
+            r#"sed -i "s/\bfoo\b/bar/g" "$SWARM_FILE""#,
+            r#"tool "a\"b\\c\$d\`e\x" "$SWARM_FILE\\""#,
+            "tool \"a\\\nb\"",
             r#"ruff check --fix -- "${SWARM_FILE}""#,
             "sed -i s/a/b/ $SWARM_FILES",
             r#"tool --id="$SWARM_TASK_ID"x '' "" a'b'"c" 'it''s'"#,
@@ -251,7 +267,6 @@ mod tests {
             "a ~/x",
             "a # comment",
             "a \\; b",
-            "a \"x\\\"y\"",
             "a {x,y}",
             "a 'unclosed",
             "a \"unclosed",
