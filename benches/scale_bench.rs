@@ -11,8 +11,9 @@
 //! mode and form of the command (`--forms`: `file` runs `sed` once per task on
 //! `"$SWARM_FILE"`, `list` once for several tasks on `$SWARM_FILES`), the wall time, CPU time, swarm's own peak memory and the overhead per task
 //! (wall × jobs / tasks), and checks that every mode ends with the same tree and one merge
-//! per task. Beside them, git's own floor (see [`floor`]) and swarm/floor; with `--rounds N`,
-//! all of it N times in turn, and the worst swarm/floor of the rounds.
+//! per task. Beside them, git's own floor (see [`floor`]) and swarm/floor, and with both
+//! forms the one-file form's wall over the list form's; with `--rounds N`, all of it N times
+//! in turn, and the worst of each ratio over the rounds.
 //!
 //! `startup`: `2 × jobs` tasks whose worker sleeps 2 s; prints the time from swarm's start to
 //! the moment the last of the first `jobs` workers runs (from the run's events), and the disk
@@ -110,7 +111,11 @@ fn large() {
     let mut trees = Vec::new();
     // The worst swarm/floor of each run, over the rounds.
     let mut worst = vec![0.0f64; runs.len()];
+    // The worst one-file/list of each mode (goal 5: the one-file form within 3x), over the
+    // rounds.
+    let mut worst_forms: Vec<(String, f64)> = Vec::new();
     for round in 1..=rounds {
+        let mut walls = Vec::new();
         let floor_repo = root.path().join(format!("floor-{round}"));
         clone(&origin, &floor_repo);
         eprintln!("git's floor: checkout + fast-import of {tasks} tasks and merges + reset");
@@ -132,7 +137,23 @@ fn large() {
             let ratio = wall / floor_wall.as_secs_f64();
             worst[k] = worst[k].max(ratio);
             println!("large {name} round={round}: swarm/floor = {ratio:.2}");
+            walls.push((mode.clone(), form.clone(), wall));
         }
+        for (mode, ratio) in file_over_list(&walls) {
+            println!(
+                "large files={files} tasks={tasks} worktrees={mode} round={round}: one-file form / list form = {ratio:.2}"
+            );
+            match worst_forms.iter_mut().find(|(m, _)| *m == mode) {
+                Some((_, worst)) => *worst = worst.max(ratio),
+                None => worst_forms.push((mode, ratio)),
+            }
+        }
+    }
+    for (mode, ratio) in &worst_forms {
+        println!(
+            "large files={files} tasks={tasks} worktrees={mode}: worst one-file form / list form \
+             of {rounds} round(s) = {ratio:.2}"
+        );
     }
     for (k, (mode, (form, _))) in runs.iter().enumerate() {
         println!(
@@ -142,6 +163,26 @@ fn large() {
         );
     }
     assert!(trees.windows(2).all(|w| w[0] == w[1]), "the runs disagree");
+}
+
+/// For each mode that ran both forms (mode, form, wall seconds): the one-file form's wall
+/// over the list form's.
+fn file_over_list(walls: &[(String, String, f64)]) -> Vec<(String, f64)> {
+    let wall = |mode: &str, form: &str| {
+        walls
+            .iter()
+            .find(|(m, f, _)| m == mode && f == form)
+            .map(|(_, _, w)| *w)
+    };
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for (mode, _, _) in walls {
+        if let (Some(file), Some(list)) = (wall(mode, "file"), wall(mode, "list"))
+            && !out.iter().any(|(m, _)| m == mode)
+        {
+            out.push((mode.clone(), file / list));
+        }
+    }
+    out
 }
 
 /// One swarm run of `large` in `repo` (a fresh clone): prints its figures, checks one merge
