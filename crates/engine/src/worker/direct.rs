@@ -165,7 +165,7 @@ impl Words<'_> {
     }
 }
 
-/// `NAME` or `{NAME}` at the start of `rest` (after a `$`), one of the task's variables:
+/// `NAME` or `{NAME}` at the start of `rest` (after a `$`), one of swarm's own (`SWARM_*`):
 /// its value, and what follows.
 fn variable<'v, 'r>(
     vars: &'v [(OsString, OsString)],
@@ -184,6 +184,10 @@ fn variable<'v, 'r>(
             (&rest[..end], &rest[end..])
         }
     };
+    // Only swarm's own: nothing set after them (the gateway's variables) can change them.
+    if !name.starts_with(b"SWARM_") {
+        return None;
+    }
     let (_, value) = vars.iter().find(|(n, _)| n.as_bytes() == name)?;
     Some((value.as_os_str(), tail))
 }
@@ -286,6 +290,17 @@ mod tests {
         ] {
             assert_eq!(direct(command), None, "taken: {command}");
         }
+    }
+
+    #[test]
+    fn only_swarms_own_variables_are_read() {
+        // An agent's variable may be given another value after (the gateway's placeholder).
+        let vars = vec![
+            ("SWARM_FILE".into(), OsString::from("a.py")),
+            ("API_KEY".into(), OsString::from("real")),
+        ];
+        assert_eq!(argv("x \"$API_KEY\" \"$SWARM_FILE\"", &vars), None);
+        assert_eq!(argv("x \"$SWARM_FILE\"", &vars).unwrap(), ["x", "a.py"]);
     }
 
     #[test]
