@@ -38,7 +38,7 @@ run() {
   before=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$me/stat")
   local start end
   start=$(date +%s.%N)
-  # shellcheck disable=SC2016 # $SWARM_FILE is the worker's, expanded by its shell.
+  # shellcheck disable=SC2016 # $SWARM_FILE is the worker's, expanded for it (swarm or a shell).
   (cd "$work/repo" && "$2" refactor x --grep foo -y -j "$jobs" \
     --exec 'sed -i s/foo/bar/ "$SWARM_FILE"' > /dev/null 2> "$work/err") \
     || { echo "$1 failed:" >&2; tail -5 "$work/err" >&2; exit 1; }

@@ -28,7 +28,7 @@ git add -A
 git -c user.name=demo -c user.email=demo@example.com commit -q -m "inventory: initial"
 echo "demo repository: $demo"
 
-# shellcheck disable=SC2016 # $SWARM_FILE is the worker's, expanded by its shell
+# shellcheck disable=SC2016 # $SWARM_FILE is the worker's, expanded for it (swarm or a shell)
 "$swarm" refactor "Rename fetch_data to load_data" '*.py' --grep '\bfetch_data\b' -j 4 -y \
   --exec 'sed -i "s/\bfetch_data\b/load_data/g" "$SWARM_FILE"'
 
