@@ -33,8 +33,6 @@ pub(crate) struct Committed {
     /// What differs between the start commit and the tip: paths, with their entries on each
     /// side.
     pub changes: Vec<super::TreeChange>,
-    /// Those of the changed paths that the tip no longer has.
-    pub deleted: Vec<RepoPath>,
     /// Commits the worker made by itself.
     pub worker_commits: usize,
     /// Paths that could not be staged (e.g. a nested repository), left out of the commit.
@@ -168,15 +166,9 @@ fn commit_with(
     }
     let new_tree = repo.find_commit(tip)?.tree()?;
     let changes = super::tree_changes(repo, &start_tree, &new_tree)?;
-    let deleted = changes
-        .iter()
-        .filter(|c| new_tree.get_path(c.path.as_path()).is_err())
-        .map(|c| c.path.clone())
-        .collect();
     Ok(Committed {
         tip,
         changes,
-        deleted,
         worker_commits,
         skipped,
         moved_head,

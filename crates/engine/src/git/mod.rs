@@ -64,6 +64,19 @@ pub(crate) fn paths(changes: &[TreeChange]) -> Vec<RepoPath> {
     changes.iter().map(|c| c.path.clone()).collect()
 }
 
+/// The paths `changes` delete: set to nothing, and no folder now either (nothing set under
+/// them; a file that became a folder is not deleted).
+pub(crate) fn deleted(changes: &[TreeChange]) -> Vec<RepoPath> {
+    let set_inside = |folder: &RepoPath| {
+        (changes.iter()).any(|c| c.new.is_some() && c.path.is_inside(folder.as_bytes()))
+    };
+    changes
+        .iter()
+        .filter(|c| c.new.is_none() && !set_inside(&c.path))
+        .map(|c| c.path.clone())
+        .collect()
+}
+
 /// A file (or link, or submodule) that differs between two trees: its entry on each side,
 /// `(id, mode)`, `None` where it is absent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -399,6 +412,15 @@ mod tests {
         let paths: Vec<RepoPath> = expected.iter().map(|c| c.path.clone()).collect();
         assert_eq!(apply_paths(&repo, &paths, &new, &old).unwrap(), new.id());
         assert_eq!(apply_changes(&repo, &expected, &old).unwrap(), new.id());
+        // The deleted ones are those the new tree has nothing at (a file that became a folder
+        // is not deleted).
+        let gone: Vec<RepoPath> = paths
+            .iter()
+            .filter(|p| new.get_path(p.as_path()).is_err())
+            .cloned()
+            .collect();
+        assert_eq!(deleted(&expected), gone);
+        assert!(!gone.iter().any(|p| p.as_bytes() == b"swap"), "{gone:?}");
         // Part of them, as one task's share of a process's changes: a file set under what
         // was a file, with no change naming that file.
         let part: Vec<TreeChange> = expected

@@ -248,17 +248,14 @@ async fn attempt_group(
         .enumerate()
         .map(|(k, ((&idx, share), tip))| {
             let mut a = Attempt::new(idx, 1, shared.base, TaskStatus::Failed);
-            let changed = crate::git::paths(&share);
-            a.deleted = deleted_in(&share);
+            a.record_changes(share);
             (a.status, a.error) = outcome(
                 result.verdict.clone(),
-                &changed,
+                &a.changed,
                 &plan.task(idx).files,
                 shared.settings.scope,
             );
             a.tip = Some(tip);
-            a.changed = changed;
-            a.changes = Some(share);
             a.summary = result.summary.clone();
             a.worktree = Some(worktree.clone());
             a.log = result.log.clone();
@@ -353,19 +350,6 @@ fn share_out(
         }
     }
     Ok(shares)
-}
-
-/// The paths a share of changes deletes: set to nothing, and no folder now either (nothing
-/// set under them).
-fn deleted_in(share: &[TreeChange]) -> Vec<RepoPath> {
-    let set_inside = |folder: &RepoPath| {
-        (share.iter()).any(|c| c.new.is_some() && c.path.is_inside(folder.as_bytes()))
-    };
-    share
-        .iter()
-        .filter(|c| c.new.is_none() && !set_inside(&c.path))
-        .map(|c| c.path.clone())
-        .collect()
 }
 
 /// Commits each task's share of the process's changes on the task's branch; returns the

@@ -232,9 +232,7 @@ fn record_commit(
 ) {
     let files = &shared.plan.task(a.idx).files;
     a.tip = Some(committed.tip);
-    a.changed = crate::git::paths(&committed.changes);
-    a.changes = Some(committed.changes);
-    a.deleted = committed.deleted;
+    a.record_changes(committed.changes);
     if let Some(now) = committed.moved_head {
         a.status = TaskStatus::Failed;
         a.error = Some(format!(
@@ -276,6 +274,14 @@ fn record_commit(
 }
 
 impl Attempt {
+    /// What the attempt's commit changed: its paths, those it deleted, and the changes
+    /// themselves for the merge.
+    pub(super) fn record_changes(&mut self, changes: Vec<TreeChange>) {
+        self.changed = crate::git::paths(&changes);
+        self.deleted = crate::git::deleted(&changes);
+        self.changes = Some(changes);
+    }
+
     /// What the worker spent, and what it said it spent.
     pub(super) fn record_spend(&mut self, result: &WorkerResult) {
         self.cost_usd = result.cost_usd;

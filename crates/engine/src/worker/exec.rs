@@ -222,7 +222,7 @@ async fn run_process(
         Some(argv) => {
             // What the shell would have set.
             env.push(("PWD".into(), task.worktree.into()));
-            Program::Direct(argv)
+            Program::Argv(argv)
         }
         None => Program::Shell(task.command),
     };

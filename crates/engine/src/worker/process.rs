@@ -42,27 +42,23 @@ const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(3);
 pub(crate) enum Program<'a> {
     /// A command line, run with `sh -c`.
     Shell(&'a str),
-    /// A program and its arguments, run without a shell.
-    Argv(&'a [String]),
-    /// The program and arguments of a command line that needs no shell
-    /// ([`super::direct`]).
-    Direct(&'a [OsString]),
+    /// A program and its arguments, run without a shell (the built-in agent's allowed
+    /// commands, and a command line that needs no shell: [`super::direct`]).
+    Argv(&'a [OsString]),
 }
 
 impl Program<'_> {
     pub(super) fn argv(&self) -> Vec<OsString> {
         match self {
             Program::Shell(command) => vec!["sh".into(), "-c".into(), (*command).into()],
-            Program::Argv(argv) => argv.iter().map(OsString::from).collect(),
-            Program::Direct(argv) => argv.to_vec(),
+            Program::Argv(argv) => argv.to_vec(),
         }
     }
 
     pub(super) fn describe(&self) -> String {
         match self {
             Program::Shell(command) => format!("sh -c {command}"),
-            Program::Argv(argv) => argv.join(" "),
-            Program::Direct(argv) => argv
+            Program::Argv(argv) => argv
                 .iter()
                 .map(|a| a.to_string_lossy())
                 .collect::<Vec<_>>()

@@ -19,9 +19,13 @@ pub(super) async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow
         return Ok(Outcome::Failed("run needs {\"command\": \"...\"}".into()));
     };
     let approval = approval::decide(task.run_tool, &command);
+    let words: Vec<std::ffi::OsString>;
     let (program, rule) = match &approval {
         Approval::Shell { rule } => (Program::Shell(&command), rule.clone()),
-        Approval::Argv { rule, argv } => (Program::Argv(argv), rule.clone()),
+        Approval::Argv { rule, argv } => {
+            words = argv.iter().map(Into::into).collect();
+            (Program::Argv(&words), rule.clone())
+        }
         Approval::Denied(why) => {
             task.events.emit(Event::Approval {
                 task: task.task_id.clone(),
