@@ -498,12 +498,13 @@ pub(super) async fn commit_attempt(
     let message = commit_message(shared, task);
     let shared = shared.clone();
     let branch = branch.to_string();
-    let (slot, committed) = tokio::task::spawn_blocking(move || {
+    // One trip to a blocking thread for both: the next task waits for the worktree.
+    let (committed, released) = tokio::task::spawn_blocking(move || {
         let committed = shared.pool.commit(&slot, &branch, start, &message);
-        (slot, committed)
+        (committed, slot.release())
     })
     .await?;
-    tokio::task::spawn_blocking(move || slot.release()).await??;
+    released?;
     Ok(committed)
 }
 

@@ -92,6 +92,9 @@ pub(crate) struct WorktreePool {
     state: Mutex<PoolState>,
     /// Made by the first overlay worktree; held while it is made, so others wait for it.
     base: Mutex<Option<Arc<BaseCheckout>>>,
+    /// The common git directory's repository, opened once: every task's branch is made
+    /// through it.
+    common: Mutex<Option<Repository>>,
     /// Use, and leave, the base checkout kept between runs (`--reuse-base`).
     reuse_base: bool,
 }
@@ -142,6 +145,7 @@ impl WorktreePool {
             user_workdir: user_workdir.to_path_buf(),
             state: Mutex::new(PoolState::default()),
             base: Mutex::new(None),
+            common: Mutex::new(None),
             reuse_base: false,
         }
     }
@@ -166,22 +170,24 @@ impl WorktreePool {
         self.acquire_kind(branch, start, true)
     }
 
-    /// Lends `slot`; a new one is locked against `git worktree prune/remove` first, and stays
-    /// locked until it is removed.
+    /// Lends a new `slot`, locked against `git worktree prune/remove` first; it stays locked
+    /// until it is removed.
     fn lend(self: &Arc<Self>, repo: &Repository, slot: Slot) -> anyhow::Result<Lease> {
-        let lease = Lease {
+        let wt = repo.find_worktree(&slot.name)?;
+        // Advisory (it stops `git worktree prune/remove`); a failure is not fatal.
+        if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
+            tracing::debug!("cannot lock worktree {}: {e}", slot.name);
+        }
+        Ok(self.lend_reused(slot))
+    }
+
+    /// Lends `slot`, locked already.
+    fn lend_reused(self: &Arc<Self>, slot: Slot) -> Lease {
+        Lease {
             pool: self.clone(),
             slot,
             ended: false,
-        };
-        if lease.fresh {
-            let wt = repo.find_worktree(&lease.name)?;
-            // Advisory (it stops `git worktree prune/remove`); a failure is not fatal.
-            if let Err(e) = wt.lock(Some(&format!("in use by swarm run {}", self.run_id))) {
-                tracing::debug!("cannot lock worktree {}: {e}", lease.name);
-            }
         }
-        Ok(lease)
     }
 
     /// Lends a worktree with `branch` (created or moved to `start`) checked out at `start`.
@@ -198,60 +204,78 @@ impl WorktreePool {
         start: Oid,
         view: bool,
     ) -> anyhow::Result<Lease> {
-        let repo = Repository::open(&self.common_dir)?;
-        let commit = repo.find_commit(start)?;
         // `force`: a retry moves its branch to the new start commit. Idle worktrees have a
         // detached HEAD, so no branch is checked out while being moved. Written as a
         // reference, which does not open every worktree as a branch call does.
         let branch_ref = super::branch_ref(branch);
-        repo.reference(&branch_ref, start, true, "swarm: task branch")
-            .with_context(|| format!("cannot create branch {branch}"))?;
-        let idle = {
+        self.with_common(|repo| {
+            repo.reference(&branch_ref, start, true, "swarm: task branch")
+                .with_context(|| format!("cannot create branch {branch}"))?;
+            Ok(())
+        })?;
+        if let Some(slot) = self.reuse_idle(&branch_ref, start, view) {
+            return Ok(self.lend_reused(slot));
+        }
+        let repo = Repository::open(&self.common_dir)?;
+        let slot = match view {
+            true => {
+                // Registered before waiting for the base checkout, which the first views'
+                // registrations overlap.
+                let new = self.register_view(&repo, &branch_ref)?;
+                let base = self.base_checkout(&repo, start)?;
+                self.create_view(new, &base)?
+            }
+            false => self.create(&repo, &branch_ref)?,
+        };
+        self.lend(&repo, slot)
+    }
+
+    /// An idle worktree of the kind asked for, reset for `branch_ref` at `start`; `None` when
+    /// none is idle, or the reset failed (the worktree is thrown away then).
+    fn reuse_idle(&self, branch_ref: &str, start: Oid, view: bool) -> Option<Slot> {
+        let mut slot = {
             let mut st = self.lock_state();
             match view {
                 true => st.idle_views.pop(),
                 false => st.idle.pop(),
             }
+        }?;
+        // An idle view was made over the base checkout, so the base is there.
+        let base = self.base.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let reset = match (view, base) {
+            (true, Some(base)) if base.commit == start => self.reset_view(&slot, &base, branch_ref),
+            (true, _) => Err(anyhow::anyhow!(
+                "an overlay worktree must start at the run's base"
+            )),
+            (false, _) => self.reset(&slot, branch_ref, start),
         };
-        if view && idle.is_none() {
-            let new = self.register_view(&repo, &branch_ref)?;
-            let base = self.base_checkout(&repo, start)?;
-            let slot = self.create_view(new, &base)?;
-            return self.lend(&repo, slot);
+        match reset {
+            Ok(()) => {
+                slot.fresh = false;
+                Some(slot)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot reset worktree {}; it is replaced by a new one: {e:#}",
+                    slot.name
+                );
+                self.discard(slot);
+                None
+            }
         }
-        let base = match view {
-            true => Some(self.base_checkout(&repo, start)?),
-            false => None,
+    }
+
+    /// Runs `work` on the repository of the common git directory, opened once for the pool.
+    fn with_common<T>(
+        &self,
+        work: impl FnOnce(&Repository) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let mut held = self.common.lock().unwrap_or_else(|e| e.into_inner());
+        let repo = match held.as_mut() {
+            Some(repo) => repo,
+            None => held.insert(Repository::open(&self.common_dir)?),
         };
-        let reused = idle.and_then(|mut slot| {
-            let reset = match &base {
-                Some(base) => self.reset_view(&slot, base, &branch_ref),
-                None => self.reset(&slot, &branch_ref, &commit),
-            };
-            match reset {
-                Ok(()) => {
-                    slot.fresh = false;
-                    Some(slot)
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot reset worktree {}; it is replaced by a new one: {e:#}",
-                        slot.name
-                    );
-                    self.discard(slot);
-                    None
-                }
-            }
-        });
-        let slot = match (reused, &base) {
-            (Some(slot), _) => slot,
-            (None, Some(base)) => {
-                let new = self.register_view(&repo, &branch_ref)?;
-                self.create_view(new, base)?
-            }
-            (None, None) => self.create(&repo, &branch_ref)?,
-        };
-        self.lend(&repo, slot)
+        work(repo)
     }
 
     /// What a worker's own git in `slot` writes: the git directory, the worktree's own.
@@ -372,8 +396,7 @@ impl WorktreePool {
     }
 
     /// Points an idle worktree's HEAD at `branch_ref` and makes its files those of `start`.
-    fn reset(&self, slot: &Slot, branch_ref: &str, start: &git2::Commit<'_>) -> anyhow::Result<()> {
-        let start = start.id();
+    fn reset(&self, slot: &Slot, branch_ref: &str, start: Oid) -> anyhow::Result<()> {
         self.write_in(slot, |wt| {
             reset(wt, &slot.path, branch_ref, &wt.find_commit(start)?)
         })

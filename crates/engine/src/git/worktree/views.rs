@@ -128,8 +128,14 @@ impl WorktreePool {
         sandbox::confined(std::slice::from_ref(&view.upper), || {
             let base_repo = base.repo.lock().unwrap_or_else(|e| e.into_inner());
             let tree = base_repo.find_commit(base.commit)?.tree()?;
-            let rules = ignore::ViewIgnore::new(&base_repo, &view.upper);
-            view::clear_upper(&view.upper, &tree, &|p, d| rules.ignored(p, d))
+            // Read only when the upper layer holds an untracked path (most tasks leave none).
+            let rules = std::cell::OnceCell::new();
+            let rules = |p: &_, d| {
+                rules
+                    .get_or_init(|| ignore::ViewIgnore::new(&base_repo, &view.upper))
+                    .ignored(p, d)
+            };
+            view::clear_upper(&view.upper, &tree, &rules)
                 .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
         })?;
         slot.with_repo(&self.common_dir, |repo| Ok(repo.set_head(branch_ref)?))?;
