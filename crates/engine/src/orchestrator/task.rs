@@ -424,6 +424,10 @@ pub(super) async fn warn_about_new_branches(
     shared: &Arc<Shared>,
     task: &TaskId,
 ) -> anyhow::Result<()> {
+    // Confined workers cannot write the repository's references: nothing to look at.
+    if shared.known_branches.is_none() {
+        return Ok(());
+    }
     let created = {
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || new_user_branches(&shared)).await??

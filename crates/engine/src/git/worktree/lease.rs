@@ -25,13 +25,16 @@ pub(crate) struct Slot {
     pub view: Option<OverlayView>,
     /// Its repository, opened once and kept from task to task.
     pub(super) handle: Handle,
+    /// An overlay worktree's own handle on the base checkout (whose ignore rules and
+    /// attributes its commits read), so that views do not wait for one another.
+    pub(super) base_handle: Handle,
 }
 
 /// A worktree's repository kept for its next task: opening one reads the config files, and
 /// libgit2 keeps the trees it read per handle. Nothing in it is a worker's: it is opened
 /// through the administrative directory no worker can write, and libgit2 reads references,
-/// the index and the config again when their files change. (The base checkout's handle is
-/// the run's one, [`super::BaseCheckout`]'s.)
+/// the index and the config again when their files change. A view also keeps its own handle
+/// on the base checkout.
 #[derive(Default)]
 pub(crate) struct Handle(Mutex<Option<Repository>>);
 
@@ -53,6 +56,22 @@ impl Slot {
         let repo = match held.as_mut() {
             Some(repo) => repo,
             None => held.insert(super::open_worktree(common_dir, &self.name, &self.path)?),
+        };
+        work(repo)
+    }
+
+    /// Runs `work` on the base checkout `base`'s repository, opened for this worktree on
+    /// first use.
+    pub(super) fn with_base_repo<T>(
+        &self,
+        common_dir: &Path,
+        base: &super::BaseCheckout,
+        work: impl FnOnce(&Repository) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let mut held = self.base_handle.0.lock().unwrap_or_else(|e| e.into_inner());
+        let repo = match held.as_mut() {
+            Some(repo) => repo,
+            None => held.insert(super::open_worktree(common_dir, &base.name, &base.path)?),
         };
         work(repo)
     }

@@ -71,8 +71,6 @@ struct BaseCheckout {
     name: String,
     path: PathBuf,
     commit: Oid,
-    /// Opened once: commits read its ignore rules and attributes (its index is read once).
-    repo: Mutex<Repository>,
     /// The lock on the checkout kept between runs, if this is it ([`kept`]).
     _kept: Option<std::fs::File>,
 }
@@ -381,16 +379,17 @@ impl WorktreePool {
             .clone()
             .context("an overlay worktree without its base")
             .map_err(git)?;
-        let base_repo = base.repo.lock().unwrap_or_else(|e| e.into_inner());
-        slot.with_repo(&self.common_dir, |repo| {
-            Ok(commit::commit_view(
-                repo,
-                &base_repo,
-                branch,
-                start,
-                message,
-                &view.upper,
-            ))
+        slot.with_base_repo(&self.common_dir, &base, |base_repo| {
+            slot.with_repo(&self.common_dir, |repo| {
+                Ok(commit::commit_view(
+                    repo,
+                    base_repo,
+                    branch,
+                    start,
+                    message,
+                    &view.upper,
+                ))
+            })
         })
         .map_err(git)?
     }
@@ -415,6 +414,7 @@ impl WorktreePool {
             gitlink,
             view: None,
             handle: Default::default(),
+            base_handle: Default::default(),
         })
     }
 

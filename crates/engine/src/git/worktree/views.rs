@@ -1,7 +1,7 @@
 //! The overlay side of the pool: the run's base checkout, made once, and the views over it
 //! (registered, given the base's index, reset between tasks).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use git2::{Oid, Repository};
@@ -40,8 +40,9 @@ impl WorktreePool {
                 (name, path, None)
             }
         };
+        // Checked once here; each view opens its own handle on it.
+        open_worktree(&self.common_dir, &name, &path)?;
         let made = Arc::new(BaseCheckout {
-            repo: Mutex::new(open_worktree(&self.common_dir, &name, &path)?),
             name,
             path,
             commit: start,
@@ -98,6 +99,7 @@ impl WorktreePool {
             fresh: true,
             gitlink,
             handle: Default::default(),
+            base_handle: Default::default(),
         })
     }
 
@@ -126,17 +128,19 @@ impl WorktreePool {
     ) -> anyhow::Result<()> {
         let view = slot.view.as_ref().context("not an overlay worktree")?;
         sandbox::confined(std::slice::from_ref(&view.upper), || {
-            let base_repo = base.repo.lock().unwrap_or_else(|e| e.into_inner());
-            let tree = base_repo.find_commit(base.commit)?.tree()?;
-            // Read only when the upper layer holds an untracked path (most tasks leave none).
-            let rules = std::cell::OnceCell::new();
-            let rules = |p: &_, d| {
-                rules
-                    .get_or_init(|| ignore::ViewIgnore::new(&base_repo, &view.upper))
-                    .ignored(p, d)
-            };
-            view::clear_upper(&view.upper, &tree, &rules)
-                .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
+            slot.with_base_repo(&self.common_dir, base, |base_repo| {
+                let tree = base_repo.find_commit(base.commit)?.tree()?;
+                // Read only when the upper layer holds an untracked path (most tasks leave
+                // none).
+                let rules = std::cell::OnceCell::new();
+                let rules = |p: &_, d| {
+                    rules
+                        .get_or_init(|| ignore::ViewIgnore::new(base_repo, &view.upper))
+                        .ignored(p, d)
+                };
+                view::clear_upper(&view.upper, &tree, &rules)
+                    .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
+            })
         })?;
         slot.with_repo(&self.common_dir, |repo| Ok(repo.set_head(branch_ref)?))?;
         self.copy_base_index(base, &slot.name)
