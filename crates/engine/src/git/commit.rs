@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, Oid, Repository, Status, StatusOptions};
 
-use super::worktree::ignore::ViewIgnore;
+use super::worktree::ignore::LazyIgnore;
 use super::worktree::view::upper_changes;
 use crate::repo_path::RepoPath;
 use swarm_sandbox::overlay;
@@ -285,7 +285,7 @@ fn stage_view(
     upper: &Path,
 ) -> Result<(Oid, Vec<RepoPath>), CommitError> {
     let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot read the worktree: {e}"));
-    let rules = ViewIgnore::new(base, upper);
+    let rules = LazyIgnore::new(base, upper);
     let changes = upper_changes(upper, tip_tree, &|p, d| rules.ignored(p, d)).map_err(io)?;
     let mut removals: BTreeSet<PathBuf> = changes
         .removed

@@ -110,6 +110,31 @@ impl ViewIgnore {
     }
 }
 
+/// A view's ignore rules, read on first use: only an untracked path is asked about, and most
+/// tasks leave none.
+pub(crate) struct LazyIgnore<'a> {
+    base: &'a Repository,
+    upper: &'a Path,
+    rules: std::cell::OnceCell<ViewIgnore>,
+}
+
+impl<'a> LazyIgnore<'a> {
+    pub(crate) fn new(base: &'a Repository, upper: &'a Path) -> Self {
+        Self {
+            base,
+            upper,
+            rules: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Would git ignore the untracked `path` (a folder if `is_dir`)?
+    pub(crate) fn ignored(&self, path: &RepoPath, is_dir: bool) -> bool {
+        self.rules
+            .get_or_init(|| ViewIgnore::new(self.base, self.upper))
+            .ignored(path, is_dir)
+    }
+}
+
 fn add_lines(rules: &mut GitignoreBuilder, text: &str) {
     for line in text.lines() {
         // A line git would not understand either is left out, not the whole file.

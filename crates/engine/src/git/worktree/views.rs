@@ -130,15 +130,8 @@ impl WorktreePool {
         sandbox::confined(std::slice::from_ref(&view.upper), || {
             slot.with_base_repo(&self.common_dir, base, |base_repo| {
                 let tree = base_repo.find_commit(base.commit)?.tree()?;
-                // Read only when the upper layer holds an untracked path (most tasks leave
-                // none).
-                let rules = std::cell::OnceCell::new();
-                let rules = |p: &_, d| {
-                    rules
-                        .get_or_init(|| ignore::ViewIgnore::new(base_repo, &view.upper))
-                        .ignored(p, d)
-                };
-                view::clear_upper(&view.upper, &tree, &rules)
+                let rules = ignore::LazyIgnore::new(base_repo, &view.upper);
+                view::clear_upper(&view.upper, &tree, &|p, d| rules.ignored(p, d))
                     .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
             })
         })?;
