@@ -86,6 +86,45 @@ async fn the_exit_status_comes_through(dir: &Path) {
     assert_eq!(ran.code, Some(7), "{}", ran.stderr);
 }
 
+/// Runs `script` in a jail host: its exit status, what it printed (read to the end once the
+/// status came), and its hosted process, whose jail may still be going.
+async fn hosted(script: &str, cwd: &Path) -> (Option<i32>, String, swarm_sandbox::jail::Hosted) {
+    use std::io::Read as _;
+    let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
+    let spec = JailSpec::new(&argv, cwd, &[], &[], false);
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let env = [("PATH".into(), std::env::var_os("PATH").unwrap())];
+    let Ok(mut hosted) = spec.hosted(&env, writer.into()) else {
+        panic!("no jail host could run it")
+    };
+    let status = hosted.wait().await.unwrap();
+    // The pipe ends with the status: nothing of the task holds it any more.
+    let mut out = String::new();
+    reader.read_to_string(&mut out).unwrap();
+    (status.code(), out, hosted)
+}
+
+/// A hosted worker's status comes as soon as it ended, its output whole; its jail's end
+/// (its mounts going) is reported after, and only then does the host run the next task.
+async fn a_hosted_status_comes_before_the_jail_is_gone(dir: &Path) {
+    let (code, first, mut jail) = hosted("readlink /proc/self/ns/net; exit 3", dir).await;
+    assert_eq!(code, Some(3), "{first}");
+    assert!(first.starts_with("net:["), "{first}");
+    let finished = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tokio::task::spawn_blocking(move || jail.finish().map(|()| jail)),
+    )
+    .await
+    .expect("the jail's end was never reported");
+    let jail = finished.unwrap().unwrap();
+    assert!(jail.is_gone());
+    drop(jail);
+    // The same host again (it keeps its network namespace for every task).
+    let (code, second, _jail) = hosted("readlink /proc/self/ns/net", dir).await;
+    assert_eq!(code, Some(0), "{second}");
+    assert_eq!(first, second);
+}
+
 fn main() -> ExitCode {
     if let Some(code) = swarm_sandbox::jail::main_if_jail() {
         return code;
@@ -117,7 +156,8 @@ fn main() -> ExitCode {
         there_is_no_network_and_no_other_process(&each("namespaces")).await;
         a_hidden_store_is_empty(&each("hidden")).await;
         the_exit_status_comes_through(&each("status")).await;
-        println!("4 jail tests passed");
+        a_hosted_status_comes_before_the_jail_is_gone(&each("hosted")).await;
+        println!("5 jail tests passed");
     });
     ExitCode::SUCCESS
 }

@@ -23,9 +23,9 @@ use git2::Oid;
 
 use super::Shared;
 use super::task::{
-    Attempt, commit_attempt, commit_message, outcome, start_attempt, step, warn,
-    warn_about_checkout, warn_about_new_branches, work,
+    Attempt, commit_attempt, commit_message, outcome, start_attempt, step, warn, work,
 };
+use super::watch::{warn_about_checkout, warn_about_new_branches};
 use crate::env_vars;
 use crate::git::TreeChange;
 use crate::git::commit::{self, CommitError};
@@ -211,7 +211,8 @@ async fn attempt_group(
     let mut slot = start_attempt(shared, tasks, 1, shared.base, &branch).await?;
     let worktree = slot.path.clone();
     // On an error the lease gives the worktree back (its next task resets it).
-    let result = work(shared, tasks[0], &files, &mut slot, None).await?;
+    let mut result = work(shared, tasks[0], &files, &mut slot, None).await?;
+    super::task::finish(result.jail.take()).await;
     let unshared = |error: String| Unshared {
         error,
         log: result.log.clone(),
@@ -231,7 +232,16 @@ async fn attempt_group(
         return Ok(Err(unshared(why)));
     }
     step(shared, &first.id, "committing");
-    let committed = match commit_attempt(shared, slot, &first.id, &branch, shared.base).await? {
+    let committed = match commit_attempt(
+        shared,
+        slot,
+        &first.id,
+        &branch,
+        shared.base,
+        Default::default(),
+    )
+    .await?
+    {
         Ok(committed) => committed,
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
         Err(e) => return Ok(Err(unshared(e.to_string()))),

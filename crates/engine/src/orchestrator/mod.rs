@@ -46,7 +46,7 @@ pub use mode::RunMode;
 pub(crate) use records::new_report;
 use records::{atomic_hold, close_report, open_run, spent_before};
 use scheduler::Scheduler;
-use task::user_branches;
+use watch::user_branches;
 
 pub struct RunRequest {
     pub info: RepoInfo,

@@ -1,7 +1,6 @@
 //! One attempt at one task: a pooled worktree, the worker, the commit, the scope check.
 
 use crate::git::commit::{self, CommitError};
-use crate::git::finish;
 use crate::git::worktree::{Lease, Slot};
 use crate::ids::TaskId;
 use crate::ids::TaskIdx;
@@ -9,6 +8,7 @@ use crate::report::{Reported, Tokens};
 use crate::settings::Scope;
 use crate::worker::Verdict;
 use crate::worker::diagnose;
+use crate::worker::process::JailEnd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use anyhow::Context as _;
 use git2::Oid;
 
 use super::Shared;
+use super::watch::{warn_about_checkout, warn_about_new_branches};
 use super::worker_run::{Place, run_worker, set_up};
 use crate::events::Event;
 use crate::git::TreeChange;
@@ -115,8 +116,19 @@ pub(super) struct WorkerResult {
     pub(super) requests: u32,
     /// What an `--agent` said of its own spend.
     pub(super) reported: Option<Reported>,
+    /// The jail of an `--exec` command, maybe still unmounting: finished before the
+    /// worktree's view, or `git`, is used again (dropped before `git`: declared before it).
+    pub(super) jail: Option<JailEnd>,
     /// What the worker's own git wrote, in its views (commits to adopt).
     pub(super) git: Option<GitLayer>,
+}
+
+/// What a worker's process left that must go before its worktree is given back: its jail
+/// (finished first), then its git view's layer.
+#[derive(Default)]
+pub(super) struct Ended {
+    pub(super) _jail: Option<JailEnd>,
+    pub(super) _git: Option<GitLayer>,
 }
 
 impl WorkerResult {
@@ -131,6 +143,7 @@ impl WorkerResult {
             turns: 0,
             requests: 0,
             reported: None,
+            jail: None,
             git: None,
         }
     }
@@ -179,7 +192,10 @@ async fn attempt_task(
     a.worktree = Some(slot.path.clone());
     // On an error the lease gives the worktree back (its next task resets it).
     let mut result = work(shared, a.idx, &task.files, &mut slot, context).await?;
-    let git = result.git.take();
+    // Locals drop in reverse: on an early return the jail is finished, then the git layer
+    // let go, then the worktree given back.
+    let mut git = result.git.take();
+    let mut jail = result.jail.take();
     a.record_spend(&result);
     let verdict = result.verdict;
     a.summary = result.summary;
@@ -190,21 +206,28 @@ async fn attempt_task(
     // A worktree whose link to the repository the worker changed is neither committed nor
     // used again.
     if let Err(why) = shared.pool.check_intact(&slot) {
+        finish(jail.take()).await;
         tokio::task::spawn_blocking(move || slot.discard()).await?;
         a.status = TaskStatus::Failed;
         a.error = Some(why);
         return Ok(());
     }
-    if let Some(layer) = git
-        && let Err(why) = adopt_git(shared, &task.id, layer, &branch, a.start).await?
-    {
-        tokio::task::spawn_blocking(move || slot.release()).await??;
-        a.status = TaskStatus::Failed;
-        a.error = Some(why);
-        return Ok(());
+    // The common case: the worker's git wrote nothing, and its layer waits for the jail's end.
+    if let Some(layer) = git.take_if(|layer| !layer.untouched()) {
+        finish(jail.take()).await;
+        if let Err(why) = adopt_git(shared, &task.id, layer, &branch, a.start).await? {
+            tokio::task::spawn_blocking(move || slot.release()).await??;
+            a.status = TaskStatus::Failed;
+            a.error = Some(why);
+            return Ok(());
+        }
     }
     step(shared, &task.id, "committing");
-    let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start).await? {
+    let ended = Ended {
+        _jail: jail.take(),
+        _git: git.take(),
+    };
+    let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start, ended).await? {
         Ok(c) => c,
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
         Err(e) => {
@@ -389,64 +412,6 @@ pub(super) async fn work(
     .await
 }
 
-/// With `--sandbox off`: paths of the user's checkout that changed while `task` ran, as a
-/// warning (a confined worker cannot write there).
-pub(super) async fn warn_about_checkout(shared: &Arc<Shared>, task: &TaskId) {
-    if shared.checkout_watch.is_none() {
-        return;
-    }
-    let changed = {
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || shared.checkout_watch.as_ref().map(|w| w.changed()))
-            .await
-    };
-    match changed {
-        Ok(Some(Ok(paths))) if !paths.is_empty() => {
-            let list: Vec<String> = paths.iter().take(10).map(|p| p.display()).collect();
-            warn(
-                shared,
-                task,
-                format!(
-                    "your checkout changed while this task ran (--sandbox off lets workers \
-                     write there): {}{}",
-                    list.join(", "),
-                    if paths.len() > 10 { ", …" } else { "" }
-                ),
-            );
-        }
-        Ok(Some(Err(e))) => tracing::warn!("cannot look at the checkout: {e:#}"),
-        _ => {}
-    }
-}
-
-/// Branches the worker made, whatever else it did: a warning (swarm leaves them be).
-pub(super) async fn warn_about_new_branches(
-    shared: &Arc<Shared>,
-    task: &TaskId,
-) -> anyhow::Result<()> {
-    // Confined workers cannot write the repository's references: nothing to look at.
-    if shared.known_branches.is_none() {
-        return Ok(());
-    }
-    let created = {
-        let shared = shared.clone();
-        tokio::task::spawn_blocking(move || new_user_branches(&shared)).await??
-    };
-    if !created.is_empty() {
-        warn(
-            shared,
-            task,
-            format!(
-                "the worker created branch(es) {}; swarm leaves them as they are",
-                created.join(", ")
-            ),
-        );
-    }
-    Ok(())
-}
-
-/// Commits what the worker left in the worktree onto `branch` (which started at `start`),
-/// then gives the worktree back.
 /// Keeps the commits the worker made with its own git on its task branch (and says which other
 /// refs it made, which are not kept); `Err` when they cannot be kept.
 async fn adopt_git(
@@ -498,18 +463,29 @@ pub(super) async fn commit_attempt(
     task: &TaskId,
     branch: &str,
     start: Oid,
+    ended: Ended,
 ) -> anyhow::Result<Result<commit::Committed, CommitError>> {
     let message = commit_message(shared, task);
     let shared = shared.clone();
     let branch = branch.to_string();
-    // One trip to a blocking thread for both: the next task waits for the worktree.
+    // One trip to a blocking thread for both: the next task waits for the worktree. What the
+    // worker left is final (all its processes are gone), so the commit need not wait for its
+    // jail to unmount; the worktree is given back only after.
     let (committed, released) = tokio::task::spawn_blocking(move || {
         let committed = shared.pool.commit(&slot, &branch, start, &message);
+        drop(ended);
         (committed, slot.release())
     })
     .await?;
     released?;
     Ok(committed)
+}
+
+/// Waits for a worker's jail to be gone, if it is not yet.
+pub(super) async fn finish(jail: Option<JailEnd>) {
+    if let Some(jail) = jail {
+        jail.finish().await;
+    }
 }
 
 /// The message of task `task`'s commit.
@@ -555,26 +531,4 @@ pub(super) fn outcome(
             }
         }
     }
-}
-
-/// Local branches that are not swarm's.
-pub(super) fn user_branches(
-    common_dir: &std::path::Path,
-) -> anyhow::Result<std::collections::BTreeSet<String>> {
-    Ok(finish::branches_under(common_dir, "")?
-        .into_iter()
-        .filter(|b| !b.starts_with(crate::ids::BRANCH_NAMESPACE))
-        .collect())
-}
-
-/// Branches that appeared since the last look (remembered, so each is reported once).
-fn new_user_branches(shared: &Shared) -> anyhow::Result<Vec<String>> {
-    let Some(known) = &shared.known_branches else {
-        return Ok(Vec::new());
-    };
-    let now = user_branches(&shared.common_dir)?;
-    let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
-    let created: Vec<String> = now.difference(&known).cloned().collect();
-    known.extend(created.iter().cloned());
-    Ok(created)
 }

@@ -168,6 +168,7 @@ async fn run_exec(
         cost_usd: spent.cost_usd,
         requests: spent.requests,
         reported: Reported::plausible(usage.tokens, usage.cost_usd, usage.turns),
+        jail: ran.jail,
         git: ran.git,
     })
 }
@@ -184,6 +185,8 @@ async fn verify_then_repair(
     mut result: WorkerResult,
 ) -> anyhow::Result<WorkerResult> {
     let task = shared.plan.task(idx);
+    // The check's jail mounts the same view: the command's must be gone first.
+    super::task::finish(result.jail.take()).await;
     let Some((verdict, tail)) = verify_exec(
         shared,
         &task.id,
@@ -300,6 +303,7 @@ pub(super) async fn run_agent(
         turns: out.turns,
         requests: out.requests,
         reported: None,
+        jail: None,
         git: None,
     })
 }

@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::process::{self, Exit, GatewayAccess, ProcessRequest, Program};
+use super::process::{self, Exit, GatewayAccess, JailEnd, ProcessRequest, Program};
 use crate::gateway::{Binding, Gateway, Meter, Spent};
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
@@ -77,6 +77,9 @@ pub(crate) struct ExecOutcome {
     pub output_tail: String,
     /// What an `--agent` reported of its work (turns, tokens, cost): kept, never counted.
     pub usage: Option<AgentUsage>,
+    /// The worker's jail, maybe still unmounting: finished before its worktree's view or
+    /// `git` are used again (declared before `git`, so dropped before it).
+    pub jail: Option<JailEnd>,
     /// What the worker's own git wrote, for the caller to adopt its commits from.
     pub git: Option<GitLayer>,
     /// Processes it left running when it exited (stopped with it).
@@ -134,7 +137,7 @@ pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> 
         _ => None,
     };
     let log = log_path(task.task_dir);
-    let outcome = run_process(
+    let (outcome, jail) = run_process(
         &task,
         env,
         &log,
@@ -167,6 +170,7 @@ pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> 
         output_tail: outcome.output_tail,
         usage,
         spent: outcome.spent,
+        jail,
         git,
         leftovers: outcome.leftovers,
     })
@@ -211,7 +215,7 @@ async fn run_process(
     also: &[&Path],
     state_views: &[StateView],
     git: Option<&GitLayer>,
-) -> Result<process::ProcessOutcome, WorkerError> {
+) -> Result<(process::ProcessOutcome, Option<JailEnd>), WorkerError> {
     let mut also_writable = also.to_vec();
     if let Some(layer) = git {
         also_writable.push(layer.writable());
@@ -226,7 +230,7 @@ async fn run_process(
         }
         None => Program::Shell(task.command),
     };
-    let outcome = process::run(ProcessRequest {
+    let request = ProcessRequest {
         program,
         cwd: task.worktree,
         env,
@@ -250,8 +254,15 @@ async fn run_process(
         state_views,
         git_view: git.map(|l| &l.view),
         budget: task.agent.map(|_| task.meter.when_exhausted()),
-    })
-    .await;
+    };
+    // A command's jail ends while swarm goes on with what it left; an agent's state views
+    // are read as soon as it returns, so its jail is waited for.
+    let outcome = match task.agent.is_none() && state_views.is_empty() {
+        true => process::run_until_exit(request)
+            .await
+            .map(|(outcome, end)| (outcome, Some(end))),
+        false => process::run(request).await.map(|outcome| (outcome, None)),
+    };
     for view in state_views {
         overlay::open_work_dir(&view.work);
     }

@@ -22,7 +22,7 @@ use swarm_sandbox::{self as sandbox, SandboxPolicy};
 /// What a process needs while it runs: its private temporary directory, with an allow-list
 /// its network proxy, for an agent its door to the model gateway.
 #[derive(Default)]
-pub(super) struct Confinement {
+pub(crate) struct Confinement {
     tmp: Option<sandbox::scratch::ScratchDir>,
     /// Where the jail says what the process left behind, if it left anything (out of its
     /// reach).
@@ -66,6 +66,14 @@ impl Running {
         match self {
             Running::Child { pgid, .. } => group_members(*pgid),
             Running::Hosted(_) => 0,
+        }
+    }
+
+    /// Is nothing of it left to wait for (a child reaped; a hosted process's jail gone)?
+    pub(super) fn finished(&self) -> bool {
+        match self {
+            Running::Child { .. } => true,
+            Running::Hosted(hosted) => hosted.is_gone(),
         }
     }
 

@@ -126,6 +126,43 @@ pub(crate) struct ProcessOutcome {
 }
 
 pub(crate) async fn run(req: ProcessRequest<'_>) -> Result<ProcessOutcome, WorkerError> {
+    let (outcome, end) = run_until_exit(req).await?;
+    end.finish().await;
+    Ok(outcome)
+}
+
+/// What is left of a process whose worker has ended: its jail, which may still be unmounting
+/// its namespace (overlays, which sync their upper layer's filesystem on the way), and what
+/// the jail used (its temporary directory, proxy, gateway). The layers its jail mounted may
+/// be used again only once it is finished: [`JailEnd::finish`], or dropped (which waits,
+/// blocking).
+pub(crate) struct JailEnd {
+    running: Running,
+    _keep: launch::Confinement,
+}
+
+impl std::fmt::Debug for JailEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JailEnd")
+    }
+}
+
+impl JailEnd {
+    /// Waits for the jail to be gone.
+    pub(crate) async fn finish(self) {
+        if self.running.finished() {
+            return;
+        }
+        let _ = tokio::task::spawn_blocking(move || drop(self)).await;
+    }
+}
+
+/// [`run`], but returns once the worker has ended, with its jail's end to wait for before
+/// the layers it mounted (a view's, a git view's) are used again: the caller goes on (say,
+/// commits what the worker left) while the jail unmounts.
+pub(crate) async fn run_until_exit(
+    req: ProcessRequest<'_>,
+) -> Result<(ProcessOutcome, JailEnd), WorkerError> {
     let started = Instant::now();
     let (reader, writer) = std::io::pipe().map_err(WorkerError::Process)?;
     let log = state::create_file(req.log).map_err(WorkerError::task_file("create", req.log))?;
@@ -152,7 +189,7 @@ pub(crate) async fn run(req: ProcessRequest<'_>) -> Result<ProcessOutcome, Worke
         .ok()
         .and_then(Result::ok)
         .unwrap_or_else(|| (String::new(), 0));
-    Ok(ProcessOutcome {
+    let outcome = ProcessOutcome {
         exit,
         output_tail,
         spent: keep.gateway.as_ref().map(Listener::spent),
@@ -172,7 +209,14 @@ pub(crate) async fn run(req: ProcessRequest<'_>) -> Result<ProcessOutcome, Worke
             }
             None => left_in_group,
         },
-    })
+    };
+    Ok((
+        outcome,
+        JailEnd {
+            running,
+            _keep: keep,
+        },
+    ))
 }
 
 /// Waits for the process to exit, or stops its group at the timeout, when it goes stale, or

@@ -68,13 +68,13 @@ pub(super) fn main(arg: Option<OsString>) -> ExitCode {
     loop {
         match read_order(0) {
             Ok(Some((Order::Run { spec: task, env }, Some(output)))) => {
-                let status = match run_task(&spec, &task, &env, output) {
-                    Ok(Some(status)) => status,
+                match run_task(&spec, &task, &env, output) {
+                    Ok(Some(())) => {}
                     // swarm is gone: so is its task.
                     Ok(None) => return ExitCode::SUCCESS,
                     Err(_) => return ExitCode::from(JAIL_FAILED),
-                };
-                if send_report(&Report::Exited(status)).is_err() {
+                }
+                if send_report(&Report::Gone).is_err() {
                     return ExitCode::SUCCESS;
                 }
             }
@@ -127,22 +127,28 @@ fn set_up(spec: &HostSpec) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Forks the task's jail and waits for it, passing swarm's signals on. `None` when swarm's
-/// socket closed meanwhile (the task was killed).
+/// Forks the task's jail and waits for it, passing swarm's signals on. Reports the worker's
+/// status as soon as the jail says it (before the jail's end unmounts its namespace), or
+/// when the jail is reaped if it said nothing. `None` when swarm's socket closed meanwhile
+/// (the task was killed).
 fn run_task(
     host: &HostSpec,
     task: &JailSpec,
     env: &[(Bytes, Bytes)],
     output: OwnedFd,
-) -> anyhow::Result<Option<i32>> {
+) -> anyhow::Result<Option<()>> {
     let host_pid = std::process::id();
+    let [early, early_w] = super::pipe()?;
+    // SAFETY: the fds were just made and are ours.
+    let (early, early_w) = unsafe { (OwnedFd::from_raw_fd(early), OwnedFd::from_raw_fd(early_w)) };
     // SAFETY: the host is single-threaded; the child runs ordinary Rust until it execs.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(errno("fork"));
     }
     if pid == 0 {
-        let e = match task_main(host, host_pid, task, env, output) {
+        drop(early);
+        let e = match task_main(host, host_pid, task, env, output, early_w) {
             Ok(never) => match never {},
             Err(e) => e,
         };
@@ -150,33 +156,44 @@ fn run_task(
         // SAFETY: leaving the child without running the host's destructors.
         unsafe { libc::_exit(i32::from(JAIL_FAILED)) };
     }
-    drop(output);
+    drop((output, early_w));
     // Both sides set the group, so a signal sent at once finds it.
     // SAFETY: setpgid on our own child.
     unsafe { libc::setpgid(pid, pid) };
     let pidfd = pidfd_open(pid)?;
+    let mut early = Some(early);
     loop {
         let mut fds = [
-            libc::pollfd {
-                fd: 0,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: pidfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
+            0,
+            pidfd.as_raw_fd(),
+            early.as_ref().map_or(-1, |e| e.as_raw_fd()),
+        ]
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
         // SAFETY: poll on a local array.
-        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+        if unsafe { libc::poll(fds.as_mut_ptr(), 3, -1) } < 0 {
             if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 continue;
             }
             return Err(errno("poll"));
         }
+        if fds[2].revents != 0
+            && let Some(fd) = early.take()
+            && let Some(status) = read_status(&fd)
+        {
+            send_report(&Report::Exited(status)).context("reporting to swarm")?;
+            continue;
+        }
         if fds[1].revents != 0 {
-            return super::wait_for(pid).map(Some);
+            let status = super::wait_for(pid)?;
+            if early.is_some() {
+                // The jail said nothing (it failed, or was killed): its own status.
+                send_report(&Report::Exited(status)).context("reporting to swarm")?;
+            }
+            return Ok(Some(()));
         }
         if fds[0].revents != 0 {
             match read_order(0) {
@@ -196,6 +213,14 @@ fn run_task(
     }
 }
 
+/// The status a task's jail wrote on `fd`; `None` at its end without one.
+fn read_status(fd: &OwnedFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    // SAFETY: reading into a local buffer.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    (n == 4).then(|| i32::from_ne_bytes(buf))
+}
+
 /// The task's jail, in the host's fork: its own process group, the output pipe as standard
 /// output and error, `/dev/null` as input, the task's environment, then its namespaces and
 /// the same init and worker as a one-off jail.
@@ -205,6 +230,7 @@ fn task_main(
     task: &JailSpec,
     env: &[(Bytes, Bytes)],
     output: OwnedFd,
+    early: OwnedFd,
 ) -> anyhow::Result<Never> {
     let null = std::fs::File::open("/dev/null").context("/dev/null")?;
     // SAFETY: setpgid and dup2 on this process's own fds; the originals are closed when
@@ -235,7 +261,11 @@ fn task_main(
         unsafe { std::env::set_var(path(key), path(value)) };
     }
     super::enter_namespaces(TASK_NAMESPACES)?;
-    super::contained(task, &argv)
+    super::contained(
+        task,
+        &argv,
+        Some(std::os::fd::IntoRawFd::into_raw_fd(early)),
+    )
 }
 
 fn pidfd_open(pid: i32) -> anyhow::Result<OwnedFd> {

@@ -37,13 +37,18 @@ struct Host {
 }
 
 /// A confined process running in a jail host, like a child process: [`Hosted::wait`],
-/// [`Hosted::signal`] (its whole process group). Dropped before it ended, its host is killed,
+/// [`Hosted::signal`] (its whole process group). Its status comes as soon as the worker has
+/// ended, while its jail may still be unmounting: [`Hosted::finish`] waits for the jail to be
+/// gone, after which its layers may be used again and its host goes back to the pool.
+/// Dropped after its status came, it finishes (blocking); dropped before, its host is killed,
 /// and the process with it.
 pub struct Hosted {
     host: Option<Host>,
     /// The report being read (kept, so that a `wait` cancelled and called again goes on).
     pending: Option<tokio::task::JoinHandle<(BufReader<ChildStdout>, std::io::Result<Report>)>>,
     ended: Option<ExitStatus>,
+    /// Has the host said that the jail is gone?
+    gone: bool,
 }
 
 impl JailSpec {
@@ -91,6 +96,7 @@ impl JailSpec {
                         host: Some(host),
                         pending: None,
                         ended: None,
+                        gone: false,
                     });
                 }
                 Err(_) => host.discard(),
@@ -133,6 +139,31 @@ impl Hosted {
         }
     }
 
+    /// Is its jail gone (or has it not run at all)?
+    pub fn is_gone(&self) -> bool {
+        self.gone || self.host.is_none()
+    }
+
+    /// Waits for the process's jail to be gone (its mounts with it), after its status came.
+    /// Blocking.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        if self.gone {
+            return Ok(());
+        }
+        let host = self.host.as_mut().filter(|_| self.ended.is_some());
+        let reports = host.and_then(|h| h.reports.as_mut());
+        let reports = reports.ok_or_else(|| std::io::Error::other("no status from the jail"))?;
+        match read_report(reports)? {
+            Report::Gone => {
+                self.gone = true;
+                Ok(())
+            }
+            other => Err(std::io::Error::other(format!(
+                "the jail host reported {other:?}"
+            ))),
+        }
+    }
+
     /// Sends `signal` to the process's whole group (its jail, init and the worker); nothing
     /// once it has ended.
     pub fn signal(&mut self, signal: i32) {
@@ -152,11 +183,12 @@ impl Hosted {
 
 impl Drop for Hosted {
     fn drop(&mut self) {
+        // What mounts its jail held is not used again before the jail is gone.
+        let finished = self.ended.is_some() && self.finish().is_ok();
         let Some(host) = self.host.take() else { return };
-        if self.ended.is_some() && host.reports.is_some() {
-            give_back(host);
-        } else {
-            host.discard();
+        match finished {
+            true => give_back(host),
+            false => host.discard(),
         }
     }
 }

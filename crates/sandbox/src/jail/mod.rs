@@ -277,7 +277,7 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
     watch_parent(spec.parent, "swarm has exited")?;
     let argv = argv_of(spec)?;
     enter_namespaces(TASK_NAMESPACES | network(spec.network))?;
-    contained(spec, &argv)
+    contained(spec, &argv, None)
 }
 
 /// Dies with the parent (SIGKILL), which must be `parent` (else it is gone already: `gone`).
@@ -321,7 +321,11 @@ fn network(network: bool) -> libc::c_int {
 
 /// The jail once in its namespaces: init and the worker; this process then waits for init
 /// and ends the way the worker did.
-fn contained(spec: &JailSpec, argv: &[CString]) -> anyhow::Result<Never> {
+///
+/// `early`, in a jail host's task: where the worker's status is written as soon as init is
+/// reaped, before this process's exit takes the mount namespace down (unmounting the
+/// overlays, which syncs their upper layers' filesystem), so that swarm can go on meanwhile.
+fn contained(spec: &JailSpec, argv: &[CString], early: Option<i32>) -> anyhow::Result<Never> {
     // Not dumpable from here on (uid_map is written): the worker, which runs as the same
     // user, cannot read the doors' keys from the memory of init or the forwarder, nor trace
     // them. Its own exec makes it dumpable again.
@@ -344,6 +348,9 @@ fn contained(spec: &JailSpec, argv: &[CString]) -> anyhow::Result<Never> {
         unsafe {
             libc::close(status[0]);
             libc::close(lifeline[1]);
+            if let Some(fd) = early {
+                libc::close(fd);
+            }
         }
         let e = match init_main(spec, argv, status[1], lifeline[0]) {
             Ok(never) => match never {},
@@ -369,6 +376,7 @@ fn contained(spec: &JailSpec, argv: &[CString]) -> anyhow::Result<Never> {
     let n = unsafe { libc::read(status[0], buf.as_mut_ptr().cast(), buf.len()) };
     let word = |at: usize| i32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
     if n != 8 {
+        report_early(early, init_status);
         exit_like(init_status)
     }
     if let (Some(file), left @ 1..) = (&spec.leftovers, word(4)) {
@@ -376,7 +384,34 @@ fn contained(spec: &JailSpec, argv: &[CString]) -> anyhow::Result<Never> {
         // the worker's reach.
         let _ = std::fs::write(path(file), left.to_string());
     }
+    report_early(early, word(0));
     exit_like(word(0))
+}
+
+/// Writes to `early` the wait status [`exit_like`] will end this process with, after closing
+/// the standard output and error (the task's output pipe, which then ends: nothing of the
+/// task writes to it any more).
+fn report_early(early: Option<i32>, status: i32) {
+    let Some(fd) = early else { return };
+    let bytes = final_status(status).to_ne_bytes();
+    // SAFETY: closing this process's own fds and writing a local buffer to a pipe it owns.
+    unsafe {
+        libc::close(1);
+        libc::close(2);
+        libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        libc::close(fd);
+    }
+}
+
+/// The wait status a process that runs [`exit_like`]`(status)` ends with.
+fn final_status(status: i32) -> i32 {
+    if libc::WIFSIGNALED(status) {
+        libc::WTERMSIG(status)
+    } else if libc::WIFEXITED(status) {
+        status & 0xff00
+    } else {
+        1 << 8
+    }
 }
 
 /// Moves this process into new namespaces (`flags`, a user namespace among them), as the

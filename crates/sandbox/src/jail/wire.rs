@@ -36,8 +36,12 @@ pub(super) enum Order {
 pub(super) enum Report {
     Ready,
     Failed(String),
-    /// The task's jail ended with this wait status (the worker's, as a one-off jail's).
+    /// The task's worker ended with this wait status (the one a one-off jail would end
+    /// with): every process of the task is gone, but its jail may still be unmounting.
     Exited(i32),
+    /// The task's jail is gone too, its mounts with it: its layers may be used again, and the
+    /// host takes its next order.
+    Gone,
 }
 
 /// The host's side: writes `report` as a line to its standard output.
