@@ -18,7 +18,9 @@
 //! model gateway) need the loopback of a network namespace of the task's own, so those
 //! processes keep the one-off jail.
 //!
-//! The protocol is in [`super::wire`].
+//! The protocol is in [`super::wire`]. For each task the host reports `Exited` as soon as
+//! the task's jail writes the worker's status (before its exit unmounts the task's mount
+//! namespace), then `Gone` once it has reaped the jail; only then does it take the next order.
 //!
 //! swarm signals a task through the host (`Signal`), which owns the task's jail and has not
 //! reaped it yet, so the signal cannot reach a reused process group.

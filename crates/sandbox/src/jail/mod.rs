@@ -33,7 +33,8 @@
 //! new (a nested user namespace, PID, mount, IPC), which then runs as above.
 //!
 //! The jail's exit status is the worker's (a signal is re-raised), so swarm reads it like a
-//! plain child's. A jail that cannot be set up prints why and exits [`JAIL_FAILED`] before
+//! plain child's. A hosted jail also writes that status to its host before it exits, so that
+//! swarm can go on while the jail's exit unmounts its namespace ([`host`]). A jail that cannot be set up prints why and exits [`JAIL_FAILED`] before
 //! the worker runs: nothing runs unconfined.
 
 use std::ffi::{CString, OsString};
