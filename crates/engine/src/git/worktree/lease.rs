@@ -44,6 +44,22 @@ impl std::fmt::Debug for Handle {
     }
 }
 
+impl Handle {
+    /// Runs `work` on the repository, opened with `open` on first use.
+    pub(super) fn with<T>(
+        &self,
+        open: impl FnOnce() -> anyhow::Result<Repository>,
+        work: impl FnOnce(&Repository) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let repo = match held.as_mut() {
+            Some(repo) => repo,
+            None => held.insert(open()?),
+        };
+        work(repo)
+    }
+}
+
 impl Slot {
     /// Runs `work` on this worktree's repository, opened through its administrative
     /// directory in `common_dir` on first use.
@@ -52,12 +68,8 @@ impl Slot {
         common_dir: &Path,
         work: impl FnOnce(&Repository) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let mut held = self.handle.0.lock().unwrap_or_else(|e| e.into_inner());
-        let repo = match held.as_mut() {
-            Some(repo) => repo,
-            None => held.insert(super::open_worktree(common_dir, &self.name, &self.path)?),
-        };
-        work(repo)
+        let open = || super::open_worktree(common_dir, &self.name, &self.path);
+        self.handle.with(open, work)
     }
 
     /// Runs `work` on the base checkout `base`'s repository, opened for this worktree on
@@ -68,12 +80,8 @@ impl Slot {
         base: &super::BaseCheckout,
         work: impl FnOnce(&Repository) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let mut held = self.base_handle.0.lock().unwrap_or_else(|e| e.into_inner());
-        let repo = match held.as_mut() {
-            Some(repo) => repo,
-            None => held.insert(super::open_worktree(common_dir, &base.name, &base.path)?),
-        };
-        work(repo)
+        let open = || super::open_worktree(common_dir, &base.name, &base.path);
+        self.base_handle.with(open, work)
     }
 }
 

@@ -92,7 +92,7 @@ pub(crate) struct WorktreePool {
     base: Mutex<Option<Arc<BaseCheckout>>>,
     /// The common git directory's repository, opened once: every task's branch is made
     /// through it.
-    common: Mutex<Option<Repository>>,
+    common: lease::Handle,
     /// Use, and leave, the base checkout kept between runs (`--reuse-base`).
     reuse_base: bool,
 }
@@ -143,7 +143,7 @@ impl WorktreePool {
             user_workdir: user_workdir.to_path_buf(),
             state: Mutex::new(PoolState::default()),
             base: Mutex::new(None),
-            common: Mutex::new(None),
+            common: Default::default(),
             reuse_base: false,
         }
     }
@@ -268,12 +268,8 @@ impl WorktreePool {
         &self,
         work: impl FnOnce(&Repository) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let mut held = self.common.lock().unwrap_or_else(|e| e.into_inner());
-        let repo = match held.as_mut() {
-            Some(repo) => repo,
-            None => held.insert(Repository::open(&self.common_dir)?),
-        };
-        work(repo)
+        let open = || Ok(Repository::open(&self.common_dir)?);
+        self.common.with(open, work)
     }
 
     /// What a worker's own git in `slot` writes: the git directory, the worktree's own.
