@@ -89,9 +89,16 @@ async fn the_exit_status_comes_through(dir: &Path) {
 /// Runs `script` in a jail host: its exit status, what it printed (read to the end once the
 /// status came), and its hosted process, whose jail may still be going.
 async fn hosted(script: &str, cwd: &Path) -> (Option<i32>, String, swarm_sandbox::jail::Hosted) {
-    use std::io::Read as _;
     let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
-    let spec = JailSpec::new(&argv, cwd, &[], &[], false);
+    hosted_argv(&argv, cwd).await
+}
+
+async fn hosted_argv(
+    argv: &[OsString],
+    cwd: &Path,
+) -> (Option<i32>, String, swarm_sandbox::jail::Hosted) {
+    use std::io::Read as _;
+    let spec = JailSpec::new(argv, cwd, &[], &[], false);
     let (mut reader, writer) = std::io::pipe().unwrap();
     let env = [("PATH".into(), std::env::var_os("PATH").unwrap())];
     let Ok(mut hosted) = spec.hosted(&env, writer.into()) else {
@@ -123,6 +130,20 @@ async fn a_hosted_status_comes_before_the_jail_is_gone(dir: &Path) {
     let (code, second, _jail) = hosted("readlink /proc/self/ns/net", dir).await;
     assert_eq!(code, Some(0), "{second}");
     assert_eq!(first, second);
+}
+
+/// A hosted jail that fails before its worker runs (an argument no `execve` can take) says
+/// nothing early: its status still comes, the jail's own, and its end after it.
+async fn a_hosted_jail_that_fails_still_reports_its_status(dir: &Path) {
+    let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), "true\0x".into()];
+    let (code, out, mut jail) = hosted_argv(&argv, dir).await;
+    assert_eq!(code, Some(125), "{out}");
+    assert!(out.contains("cannot confine the worker process"), "{out}");
+    let jail = tokio::task::spawn_blocking(move || jail.finish().map(|()| jail))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(jail.is_gone());
 }
 
 fn main() -> ExitCode {
@@ -157,7 +178,8 @@ fn main() -> ExitCode {
         a_hidden_store_is_empty(&each("hidden")).await;
         the_exit_status_comes_through(&each("status")).await;
         a_hosted_status_comes_before_the_jail_is_gone(&each("hosted")).await;
-        println!("5 jail tests passed");
+        a_hosted_jail_that_fails_still_reports_its_status(&each("hosted-fails")).await;
+        println!("6 jail tests passed");
     });
     ExitCode::SUCCESS
 }

@@ -164,6 +164,7 @@ fn run_task(
     unsafe { libc::setpgid(pid, pid) };
     let pidfd = pidfd_open(pid)?;
     let mut early = Some(early);
+    let mut reported = false;
     loop {
         let mut fds = [
             0,
@@ -184,14 +185,16 @@ fn run_task(
         }
         if fds[2].revents != 0
             && let Some(fd) = early.take()
-            && let Some(status) = read_status(&fd)
         {
-            send_report(&Report::Exited(status)).context("reporting to swarm")?;
+            if let Some(status) = read_status(&fd) {
+                send_report(&Report::Exited(status)).context("reporting to swarm")?;
+                reported = true;
+            }
             continue;
         }
         if fds[1].revents != 0 {
             let status = super::wait_for(pid)?;
-            if early.is_some() {
+            if !reported {
                 // The jail said nothing (it failed, or was killed): its own status.
                 send_report(&Report::Exited(status)).context("reporting to swarm")?;
             }
