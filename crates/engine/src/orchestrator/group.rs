@@ -212,7 +212,7 @@ async fn attempt_group(
     let worktree = slot.path.clone();
     // On an error the lease gives the worktree back (its next task resets it).
     let mut result = work(shared, tasks[0], &files, &mut slot, None).await?;
-    super::task::finish(result.jail.take()).await;
+    super::task::finish(result.ended.jail.take()).await;
     let unshared = |error: String| Unshared {
         error,
         log: result.log.clone(),

@@ -116,19 +116,19 @@ pub(super) struct WorkerResult {
     pub(super) requests: u32,
     /// What an `--agent` said of its own spend.
     pub(super) reported: Option<Reported>,
+    /// What the worker's process left: its jail, its git's writes.
+    pub(super) ended: Ended,
+}
+
+/// What a worker's process left that must go before its worktree is given back. Fields drop
+/// in order: the jail is finished (blocking) before the git layer is let go.
+#[derive(Default)]
+pub(super) struct Ended {
     /// The jail of an `--exec` command, maybe still unmounting: finished before the
-    /// worktree's view, or `git`, is used again (dropped before `git`: declared before it).
+    /// worktree's view, or `git`, is used again.
     pub(super) jail: Option<JailEnd>,
     /// What the worker's own git wrote, in its views (commits to adopt).
     pub(super) git: Option<GitLayer>,
-}
-
-/// What a worker's process left that must go before its worktree is given back: its jail
-/// (finished first), then its git view's layer.
-#[derive(Default)]
-pub(super) struct Ended {
-    pub(super) _jail: Option<JailEnd>,
-    pub(super) _git: Option<GitLayer>,
 }
 
 impl WorkerResult {
@@ -143,8 +143,7 @@ impl WorkerResult {
             turns: 0,
             requests: 0,
             reported: None,
-            jail: None,
-            git: None,
+            ended: Ended::default(),
         }
     }
 }
@@ -192,10 +191,8 @@ async fn attempt_task(
     a.worktree = Some(slot.path.clone());
     // On an error the lease gives the worktree back (its next task resets it).
     let mut result = work(shared, a.idx, &task.files, &mut slot, context).await?;
-    // Locals drop in reverse: on an early return the jail is finished, then the git layer
-    // let go, then the worktree given back.
-    let mut git = result.git.take();
-    let mut jail = result.jail.take();
+    // Declared after `slot`, so dropped before it on an early return.
+    let mut ended = std::mem::take(&mut result.ended);
     a.record_spend(&result);
     let verdict = result.verdict;
     a.summary = result.summary;
@@ -206,15 +203,15 @@ async fn attempt_task(
     // A worktree whose link to the repository the worker changed is neither committed nor
     // used again.
     if let Err(why) = shared.pool.check_intact(&slot) {
-        finish(jail.take()).await;
+        finish(ended.jail.take()).await;
         tokio::task::spawn_blocking(move || slot.discard()).await?;
         a.status = TaskStatus::Failed;
         a.error = Some(why);
         return Ok(());
     }
     // The common case: the worker's git wrote nothing, and its layer waits for the jail's end.
-    if let Some(layer) = git.take_if(|layer| !layer.untouched()) {
-        finish(jail.take()).await;
+    if let Some(layer) = ended.git.take_if(|layer| !layer.untouched()) {
+        finish(ended.jail.take()).await;
         if let Err(why) = adopt_git(shared, &task.id, layer, &branch, a.start).await? {
             tokio::task::spawn_blocking(move || slot.release()).await??;
             a.status = TaskStatus::Failed;
@@ -223,10 +220,6 @@ async fn attempt_task(
         }
     }
     step(shared, &task.id, "committing");
-    let ended = Ended {
-        _jail: jail.take(),
-        _git: git.take(),
-    };
     let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start, ended).await? {
         Ok(c) => c,
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),

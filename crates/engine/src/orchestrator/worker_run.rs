@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use super::task::{WorkerResult, step, warn};
+use super::task::{Ended, WorkerResult, step, warn};
 use super::{Shared, WorkerKind};
 use crate::git::worktree::Slot;
 use crate::ids::{TaskId, TaskIdx};
@@ -168,8 +168,10 @@ async fn run_exec(
         cost_usd: spent.cost_usd,
         requests: spent.requests,
         reported: Reported::plausible(usage.tokens, usage.cost_usd, usage.turns),
-        jail: ran.jail,
-        git: ran.git,
+        ended: Ended {
+            jail: ran.jail,
+            git: ran.git,
+        },
     })
 }
 
@@ -186,7 +188,7 @@ async fn verify_then_repair(
 ) -> anyhow::Result<WorkerResult> {
     let task = shared.plan.task(idx);
     // The check's jail mounts the same view: the command's must be gone first.
-    super::task::finish(result.jail.take()).await;
+    super::task::finish(result.ended.jail.take()).await;
     let Some((verdict, tail)) = verify_exec(
         shared,
         &task.id,
@@ -229,7 +231,7 @@ async fn verify_then_repair(
     .await?;
     Ok(WorkerResult {
         summary: repaired.summary.or(result.summary),
-        git: result.git,
+        ended: result.ended,
         ..repaired
     })
 }
@@ -303,7 +305,6 @@ pub(super) async fn run_agent(
         turns: out.turns,
         requests: out.requests,
         reported: None,
-        jail: None,
-        git: None,
+        ended: Ended::default(),
     })
 }
