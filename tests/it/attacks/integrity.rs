@@ -292,4 +292,12 @@ fn the_final_update_applies_checkout_filters_where_attributes_ask_for_them() {
     assert_eq!(repo.read("a.crlf"), "bar\r\n");
     assert_eq!(repo.read("b.txt"), "bar\n");
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
+    // And the commit took the file in as `git add` would: its line endings normalized by
+    // the attributes the view's base checkout holds.
+    let blob = repo
+        .git_cmd()
+        .args(["cat-file", "blob", "HEAD:a.crlf"])
+        .output()
+        .unwrap();
+    assert_eq!(blob.stdout, b"bar\n");
 }

@@ -74,13 +74,23 @@ impl Slot {
 
     /// Runs `work` on the base checkout `base`'s repository, opened for this worktree on
     /// first use.
+    ///
+    /// The handle is given an empty index of its own: what a view asks of the base checkout
+    /// (its files' attributes when a blob is written, its ignore rules) the checkout's own
+    /// files answer, as they are the base commit's. Else libgit2 would load the base's whole
+    /// index into each view's handle to look for `.gitattributes` in it (~10 MB for each
+    /// view at 100,000 files).
     pub(super) fn with_base_repo<T>(
         &self,
         common_dir: &Path,
         base: &super::BaseCheckout,
         work: impl FnOnce(&Repository) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let open = || super::open_worktree(common_dir, &base.name, &base.path);
+        let open = || {
+            let repo = super::open_worktree(common_dir, &base.name, &base.path)?;
+            repo.set_index(&mut git2::Index::new()?)?;
+            Ok(repo)
+        };
         self.base_handle.with(open, work)
     }
 }
