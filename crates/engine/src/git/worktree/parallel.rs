@@ -140,8 +140,13 @@ fn write_index(
         .with_context(|| format!("cannot replace {}", index_path.display()))?;
     let mut index = git2::Index::open(index_path)?;
     index.read_tree(&repo.find_tree(tree)?)?;
-    let entries: Vec<git2::IndexEntry> = index.iter().collect();
-    for mut entry in entries {
+    // One entry at a time, by position: replacing an entry by one of the same path keeps
+    // every position, and a copy of all the entries at once would double the index's memory
+    // (~16 MB at 100,000 files, at the run's peak).
+    for position in 0..index.len() {
+        let Some(mut entry) = index.get(position) else {
+            continue;
+        };
         // A submodule is an empty folder here; git leaves its stat data empty too.
         if entry.mode == 0o160000 {
             continue;
