@@ -36,6 +36,7 @@ mod reuse_base;
 mod sandbox;
 mod shards;
 mod snapshots;
+mod verify;
 mod verify_merged;
 mod workers;
 mod worktrees;

@@ -79,9 +79,10 @@ pub(crate) fn commit_task(
     branch: &str,
     start: Oid,
     message: &str,
+    leave_out: &BTreeSet<RepoPath>,
 ) -> Result<Committed, CommitError> {
     commit_with(repo, branch, start, message, |repo, tip_tree, _| {
-        stage_changes(repo, tip_tree)
+        stage_changes(repo, tip_tree, leave_out)
     })
 }
 
@@ -89,9 +90,8 @@ pub(crate) fn commit_task(
 /// read from its view's `upper` directory, on `branch` (which must be HEAD). `base` is the
 /// base checkout the view shows: its working files hold the `.gitignore` and
 /// `.gitattributes` files that say which untracked paths stay out and how files are
-/// converted, and one handle of it, kept for the run, reads its index once rather than per
-/// task. The worktree's index is left as it was: the view is reset before it is used again.
-/// Blocking.
+/// converted. The worktree's index is left as it was: the view is reset before it is used
+/// again. Paths in `leave_out` (what a check alone wrote) are not committed. Blocking.
 pub(crate) fn commit_view(
     repo: &Repository,
     base: &Repository,
@@ -99,13 +99,16 @@ pub(crate) fn commit_view(
     start: Oid,
     message: &str,
     upper: &Path,
+    leave_out: &BTreeSet<RepoPath>,
 ) -> Result<Committed, CommitError> {
     commit_with(
         repo,
         branch,
         start,
         message,
-        |repo, tip_tree, start_tree| stage_view(repo, base, tip_tree, start_tree, upper),
+        |repo, tip_tree, start_tree| {
+            stage_view(repo, base, (tip_tree, start_tree), upper, leave_out)
+        },
     )
 }
 
@@ -227,12 +230,15 @@ pub(crate) fn dirty_paths(repo: &Repository) -> Result<Vec<Vec<u8>>, git2::Error
         .collect())
 }
 
-/// Stages every changed path and returns the tree of HEAD with those paths applied.
+/// Stages every changed path but those in `leave_out`, and returns the tree of HEAD with
+/// those paths applied.
 fn stage_changes(
     repo: &Repository,
     head_tree: &git2::Tree<'_>,
+    leave_out: &BTreeSet<RepoPath>,
 ) -> Result<(Oid, Vec<RepoPath>), CommitError> {
-    let paths = dirty_paths(repo)?;
+    let mut paths = dirty_paths(repo)?;
+    paths.retain(|p| !leave_out.contains(&RepoPath::from_bytes(p.as_slice())));
     if paths.is_empty() {
         return Ok((head_tree.id(), Vec::new()));
     }
@@ -280,13 +286,16 @@ fn stage_changes(
 fn stage_view(
     repo: &Repository,
     base: &Repository,
-    tip_tree: &git2::Tree<'_>,
-    start_tree: &git2::Tree<'_>,
+    (tip_tree, start_tree): (&git2::Tree<'_>, &git2::Tree<'_>),
     upper: &Path,
+    leave_out: &BTreeSet<RepoPath>,
 ) -> Result<(Oid, Vec<RepoPath>), CommitError> {
     let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot read the worktree: {e}"));
     let rules = LazyIgnore::new(base, upper);
-    let changes = upper_changes(upper, tip_tree, &|p, d| rules.ignored(p, d)).map_err(io)?;
+    let mut changes = upper_changes(upper, tip_tree, &|p, d| rules.ignored(p, d)).map_err(io)?;
+    changes.removed.retain(|p| !leave_out.contains(p));
+    changes.present.retain(|(p, _)| !leave_out.contains(p));
+    changes.skipped.retain(|p| !leave_out.contains(p));
     let mut removals: BTreeSet<PathBuf> = changes
         .removed
         .iter()

@@ -238,7 +238,7 @@ async fn attempt_group(
         &first.id,
         &branch,
         shared.base,
-        Default::default(),
+        (Default::default(), std::mem::take(&mut result.check_wrote)),
     )
     .await?
     {

@@ -7,6 +7,7 @@
 
 use crate::ids::TaskId;
 use crate::ids::TaskIdx;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,13 +16,14 @@ use git2::Oid;
 
 use super::Shared;
 use super::task::{Attempt, Resolved, step};
-use super::worker_run::{run_agent, set_up};
+use super::worker_run::{Place, run_agent, set_up};
 use crate::events::Event;
 use crate::git::worktree::{self, Slot};
 use crate::git::{commit, merge};
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 use crate::worker::Verdict;
+use crate::worker::check_writes::CheckWrites;
 use crate::worker::llm::LlmShared;
 
 /// What a conflict repair starts from.
@@ -125,16 +127,18 @@ async fn resolve_in(
     }
     let task_dir = shared.run_dir.task_dir(&task.id);
     std::fs::create_dir_all(&task_dir)?;
-    let result = run_agent(
-        shared,
-        llm,
-        r.idx,
+    let checks = shared
+        .settings
+        .verify
+        .is_some()
+        .then(|| CheckWrites::new(shared.pool.listing(slot)));
+    let place = Place {
         worktree,
-        &task_dir,
-        &files,
-        Some(&context),
-    )
-    .await?;
+        view: None,
+        git: None,
+        checks: checks.as_ref(),
+    };
+    let result = run_agent(shared, llm, r.idx, place, &task_dir, &files, Some(&context)).await?;
     a.record_spend(&result);
     a.summary = result.summary;
     a.output_tail = result.output_tail.filter(|t| !t.is_empty());
@@ -170,7 +174,8 @@ async fn resolve_in(
         return Ok(());
     }
     shared.pool.check_intact(slot).map_err(anyhow::Error::msg)?;
-    let committed = commit_resolution(shared, slot, branch, r.tip, &task.id).await?;
+    let leave_out = checks.map(|c| c.take()).unwrap_or_default();
+    let committed = commit_resolution(shared, slot, branch, (r.tip, leave_out), &task.id).await?;
     a.status = TaskStatus::Done;
     a.resolved = Some(Resolved {
         tree: committed,
@@ -203,7 +208,7 @@ async fn commit_resolution(
     shared: &Shared,
     slot: &Slot,
     branch: &str,
-    tip: Oid,
+    (tip, leave_out): (Oid, BTreeSet<RepoPath>),
     task: &TaskId,
 ) -> anyhow::Result<Oid> {
     let branch = branch.to_string();
@@ -215,7 +220,7 @@ async fn commit_resolution(
     let message = format!("swarm: resolve the merge of {task}\n");
     tokio::task::spawn_blocking(move || {
         let repo = worktree::open_worktree(&common_dir, &name, &path)?;
-        let c = commit::commit_task(&repo, &branch, tip, &message)?;
+        let c = commit::commit_task(&repo, &branch, tip, &message, &leave_out)?;
         Ok::<_, anyhow::Error>(repo.find_commit(c.tip)?.tree_id())
     })
     .await?

@@ -7,8 +7,10 @@ use crate::ids::TaskIdx;
 use crate::report::{Reported, Tokens};
 use crate::settings::Scope;
 use crate::worker::Verdict;
+use crate::worker::check_writes::CheckWrites;
 use crate::worker::diagnose;
 use crate::worker::process::JailEnd;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,6 +120,8 @@ pub(super) struct WorkerResult {
     pub(super) reported: Option<Reported>,
     /// What the worker's process left: its jail, its git's writes.
     pub(super) ended: Ended,
+    /// Paths `--verify` alone wrote (its caches, its build output): not the task's change.
+    pub(super) check_wrote: BTreeSet<RepoPath>,
 }
 
 /// What a worker's process left that must go before its worktree is given back. Fields drop
@@ -144,6 +148,7 @@ impl WorkerResult {
             requests: 0,
             reported: None,
             ended: Ended::default(),
+            check_wrote: BTreeSet::new(),
         }
     }
 }
@@ -220,7 +225,8 @@ async fn attempt_task(
         }
     }
     step(shared, &task.id, "committing");
-    let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start, ended).await? {
+    let left = (ended, std::mem::take(&mut result.check_wrote));
+    let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start, left).await? {
         Ok(c) => c,
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
         Err(e) => {
@@ -390,19 +396,20 @@ pub(super) async fn work(
     }
     step(shared, &task.id, "running");
     let git = shared.layout.git_views.then(|| shared.pool.git_dirs(slot));
-    run_worker(
-        shared,
-        idx,
-        files,
-        Place {
-            worktree: &slot.path,
-            view: slot.view.as_ref(),
-            git: git.as_ref(),
-        },
-        &task_dir,
-        context,
-    )
-    .await
+    let checks = shared
+        .settings
+        .verify
+        .is_some()
+        .then(|| CheckWrites::new(shared.pool.listing(slot)));
+    let place = Place {
+        worktree: &slot.path,
+        view: slot.view.as_ref(),
+        git: git.as_ref(),
+        checks: checks.as_ref(),
+    };
+    let mut result = run_worker(shared, idx, files, place, &task_dir, context).await?;
+    result.check_wrote = checks.map(|c| c.take()).unwrap_or_default();
+    Ok(result)
 }
 
 /// Keeps the commits the worker made with its own git on its task branch (and says which other
@@ -456,7 +463,7 @@ pub(super) async fn commit_attempt(
     task: &TaskId,
     branch: &str,
     start: Oid,
-    ended: Ended,
+    (ended, leave_out): (Ended, BTreeSet<RepoPath>),
 ) -> anyhow::Result<Result<commit::Committed, CommitError>> {
     let message = commit_message(shared, task);
     let shared = shared.clone();
@@ -465,7 +472,9 @@ pub(super) async fn commit_attempt(
     // worker left is final (all its processes are gone), so the commit need not wait for its
     // jail to unmount; the worktree is given back only after.
     let (committed, released) = tokio::task::spawn_blocking(move || {
-        let committed = shared.pool.commit(&slot, &branch, start, &message);
+        let committed = shared
+            .pool
+            .commit(&slot, &branch, start, &message, &leave_out);
         drop(ended);
         (committed, slot.release())
     })

@@ -14,6 +14,7 @@ use crate::repo_path::RepoPath;
 use crate::report::{Reported, Tokens};
 use crate::settings::Scope;
 use crate::worker::Verdict;
+use crate::worker::check_writes::CheckWrites;
 use crate::worker::exec::{self, AgentRun, ExecTask};
 use crate::worker::llm::LlmShared;
 use crate::worker::llm::agent::{self, AgentTask};
@@ -63,6 +64,8 @@ pub(super) struct Place<'a> {
     pub(super) worktree: &'a std::path::Path,
     pub(super) view: Option<&'a OverlayView>,
     pub(super) git: Option<&'a GitDirs>,
+    /// With `--verify`: notes what the check alone writes, which is not the task's change.
+    pub(super) checks: Option<&'a CheckWrites>,
 }
 
 /// Runs the task's worker in its worktree: the `--exec` command, then `--verify` (and with
@@ -82,16 +85,7 @@ pub(super) async fn run_worker(
             .model
             .as_deref()
             .context("no model for the built-in worker")?;
-        return run_agent(
-            shared,
-            llm,
-            idx,
-            place.worktree,
-            task_dir,
-            &task.files,
-            context,
-        )
-        .await;
+        return run_agent(shared, llm, idx, place, task_dir, &task.files, context).await;
     };
     let result = run_exec(shared, idx, command, files, place, task_dir, context).await?;
     let Some(verify) = shared.settings.verify.as_deref() else {
@@ -172,6 +166,7 @@ async fn run_exec(
             jail: ran.jail,
             git: ran.git,
         },
+        check_wrote: Default::default(),
     })
 }
 
@@ -189,16 +184,12 @@ async fn verify_then_repair(
     let task = shared.plan.task(idx);
     // The check's jail mounts the same view: the command's must be gone first.
     super::task::finish(result.ended.jail.take()).await;
-    let Some((verdict, tail)) = verify_exec(
-        shared,
-        &task.id,
-        verify,
-        place.worktree,
-        place.view,
-        task_dir,
-    )
-    .await?
-    else {
+    let check = verify_exec(shared, &task.id, verify, place, task_dir);
+    let checked = match place.checks {
+        Some(checks) => checks.around(check).await?,
+        None => check.await?,
+    };
+    let Some((verdict, tail)) = checked else {
         return Ok(result);
     };
     result.verdict = verdict;
@@ -223,7 +214,7 @@ async fn verify_then_repair(
         shared,
         llm,
         idx,
-        place.worktree,
+        place,
         task_dir,
         &task.files,
         Some(&context),
@@ -242,13 +233,13 @@ async fn verify_exec(
     shared: &Shared,
     task: &TaskId,
     verify: &str,
-    worktree: &std::path::Path,
-    view: Option<&OverlayView>,
+    place: Place<'_>,
     task_dir: &std::path::Path,
 ) -> anyhow::Result<Option<(Verdict, String)>> {
     step(shared, task, "verify");
     let log = task_dir.join("verify.log");
-    let ran = process::run(shared.shell(verify, Some(task), worktree, view, &log)).await?;
+    let ran =
+        process::run(shared.shell(verify, Some(task), place.worktree, place.view, &log)).await?;
     let verdict = match ran.exit {
         Exit::Code(0) => return Ok(None),
         Exit::Cancelled => Verdict::Interrupted,
@@ -261,13 +252,13 @@ async fn verify_exec(
     Ok(Some((verdict, ran.output_tail)))
 }
 
-/// Runs the built-in agent on task `idx` in `worktree`, allowed to write `files` (with
-/// `--scope task`).
+/// Runs the built-in agent on task `idx` in `place`'s worktree, allowed to write `files`
+/// (with `--scope task`).
 pub(super) async fn run_agent(
     shared: &Arc<Shared>,
     llm: &LlmShared,
     idx: TaskIdx,
-    worktree: &std::path::Path,
+    place: Place<'_>,
     task_dir: &std::path::Path,
     files: &[RepoPath],
     context: Option<&str>,
@@ -281,11 +272,12 @@ pub(super) async fn run_agent(
         instruction: &instruction,
         task_id: &task.id,
         files,
-        worktree,
+        worktree: place.worktree,
         task_dir,
         scope_task: settings.scope == Scope::Task,
         max_turns: settings.max_turns,
         verify: settings.verify.as_deref(),
+        checks: place.checks,
         timeout: settings.timeout(),
         idle_timeout: settings.idle_timeout(),
         sandbox: &settings.sandbox,
@@ -306,5 +298,6 @@ pub(super) async fn run_agent(
         requests: out.requests,
         reported: None,
         ended: Ended::default(),
+        check_wrote: Default::default(),
     })
 }

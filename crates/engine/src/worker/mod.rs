@@ -6,6 +6,7 @@
 //!   `--verify`, worktree setup).
 
 pub(crate) mod agent_output;
+pub(crate) mod check_writes;
 pub(crate) mod diagnose;
 mod direct;
 mod error;

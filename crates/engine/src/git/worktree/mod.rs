@@ -23,6 +23,7 @@
 //! A worktree is lent as a [`Lease`], which gives it back to the pool when dropped, on every
 //! path out of the code that holds it (an error, a cancelled task, a panic).
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
@@ -34,6 +35,7 @@ use git2::{Oid, Repository, WorktreeAddOptions};
 
 use super::commit::{self, CommitError, Committed};
 use crate::ids::{RunBranch, RunId};
+use crate::repo_path::RepoPath;
 use crate::state;
 use swarm_sandbox as sandbox;
 
@@ -362,11 +364,12 @@ impl WorktreePool {
         branch: &str,
         start: Oid,
         message: &str,
+        leave_out: &BTreeSet<RepoPath>,
     ) -> Result<Committed, CommitError> {
         let git = |e: anyhow::Error| CommitError::Git(git2::Error::from_str(&format!("{e:#}")));
         let Some(view) = &slot.view else {
             let repo = self.open(slot).map_err(git)?;
-            return commit::commit_task(&repo, branch, start, message);
+            return commit::commit_task(&repo, branch, start, message, leave_out);
         };
         let base = self
             .base
@@ -384,6 +387,7 @@ impl WorktreePool {
                     start,
                     message,
                     &view.upper,
+                    leave_out,
                 ))
             })
         })

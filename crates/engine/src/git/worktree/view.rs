@@ -9,6 +9,7 @@
 //! a pooled checkout. Nothing here follows a link: entries are read with `lstat`, links as
 //! links.
 
+use std::collections::BTreeSet;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
@@ -102,6 +103,32 @@ fn walk(
         rel.truncate(len);
     }
     Ok(())
+}
+
+/// Every path `upper` holds (files, links, whiteouts, folders), but for the worktree's
+/// `.git`: what the view's processes wrote so far. Links are not followed. Blocking.
+pub(crate) fn upper_entries(upper: &Path) -> std::io::Result<BTreeSet<RepoPath>> {
+    fn list(dir: &Path, rel: &mut Vec<u8>, out: &mut BTreeSet<RepoPath>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let len = rel.len();
+            if !rel.is_empty() {
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(entry.file_name().as_bytes());
+            if rel.as_slice() != b".git" {
+                out.insert(RepoPath::from_bytes(rel.clone()));
+                if entry.file_type()?.is_dir() {
+                    list(&entry.path(), rel, out)?;
+                }
+            }
+            rel.truncate(len);
+        }
+        Ok(())
+    }
+    let mut out = BTreeSet::new();
+    list(upper, &mut Vec::new(), &mut out)?;
+    Ok(out)
 }
 
 /// Empties `upper` for the view's next task, but for untracked ignored paths (build output

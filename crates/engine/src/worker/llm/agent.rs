@@ -27,6 +27,7 @@ use crate::repo_path::RepoPath;
 use crate::report::Tokens;
 use crate::settings::RunToolPolicy;
 use crate::worker::Verdict;
+use crate::worker::check_writes::CheckWrites;
 use swarm_sandbox::SandboxPolicy;
 use swarm_sandbox::proxy::OnAccess;
 
@@ -57,6 +58,8 @@ pub(crate) struct AgentTask<'a> {
     pub scope_task: bool,
     pub max_turns: u32,
     pub verify: Option<&'a str>,
+    /// Notes what `verify` alone writes, which is not the task's change.
+    pub checks: Option<&'a CheckWrites>,
     pub timeout: Duration,
     pub idle_timeout: Duration,
     pub sandbox: &'a SandboxPolicy,
@@ -248,7 +251,11 @@ async fn on_finish<'a>(
         task: task.task_id.clone(),
         step: "verify".into(),
     });
-    Ok(match run_verify(verify, task).await? {
+    let ran = match task.checks {
+        Some(checks) => checks.around(run_verify(verify, task)).await?,
+        None => run_verify(verify, task).await?,
+    };
+    Ok(match ran {
         None => Ok(Verdict::Done),
         Some(output) => Err((verify, output)),
     })

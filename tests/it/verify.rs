@@ -1,0 +1,87 @@
+//! What `--verify` writes (a compiler's caches, a build's output) is not the task's change:
+//! it is neither committed nor held against the task's scope, where git does not ignore it.
+
+use serde_json::json;
+
+use crate::common::{SED_FOO_BAR, TestRepo, count, statuses};
+use crate::fake_model::{FakeModel, Reply, tool_calls};
+
+/// The check leaves a cache and deletes a tracked file, neither of them the task's; on the
+/// task's own file it rewrites, what it wrote is committed (the file is the worker's).
+#[test]
+fn what_verify_alone_writes_stays_out_of_the_commit() {
+    let repo = TestRepo::with_files(&[
+        ("a.txt", "foo\n"),
+        ("b.txt", "foo\n"),
+        ("stale.txt", "old\n"),
+    ]);
+    let verify = "mkdir -p __pycache__ && date > __pycache__/a.pyc && rm -f stale.txt \
+                  && if grep -q bar a.txt; then sed -i 's/bar/bar!/' a.txt; fi";
+    let run = repo.swarm(&[
+        "refactor",
+        "rename foo to bar",
+        "a.txt",
+        "b.txt",
+        "--exec",
+        SED_FOO_BAR,
+        "--verify",
+        verify,
+    ]);
+    run.assert_code(0);
+    assert_eq!(count(&statuses(&repo.report(&run)), "merged"), 2);
+    assert_eq!(repo.git(&["show", "main:a.txt"]), "bar!");
+    assert_eq!(repo.git(&["show", "main:b.txt"]), "bar");
+    assert_eq!(repo.git(&["show", "main:stale.txt"]), "old");
+    let tree = repo.git(&["ls-tree", "-r", "--name-only", "main"]);
+    assert_eq!(tree, "a.txt\nb.txt\nstale.txt");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+    // Each task's merge brings its own file alone.
+    for file in ["a.txt", "b.txt"] {
+        let merge = repo.git(&[
+            "log",
+            "--merges",
+            "--format=%H",
+            "-F",
+            "--grep",
+            &format!("({file})"),
+            "main",
+        ]);
+        let changed = repo.git(&["diff", "--name-only", &format!("{merge}^1"), &merge]);
+        assert_eq!(changed, file);
+    }
+}
+
+/// The built-in agent's `--verify` (run on its `finish`) leaves a cache: the task merges
+/// without it.
+#[test]
+fn what_the_agents_check_writes_stays_out_of_the_commit() {
+    let repo = TestRepo::with_files(&[("src/m.py", "foo()\n")]);
+    let fake = FakeModel::start(|req, _| {
+        Reply::Json(match req.turn() {
+            0 => tool_calls(&[(
+                "write_file",
+                json!({"path": "src/m.py", "content": "bar()\n"}),
+            )]),
+            _ => tool_calls(&[("finish", json!({"status": "done", "summary": "renamed"}))]),
+        })
+    });
+    let mut cmd = repo.swarm_cmd();
+    cmd.env("SWARM_API_KEY", "sk-test-verify").args([
+        "refactor",
+        "rename foo to bar",
+        "src",
+        "-y",
+        "--model",
+        "fake-model",
+        "--base-url",
+        &fake.url,
+        "--verify",
+        "mkdir -p .cache && echo checked > .cache/result",
+    ]);
+    let run = crate::common::Run::from(cmd.output().unwrap());
+    run.assert_code(0);
+    assert_eq!(repo.read("src/m.py"), "bar()\n");
+    let tree = repo.git(&["ls-tree", "-r", "--name-only", "main"]);
+    assert_eq!(tree, "src/m.py");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}
