@@ -7,12 +7,14 @@ use crate::common::{SED_FOO_BAR, TestRepo, count, statuses};
 use crate::fake_model::{FakeModel, Reply, tool_calls};
 
 /// The check leaves a cache and deletes a tracked file, neither of them the task's; on the
-/// task's own file it rewrites, what it wrote is committed (the file is the worker's).
+/// task's own file it rewrites, what it wrote is committed (the file is the worker's). One
+/// worktree runs every task in turn: what a check left is gone before the next task.
 #[test]
 fn what_verify_alone_writes_stays_out_of_the_commit() {
     let repo = TestRepo::with_files(&[
         ("a.txt", "foo\n"),
         ("b.txt", "foo\n"),
+        ("c.txt", "foo\n"),
         ("stale.txt", "old\n"),
     ]);
     let verify = "mkdir -p __pycache__ && date > __pycache__/a.pyc && rm -f stale.txt \
@@ -20,23 +22,27 @@ fn what_verify_alone_writes_stays_out_of_the_commit() {
     let run = repo.swarm(&[
         "refactor",
         "rename foo to bar",
-        "a.txt",
-        "b.txt",
+        "*.txt",
+        "--grep",
+        "foo",
+        "-j",
+        "1",
         "--exec",
         SED_FOO_BAR,
         "--verify",
         verify,
     ]);
     run.assert_code(0);
-    assert_eq!(count(&statuses(&repo.report(&run)), "merged"), 2);
+    assert_eq!(count(&statuses(&repo.report(&run)), "merged"), 3);
     assert_eq!(repo.git(&["show", "main:a.txt"]), "bar!");
     assert_eq!(repo.git(&["show", "main:b.txt"]), "bar");
+    assert_eq!(repo.git(&["show", "main:c.txt"]), "bar");
     assert_eq!(repo.git(&["show", "main:stale.txt"]), "old");
     let tree = repo.git(&["ls-tree", "-r", "--name-only", "main"]);
-    assert_eq!(tree, "a.txt\nb.txt\nstale.txt");
+    assert_eq!(tree, "a.txt\nb.txt\nc.txt\nstale.txt");
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
     // Each task's merge brings its own file alone.
-    for file in ["a.txt", "b.txt"] {
+    for file in ["a.txt", "b.txt", "c.txt"] {
         let merge = repo.git(&[
             "log",
             "--merges",

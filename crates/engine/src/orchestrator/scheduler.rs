@@ -183,6 +183,7 @@ impl Scheduler {
                 false => RunError::classify("running the tasks", e),
             });
         }
+        super::watch::last_look(&shared).await;
         let Flight {
             pending,
             halves,

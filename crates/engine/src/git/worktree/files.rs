@@ -20,7 +20,9 @@ use crate::state;
 /// after swarm committed a task), only the paths that differ between that commit and `start`
 /// are checked out: proportional to the previous task's change. Otherwise (a worker left
 /// something behind that was not committed) the paths that differ from HEAD are put back
-/// too, untracked files removed; ignored files survive either way. Paths are literal (no
+/// too, untracked files removed; ignored files survive either way. What differs from HEAD is
+/// `left_by_commit` when swarm's own commit just left the worktree so (that commit's status
+/// walk found it), else a status walk of its own. Paths are literal (no
 /// pathspec patterns: [`crate::git::literal_pathspec`]), and links standing on them are removed
 /// first.
 pub(super) fn reset(
@@ -28,8 +30,12 @@ pub(super) fn reset(
     path: &Path,
     branch_ref: &str,
     start: &git2::Commit<'_>,
+    left_by_commit: Option<Vec<Vec<u8>>>,
 ) -> anyhow::Result<()> {
-    let dirty = crate::git::commit::dirty_paths(wt)?;
+    let dirty = match left_by_commit {
+        Some(left) => left,
+        None => crate::git::commit::dirty_paths(wt)?,
+    };
     let head_tree = wt.head().ok().and_then(|h| h.peel_to_tree().ok());
     tracing::debug!(
         worktree = %path.display(),

@@ -28,6 +28,10 @@ pub(crate) struct Slot {
     /// An overlay worktree's own handle on the base checkout (whose ignore rules and
     /// attributes its commits read), so that views do not wait for one another.
     pub(super) base_handle: Handle,
+    /// What a full checkout still held that its branch did not, as its last commit left it
+    /// (what could not be staged, what a check alone wrote): its next reset need not walk
+    /// the whole checkout to find it. Taken by that reset; `None` after anything else.
+    pub(super) left_by_commit: Mutex<Option<Vec<Vec<u8>>>>,
 }
 
 /// A worktree's repository kept for its next task: opening one reads the config files, and

@@ -369,7 +369,14 @@ impl WorktreePool {
         let git = |e: anyhow::Error| CommitError::Git(git2::Error::from_str(&format!("{e:#}")));
         let Some(view) = &slot.view else {
             let repo = self.open(slot).map_err(git)?;
-            return commit::commit_task(&repo, branch, start, message, leave_out);
+            let committed = commit::commit_task(&repo, branch, start, message, leave_out)?;
+            let left = committed.skipped.iter().chain(leave_out);
+            *slot
+                .left_by_commit
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) =
+                Some(left.map(|p| p.as_bytes().to_vec()).collect());
+            return Ok(committed);
         };
         let base = self
             .base
@@ -396,8 +403,13 @@ impl WorktreePool {
 
     /// Points an idle worktree's HEAD at `branch_ref` and makes its files those of `start`.
     fn reset(&self, slot: &Slot, branch_ref: &str, start: Oid) -> anyhow::Result<()> {
+        let left = slot
+            .left_by_commit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         self.write_in(slot, |wt| {
-            reset(wt, &slot.path, branch_ref, &wt.find_commit(start)?)
+            reset(wt, &slot.path, branch_ref, &wt.find_commit(start)?, left)
         })
     }
 
@@ -415,6 +427,7 @@ impl WorktreePool {
             view: None,
             handle: Default::default(),
             base_handle: Default::default(),
+            left_by_commit: Default::default(),
         })
     }
 

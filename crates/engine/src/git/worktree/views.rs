@@ -102,6 +102,7 @@ impl WorktreePool {
             gitlink,
             handle: Default::default(),
             base_handle: Default::default(),
+            left_by_commit: Default::default(),
         })
     }
 
