@@ -16,14 +16,13 @@ use git2::Oid;
 
 use super::Shared;
 use super::task::{Attempt, Resolved, step};
-use super::worker_run::{Place, run_agent, set_up};
+use super::worker_run::{Place, check_writes, run_agent, set_up};
 use crate::events::Event;
 use crate::git::worktree::{self, Slot};
 use crate::git::{commit, merge};
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 use crate::worker::Verdict;
-use crate::worker::check_writes::CheckWrites;
 use crate::worker::llm::LlmShared;
 
 /// What a conflict repair starts from.
@@ -127,11 +126,7 @@ async fn resolve_in(
     }
     let task_dir = shared.run_dir.task_dir(&task.id);
     std::fs::create_dir_all(&task_dir)?;
-    let checks = shared
-        .settings
-        .verify
-        .is_some()
-        .then(|| CheckWrites::new(shared.pool.listing(slot)));
+    let checks = check_writes(shared, slot);
     let place = Place {
         worktree,
         view: None,

@@ -7,7 +7,6 @@ use crate::ids::TaskIdx;
 use crate::report::{Reported, Tokens};
 use crate::settings::Scope;
 use crate::worker::Verdict;
-use crate::worker::check_writes::CheckWrites;
 use crate::worker::diagnose;
 use crate::worker::process::JailEnd;
 use std::collections::BTreeSet;
@@ -21,7 +20,7 @@ use git2::Oid;
 
 use super::Shared;
 use super::watch::{warn_about_checkout, warn_about_new_branches};
-use super::worker_run::{Place, run_worker, set_up};
+use super::worker_run::{Place, check_writes, run_worker, set_up};
 use crate::events::Event;
 use crate::git::TreeChange;
 use crate::repo_path::RepoPath;
@@ -396,11 +395,7 @@ pub(super) async fn work(
     }
     step(shared, &task.id, "running");
     let git = shared.layout.git_views.then(|| shared.pool.git_dirs(slot));
-    let checks = shared
-        .settings
-        .verify
-        .is_some()
-        .then(|| CheckWrites::new(shared.pool.listing(slot)));
+    let checks = check_writes(shared, slot);
     let place = Place {
         worktree: &slot.path,
         view: slot.view.as_ref(),

@@ -68,6 +68,12 @@ pub(super) struct Place<'a> {
     pub(super) checks: Option<&'a CheckWrites>,
 }
 
+/// With `--verify`: what notes the paths a check alone writes in `slot`.
+pub(super) fn check_writes(shared: &Shared, slot: &Slot) -> Option<CheckWrites> {
+    let verify = shared.settings.verify.is_some();
+    verify.then(|| CheckWrites::new(shared.pool.listing(slot)))
+}
+
 /// Runs the task's worker in its worktree: the `--exec` command, then `--verify` (and with
 /// `--repair`, the model on a failing check); or the built-in agent (which runs `--verify`
 /// itself and can react to it).

@@ -234,7 +234,12 @@ async fn wait(
             // Leftover background processes of the worker die with it.
             let left = running.left_in_group();
             running.signal(libc::SIGKILL);
-            (exit_of(status), left)
+            // The budget ran out while it ran, maybe on its last answer, as it exited: it
+            // was stopped by the budget whichever of the two `select!` saw first.
+            match req.budget.is_some_and(CancellationToken::is_cancelled) {
+                true => (Exit::OverBudget, left),
+                false => (exit_of(status), left),
+            }
         }
         () = tokio::time::sleep(req.timeout) => {
             stop_group(running, grace).await;

@@ -53,19 +53,12 @@ fn walk(
     ignored: Ignored<'_>,
     out: &mut UpperChanges,
 ) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if rel.is_empty() && name == ".git" {
+    each_entry(dir, rel, |entry, rel| {
+        if rel.as_slice() == b".git" {
             // The worktree's link to the repository; a worker that wrote one fails its task
             // (`WorktreePool::check_intact`).
-            continue;
+            return Ok(());
         }
-        let len = rel.len();
-        if !rel.is_empty() {
-            rel.push(b'/');
-        }
-        rel.extend_from_slice(name.as_bytes());
         let path = RepoPath::from_bytes(rel.clone());
         let meta = entry.path().symlink_metadata()?;
         let in_tree = tree.get_path(path.as_path()).ok().map(|e| e.kind());
@@ -100,7 +93,27 @@ fn walk(
         } else {
             out.skipped.push(path);
         }
+        Ok(())
+    })
+}
+
+/// Runs `visit` on each entry of `dir`, with `rel` (the path of `dir` in the view) extended
+/// by the entry's name for the call.
+fn each_entry(
+    dir: &Path,
+    rel: &mut Vec<u8>,
+    mut visit: impl FnMut(&std::fs::DirEntry, &mut Vec<u8>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let len = rel.len();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(entry.file_name().as_bytes());
+        let visited = visit(&entry, rel);
         rel.truncate(len);
+        visited?;
     }
     Ok(())
 }
@@ -109,22 +122,16 @@ fn walk(
 /// `.git`: what the view's processes wrote so far. Links are not followed. Blocking.
 pub(crate) fn upper_entries(upper: &Path) -> std::io::Result<BTreeSet<RepoPath>> {
     fn list(dir: &Path, rel: &mut Vec<u8>, out: &mut BTreeSet<RepoPath>) -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let len = rel.len();
-            if !rel.is_empty() {
-                rel.push(b'/');
+        each_entry(dir, rel, |entry, rel| {
+            if rel.as_slice() == b".git" {
+                return Ok(());
             }
-            rel.extend_from_slice(entry.file_name().as_bytes());
-            if rel.as_slice() != b".git" {
-                out.insert(RepoPath::from_bytes(rel.clone()));
-                if entry.file_type()?.is_dir() {
-                    list(&entry.path(), rel, out)?;
-                }
+            out.insert(RepoPath::from_bytes(rel.clone()));
+            match entry.file_type()?.is_dir() {
+                true => list(&entry.path(), rel, out),
+                false => Ok(()),
             }
-            rel.truncate(len);
-        }
-        Ok(())
+        })
     }
     let mut out = BTreeSet::new();
     list(upper, &mut Vec::new(), &mut out)?;
@@ -147,13 +154,7 @@ fn clear(
     tree: &Tree<'_>,
     ignored: Ignored<'_>,
 ) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let len = rel.len();
-        if !rel.is_empty() {
-            rel.push(b'/');
-        }
-        rel.extend_from_slice(entry.file_name().as_bytes());
+    each_entry(dir, rel, |entry, rel| {
         let path = RepoPath::from_bytes(rel.clone());
         let meta = entry.path().symlink_metadata()?;
         let untracked = tree.get_path(path.as_path()).is_err();
@@ -171,9 +172,8 @@ fn clear(
         } else if whiteout || !(untracked && ignored(&path, false)) || rel.as_slice() == b".git" {
             std::fs::remove_file(entry.path())?;
         }
-        rel.truncate(len);
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Removes the layers directory of an overlay worktree (`upper` and `work`). overlayfs
