@@ -85,10 +85,33 @@ pub(crate) fn update_target(
 /// deleted. As references, not through libgit2's branch call, which opens every worktree
 /// and reads the config for each branch: a second of the end of a 2,000-task run.
 ///
+/// Many branches are deleted by up to four threads, each with a handle of its own: on a disk
+/// that discards what a deletion frees before `unlink` returns, each deletion mostly waits,
+/// and the waits overlap.
+///
 /// Deleting a ref locks it and `packed-refs`, and removes its emptied directories; another
-/// swarm run (or git) working on refs at the same moment can make a lookup or a deletion
-/// fail for a moment, so failures other than "no such branch" are tried again for a while.
+/// swarm run (or git, or another of these threads) working on refs at the same moment can
+/// make a lookup or a deletion fail for a moment, so failures other than "no such branch"
+/// are tried again for a while.
 pub(crate) fn delete_branches(common_dir: &Path, names: &[String]) -> usize {
+    const THREADS: usize = 4;
+    const PER_THREAD_AT_LEAST: usize = 64;
+    let threads = (names.len() / PER_THREAD_AT_LEAST).clamp(1, THREADS);
+    if threads == 1 {
+        return delete_branches_here(common_dir, names);
+    }
+    let share = names.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let deleting: Vec<_> = names
+            .chunks(share)
+            .map(|part| scope.spawn(move || delete_branches_here(common_dir, part)))
+            .collect();
+        deleting.into_iter().map(|t| t.join().unwrap_or(0)).sum()
+    })
+}
+
+/// [`delete_branches`] on this thread, through a handle of its own.
+fn delete_branches_here(common_dir: &Path, names: &[String]) -> usize {
     let Ok(repo) = Repository::open(common_dir) else {
         return 0;
     };
@@ -135,4 +158,33 @@ pub(crate) fn branches_under(common_dir: &Path, prefix: &str) -> anyhow::Result<
     }
     names.sort();
     Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Enough branches for several threads: each is deleted once, with its reflog, and a
+    /// branch not named stays.
+    #[test]
+    fn many_branches_are_deleted_on_threads_and_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let tree = repo.find_tree(repo.treebuilder(None).unwrap().write().unwrap());
+        let tip = repo
+            .commit(None, &sig, &sig, "c", &tree.unwrap(), &[])
+            .unwrap();
+        let names: Vec<String> = (0..300).map(|i| format!("swarm/r/t{i}")).collect();
+        for name in names.iter().chain([&"swarm/r/kept".to_string()]) {
+            repo.branch(name, &repo.find_commit(tip).unwrap(), false)
+                .unwrap();
+        }
+        let mut asked = names.clone();
+        asked.push("swarm/r/gone-already".into());
+        assert_eq!(delete_branches(repo.commondir(), &asked), 300);
+        let left = branches_under(repo.commondir(), "swarm/r/").unwrap();
+        assert_eq!(left, ["swarm/r/kept"]);
+        assert!(!repo.commondir().join("logs/refs/heads/swarm/r/t0").exists());
+    }
 }
