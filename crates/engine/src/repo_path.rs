@@ -96,6 +96,14 @@ impl fmt::Display for RepoPath {
     }
 }
 
+/// Sets of paths can be asked about bytes as git gives them, without a copy (the order of
+/// `RepoPath` is its bytes').
+impl std::borrow::Borrow<[u8]> for RepoPath {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 impl From<&str> for RepoPath {
     fn from(s: &str) -> Self {
         Self(s.as_bytes().to_vec())

@@ -238,7 +238,7 @@ fn stage_changes(
     leave_out: &BTreeSet<RepoPath>,
 ) -> Result<(Oid, Vec<RepoPath>), CommitError> {
     let mut paths = dirty_paths(repo)?;
-    paths.retain(|p| !leave_out.contains(&RepoPath::from_bytes(p.as_slice())));
+    paths.retain(|p| !leave_out.contains(p.as_slice()));
     if paths.is_empty() {
         return Ok((head_tree.id(), Vec::new()));
     }

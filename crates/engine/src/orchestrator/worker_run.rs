@@ -191,11 +191,7 @@ async fn verify_then_repair(
     // The check's jail mounts the same view: the command's must be gone first.
     super::task::finish(result.ended.jail.take()).await;
     let check = verify_exec(shared, &task.id, verify, place, task_dir);
-    let checked = match place.checks {
-        Some(checks) => checks.around(check).await?,
-        None => check.await?,
-    };
-    let Some((verdict, tail)) = checked else {
+    let Some((verdict, tail)) = CheckWrites::maybe_around(place.checks, check).await? else {
         return Ok(result);
     };
     result.verdict = verdict;

@@ -48,6 +48,17 @@ impl CheckWrites {
         Ok(out)
     }
 
+    /// Runs the check `run`, noting what it alone wrote when there are `checks` to note it.
+    pub(crate) async fn maybe_around<T>(
+        checks: Option<&Self>,
+        run: impl Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
+        match checks {
+            Some(checks) => checks.around(run).await,
+            None => run.await,
+        }
+    }
+
     /// The paths checks alone wrote so far.
     pub(crate) fn take(&self) -> BTreeSet<RepoPath> {
         std::mem::take(&mut *self.wrote.lock().unwrap_or_else(|e| e.into_inner()))

@@ -34,8 +34,9 @@
 //!
 //! The jail's exit status is the worker's (a signal is re-raised), so swarm reads it like a
 //! plain child's. A hosted jail also writes that status to its host before it exits, so that
-//! swarm can go on while the jail's exit unmounts its namespace ([`host`]). A jail that cannot be set up prints why and exits [`JAIL_FAILED`] before
-//! the worker runs: nothing runs unconfined.
+//! swarm can go on while the jail's exit unmounts its namespace ([`host`]). A jail that
+//! cannot be set up prints why and exits [`JAIL_FAILED`] before the worker runs: nothing
+//! runs unconfined.
 
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};

@@ -37,6 +37,7 @@ use super::commit::{self, CommitError, Committed};
 use crate::ids::{RunBranch, RunId};
 use crate::repo_path::RepoPath;
 use crate::state;
+use crate::worker::check_writes::Listing;
 use swarm_sandbox as sandbox;
 
 mod cleanup;
@@ -399,6 +400,27 @@ impl WorktreePool {
             })
         })
         .map_err(git)?
+    }
+
+    /// Lists what `slot` holds that its start does not, for [`CheckWrites`]: a view's upper
+    /// layer, or a full checkout's changed paths by git's status (ignored paths left out).
+    ///
+    /// [`CheckWrites`]: crate::worker::check_writes::CheckWrites
+    pub(crate) fn listing(&self, slot: &Slot) -> Listing {
+        if let Some(view) = &slot.view {
+            let upper = view.upper.clone();
+            return Arc::new(move || Ok(view::upper_entries(&upper)?));
+        }
+        let (common, name, path) = (
+            self.common_dir.clone(),
+            slot.name.clone(),
+            slot.path.clone(),
+        );
+        Arc::new(move || {
+            let repo = open_worktree(&common, &name, &path)?;
+            let dirty = crate::git::commit::dirty_paths(&repo)?;
+            Ok(dirty.into_iter().map(RepoPath::from_bytes).collect())
+        })
     }
 
     /// Points an idle worktree's HEAD at `branch_ref` and makes its files those of `start`.

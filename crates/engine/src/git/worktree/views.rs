@@ -9,9 +9,7 @@ use git2::{Oid, Repository};
 use super::{
     BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, ignore, open_worktree, view,
 };
-use crate::repo_path::RepoPath;
 use crate::state;
-use crate::worker::check_writes::Listing;
 use swarm_sandbox as sandbox;
 use swarm_sandbox::overlay::OverlayView;
 
@@ -103,27 +101,6 @@ impl WorktreePool {
             handle: Default::default(),
             base_handle: Default::default(),
             left_by_commit: Default::default(),
-        })
-    }
-
-    /// Lists what `slot` holds that its start does not, for [`CheckWrites`]: a view's upper
-    /// layer, or a full checkout's changed paths by git's status (ignored paths left out).
-    ///
-    /// [`CheckWrites`]: crate::worker::check_writes::CheckWrites
-    pub(crate) fn listing(&self, slot: &Slot) -> Listing {
-        if let Some(view) = &slot.view {
-            let upper = view.upper.clone();
-            return Arc::new(move || Ok(view::upper_entries(&upper)?));
-        }
-        let (common, name, path) = (
-            self.common_dir.clone(),
-            slot.name.clone(),
-            slot.path.clone(),
-        );
-        Arc::new(move || {
-            let repo = open_worktree(&common, &name, &path)?;
-            let dirty = crate::git::commit::dirty_paths(&repo)?;
-            Ok(dirty.into_iter().map(RepoPath::from_bytes).collect())
         })
     }
 

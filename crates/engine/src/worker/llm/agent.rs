@@ -251,10 +251,7 @@ async fn on_finish<'a>(
         task: task.task_id.clone(),
         step: "verify".into(),
     });
-    let ran = match task.checks {
-        Some(checks) => checks.around(run_verify(verify, task)).await?,
-        None => run_verify(verify, task).await?,
-    };
+    let ran = CheckWrites::maybe_around(task.checks, run_verify(verify, task)).await?;
     Ok(match ran {
         None => Ok(Verdict::Done),
         Some(output) => Err((verify, output)),
