@@ -100,14 +100,12 @@ pub(crate) fn delete_branches(common_dir: &Path, names: &[String]) -> usize {
     if threads == 1 {
         return delete_branches_here(common_dir, names);
     }
-    let share = names.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let deleting: Vec<_> = names
-            .chunks(share)
-            .map(|part| scope.spawn(move || delete_branches_here(common_dir, part)))
-            .collect();
-        deleting.into_iter().map(|t| t.join().unwrap_or(0)).sum()
+    super::on_threads(names, threads, |part| {
+        delete_branches_here(common_dir, part)
     })
+    .into_iter()
+    .map(|deleted| deleted.unwrap_or(0))
+    .sum()
 }
 
 /// [`delete_branches`] on this thread, through a handle of its own.

@@ -317,6 +317,24 @@ pub(crate) fn branch_ref(branch: &str) -> String {
     format!("refs/heads/{branch}")
 }
 
+/// Runs `work` on up to `threads` shares of `items` (as even as they go), each on a scoped
+/// thread of its own; each share's result, or its panic, in the order of the shares.
+pub(crate) fn on_threads<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    work: impl Fn(&[T]) -> R + Sync,
+) -> Vec<std::thread::Result<R>> {
+    let share = items.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        let work = &work;
+        let handles: Vec<_> = items
+            .chunks(share)
+            .map(|mine| s.spawn(move || work(mine)))
+            .collect();
+        handles.into_iter().map(|h| h.join()).collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,18 +79,10 @@ pub(super) fn in_parallel<T: Sync, R: Send>(
     work: impl Fn(&[T]) -> R + Sync,
 ) -> Vec<R> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MOST_THREADS));
-    let share = items.len().div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        let work = &work;
-        let handles: Vec<_> = items
-            .chunks(share)
-            .map(|mine| s.spawn(move || work(mine)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
+    crate::git::on_threads(items, threads, work)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        .collect()
 }
 
 /// The paths of at least `want` parts of `tree` (fewer if it has fewer entries):
