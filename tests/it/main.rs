@@ -21,6 +21,7 @@ mod first_day;
 mod gateway;
 mod land;
 mod layers;
+mod lent_base;
 mod llm;
 mod llm_server;
 mod mcp;

@@ -45,6 +45,7 @@ mod files;
 pub(crate) mod ignore;
 mod kept;
 mod lease;
+mod link;
 mod open;
 mod parallel;
 pub(crate) mod view;
@@ -74,6 +75,9 @@ struct BaseCheckout {
     name: String,
     path: PathBuf,
     commit: Oid,
+    /// When it was whole: no file of it is written later, but one your checkout lent it
+    /// ([`link`]) and you wrote in place.
+    made: std::time::SystemTime,
     /// The lock on the checkout kept between runs, if this is it ([`kept`]).
     _kept: Option<std::fs::File>,
 }
@@ -104,8 +108,11 @@ pub(crate) struct WorktreePool {
 #[derive(Debug, Clone, Copy)]
 enum Threads {
     One,
-    /// The base checkout, which every overlay worktree waits for.
+    /// The base checkout kept between runs, which every overlay worktree waits for.
     Several,
+    /// The run's own base checkout: as `Several`, with files lent by the user's checkout
+    /// ([`link`]).
+    Lent,
 }
 
 /// An overlay worktree registered, waiting for the base checkout's index.
@@ -379,27 +386,7 @@ impl WorktreePool {
                 Some(left.map(|p| p.as_bytes().to_vec()).collect());
             return Ok(committed);
         };
-        let base = self
-            .base
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .context("an overlay worktree without its base")
-            .map_err(git)?;
-        slot.with_base_repo(&self.common_dir, &base, |base_repo| {
-            slot.with_repo(&self.common_dir, |repo| {
-                Ok(commit::commit_view(
-                    repo,
-                    base_repo,
-                    branch,
-                    start,
-                    message,
-                    &view.upper,
-                    leave_out,
-                ))
-            })
-        })
-        .map_err(git)?
+        self.commit_in_view(slot, view, branch, start, message, leave_out)
     }
 
     /// Lists what `slot` holds that its start does not, for [`CheckWrites`]: a view's upper
@@ -511,6 +498,9 @@ impl WorktreePool {
     /// Checks out HEAD in a new worktree in full, and copies in `[worktree] copy`.
     fn populate(&self, name: &str, path: &Path, threads: Threads) -> anyhow::Result<()> {
         let writable = [path.to_path_buf(), self.admin_dir(name)];
+        if let Threads::Lent = threads {
+            return self.populate_lent(name, path, &writable);
+        }
         sandbox::confined(&writable, || {
             let wt = open_worktree(&self.common_dir, name, path)?;
             match threads {
@@ -521,7 +511,7 @@ impl WorktreePool {
                     wt.checkout_head(Some(&mut checkout))
                         .with_context(|| format!("cannot check out worktree {}", path.display()))?;
                 }
-                Threads::Several => {
+                Threads::Several | Threads::Lent => {
                     let tree = wt.head()?.peel_to_tree()?.id();
                     let open = || open_worktree(&self.common_dir, name, path);
                     parallel::check_out(&open, tree, path, &self.admin_dir(name).join("index"))?;

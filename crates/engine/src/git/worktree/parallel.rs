@@ -35,15 +35,34 @@ pub(super) fn check_out(
     workdir: &Path,
     index_path: &Path,
 ) -> anyhow::Result<()> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(MOST_THREADS);
+    let threads = threads();
     let repo = open()?;
     let parts = parts(&repo, tree, threads * PARTS_PER_THREAD)?;
+    check_out_paths(open, tree, &parts, threads)
+        .with_context(|| format!("cannot check out {}", workdir.display()))?;
+    write_index(&repo, tree, workdir, index_path)
+}
+
+/// How many threads check out: as many as cores, up to [`MOST_THREADS`].
+pub(super) fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(MOST_THREADS))
+}
+
+/// Checks out `paths` of `tree` (files, or folders in full) in the worktree `open` opens, on
+/// up to `threads` threads, each through a handle of its own, without touching the index.
+/// Nothing at all when `paths` is empty (where libgit2 would check out the whole tree).
+/// Blocking.
+pub(super) fn check_out_paths(
+    open: &(dyn Fn() -> anyhow::Result<Repository> + Sync),
+    tree: Oid,
+    paths: &[Vec<u8>],
+    threads: usize,
+) -> anyhow::Result<()> {
+    let threads = threads.clamp(1, MOST_THREADS);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let mine: Vec<&Vec<u8>> = parts.iter().skip(t).step_by(threads).collect();
+                let mine: Vec<&Vec<u8>> = paths.iter().skip(t).step_by(threads).collect();
                 s.spawn(move || -> anyhow::Result<()> {
                     if mine.is_empty() {
                         return Ok(());
@@ -55,8 +74,8 @@ pub(super) fn check_out(
                         .force()
                         .update_index(false)
                         .disable_pathspec_match(true);
-                    for part in mine {
-                        checkout.path(part.as_slice());
+                    for path in mine {
+                        checkout.path(path.as_slice());
                     }
                     repo.checkout_tree(tree.as_object(), Some(&mut checkout))?;
                     Ok(())
@@ -68,8 +87,6 @@ pub(super) fn check_out(
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("a checkout thread panicked")))
         })
     })
-    .with_context(|| format!("cannot check out {}", workdir.display()))?;
-    write_index(&repo, tree, workdir, index_path)
 }
 
 /// Runs `work` on shares of `items`, one thread each (as many as cores, up to
@@ -78,8 +95,7 @@ pub(super) fn in_parallel<T: Sync, R: Send>(
     items: &[T],
     work: impl Fn(&[T]) -> R + Sync,
 ) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MOST_THREADS));
-    crate::git::on_threads(items, threads, work)
+    crate::git::on_threads(items, threads(), work)
         .into_iter()
         .map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e)))
         .collect()
@@ -122,7 +138,7 @@ fn parts(repo: &Repository, tree: Oid, want: usize) -> anyhow::Result<Vec<Vec<u8
 /// The index of a fresh checkout of `tree` at `workdir`: every entry of the tree, with the
 /// stat data of its file. A new file (no earlier index whose time would make entries look
 /// racily clean to libgit2, which would then hash them all again).
-fn write_index(
+pub(super) fn write_index(
     repo: &Repository,
     tree: Oid,
     workdir: &Path,

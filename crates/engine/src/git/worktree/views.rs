@@ -1,14 +1,19 @@
 //! The overlay side of the pool: the run's base checkout, made once, and the views over it
 //! (registered, given the base's index, reset between tasks).
 
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use git2::{Oid, Repository};
 
 use super::{
-    BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, ignore, open_worktree, view,
+    BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, ignore, link, open_worktree,
+    parallel, view,
 };
+use crate::git::commit::{self, CommitError, Committed};
+use crate::repo_path::RepoPath;
 use crate::state;
 use swarm_sandbox as sandbox;
 use swarm_sandbox::overlay::OverlayView;
@@ -36,7 +41,7 @@ impl WorktreePool {
             Some((name, path, lock)) => (name, path, Some(lock)),
             None => {
                 let (name, path) = self.register(repo, Head::Detached(start))?;
-                self.populate(&name, &path, Threads::Several)?;
+                self.populate(&name, &path, Threads::Lent)?;
                 (name, path, None)
             }
         };
@@ -46,10 +51,88 @@ impl WorktreePool {
             name,
             path,
             commit: start,
+            made: std::time::SystemTime::now(),
             _kept: kept,
         });
         *base = Some(made.clone());
         Ok(made)
+    }
+
+    /// The run's base checkout in the new worktree `name`: the user's own files linked
+    /// where git's index vouches for them ([`link`]), the rest checked out. The checkout and
+    /// the index are written confined to `writable`; the links (which Landlock cannot let a
+    /// thread confined there make from outside) through folders opened without following
+    /// a link.
+    pub(super) fn populate_lent(
+        &self,
+        name: &str,
+        path: &Path,
+        writable: &[PathBuf],
+    ) -> anyhow::Result<()> {
+        let open = || open_worktree(&self.common_dir, name, path);
+        let tree = open()?.head()?.peel_to_tree()?.id();
+        let Some(split) = link::split(&open()?, tree, &self.user_workdir, path) else {
+            return self.populate(name, path, Threads::Several);
+        };
+        let threads = parallel::threads();
+        sandbox::confined(writable, || {
+            parallel::check_out_paths(&open, tree, &split.rest, threads)
+        })
+        .with_context(|| format!("cannot check out {}", path.display()))?;
+        let failed = link::link_all(&self.user_workdir, path, &split.linkable);
+        tracing::debug!(
+            "base checkout: {} files linked from your checkout, {} written",
+            split.linkable.len() - failed.len(),
+            split.rest.len() + failed.len()
+        );
+        sandbox::confined(writable, || {
+            parallel::check_out_paths(&open, tree, &failed, threads)
+                .with_context(|| format!("cannot check out {}", path.display()))?;
+            let index = self.admin_dir(name).join("index");
+            parallel::write_index(&open()?, tree, path, &index)?;
+            self.copy_in(path)
+        })
+    }
+
+    /// [`Self::commit`] of the overlay worktree `slot`, whose changes are in `view`'s upper
+    /// layer; a change to a file the base checkout got from your checkout, which you wrote
+    /// in place during the run, fails it.
+    pub(super) fn commit_in_view(
+        &self,
+        slot: &Slot,
+        view: &OverlayView,
+        branch: &str,
+        start: Oid,
+        message: &str,
+        leave_out: &BTreeSet<RepoPath>,
+    ) -> Result<Committed, CommitError> {
+        let git = |e: anyhow::Error| CommitError::Git(git2::Error::from_str(&format!("{e:#}")));
+        let base = self
+            .base
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .context("an overlay worktree without its base")
+            .map_err(git)?;
+        let committed = slot
+            .with_base_repo(&self.common_dir, &base, |base_repo| {
+                slot.with_repo(&self.common_dir, |repo| {
+                    Ok(commit::commit_view(
+                        repo,
+                        base_repo,
+                        branch,
+                        start,
+                        message,
+                        &view.upper,
+                        leave_out,
+                    ))
+                })
+            })
+            .map_err(git)??;
+        match base.written_since_made(&committed.changes) {
+            Some(path) => Err(CommitError::ChangedInCheckout(path)),
+            None => Ok(committed),
+        }
     }
 
     /// A new overlay worktree on `branch_ref`: registered with git (no files but its `.git`)
@@ -138,5 +221,20 @@ impl WorktreePool {
         })?;
         slot.with_repo(&self.common_dir, |repo| Ok(repo.set_head(branch_ref)?))?;
         self.copy_base_index(base, &slot.name)
+    }
+}
+
+impl BaseCheckout {
+    /// The first of `changes` whose file in the base checkout was written after it was made.
+    fn written_since_made(&self, changes: &[crate::git::TreeChange]) -> Option<RepoPath> {
+        changes
+            .iter()
+            .filter(|c| c.old.is_some())
+            .find(|c| {
+                std::fs::symlink_metadata(self.path.join(c.path.as_path()))
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|written| written > self.made)
+            })
+            .map(|c| c.path.clone())
     }
 }
