@@ -119,3 +119,24 @@ fn a_lent_file_you_write_in_place_during_the_run_fails_its_task() {
     assert_eq!(repo.git(&["rev-parse", "HEAD"]), head);
     assert_eq!(repo.read("a.txt"), "a, edited\n");
 }
+
+#[test]
+fn a_second_run_lends_again_what_the_first_moved_the_change_time_of() {
+    let repo = repo();
+    refactor(&repo, false).assert_code(0);
+    // The first run's link (and its removal) moved b.txt's change time; git's index has
+    // the old one.
+    let (ino, _) = inode(&repo, "b.txt");
+    let run = repo.swarm(&[
+        "refactor",
+        "again",
+        "seen.txt",
+        "--worktrees",
+        "overlay",
+        "-y",
+        "--exec",
+        "stat -c %i b.txt > seen.txt",
+    ]);
+    run.assert_code(0);
+    assert_eq!(repo.read("seen.txt"), format!("{ino}\n"), "{}", run.stderr);
+}

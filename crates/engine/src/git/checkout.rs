@@ -367,10 +367,10 @@ pub(super) fn file_is_entry(
     let Ok(meta) = std::fs::symlink_metadata(&path) else {
         return false;
     };
-    if !kind_agrees(entry, &meta) {
+    if !super::stat::kind_agrees(entry, &meta) {
         return false;
     }
-    if stat_vouches(entry, &meta, index_written) {
+    if super::stat::stat_vouches(entry, &meta, index_written) {
         return true;
     }
     let hashed = match meta.file_type().is_symlink() {
@@ -380,52 +380,6 @@ pub(super) fn file_is_entry(
         false => Oid::hash_file(git2::ObjectType::Blob, &path).ok(),
     };
     hashed == Some(entry.id) || repo.status_file(rel).is_ok_and(|s| s == Status::CURRENT)
-}
-
-/// Is `meta` the kind of file `entry` is (a link, or a file with the same executable bit)?
-pub(crate) fn kind_agrees(entry: &IndexEntry, meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    match entry.mode & 0o170000 {
-        0o120000 => meta.file_type().is_symlink(),
-        0o100000 => meta.is_file() && (entry.mode & 0o111 != 0) == (meta.mode() & 0o111 != 0),
-        _ => false,
-    }
-}
-
-/// Does the index vouch for the file with `meta` by its stat data alone, as git decides it:
-/// its times, size and inode those of `entry`, and `entry` older than the index (written at
-/// `index_written`), else it is "racily clean" and only its content can tell.
-pub(crate) fn stat_vouches(
-    entry: &IndexEntry,
-    meta: &std::fs::Metadata,
-    index_written: Option<std::time::SystemTime>,
-) -> bool {
-    !racily_clean(entry, index_written) && stat_agrees(entry, meta)
-}
-
-/// Was `entry` written in the same second as the index, or later (or is the index's time
-/// unknown)? A file changed in that second may keep the stat data the index has.
-pub(crate) fn racily_clean(
-    entry: &IndexEntry,
-    index_written: Option<std::time::SystemTime>,
-) -> bool {
-    index_written.is_none_or(|written| {
-        let written = written
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        u64::try_from(entry.mtime.seconds()).map_or(true, |m| m >= written)
-    })
-}
-
-/// Are the times, size and inode of `meta` those of `entry`?
-pub(crate) fn stat_agrees(entry: &IndexEntry, meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    // The index's 32-bit fields, truncated as git (and `set_stat`) truncate them.
-    let time = |s: i64, ns: i64| IndexTime::new(s as i32, ns as u32);
-    time(meta.mtime(), meta.mtime_nsec()) == entry.mtime
-        && time(meta.ctime(), meta.ctime_nsec()) == entry.ctime
-        && meta.size() as u32 == entry.file_size
-        && meta.ino() as u32 == entry.ino
 }
 
 /// The files moved so far, to undo or to finish.

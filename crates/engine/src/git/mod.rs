@@ -18,6 +18,7 @@ pub(crate) mod interrupted;
 pub(crate) mod merge;
 pub(crate) mod repo;
 pub(crate) mod shard;
+pub(crate) mod stat;
 pub(crate) mod worktree;
 
 use git2::{Oid, Repository, Signature};

@@ -7,9 +7,10 @@
 //! however busy the disk. Removing the base at the end frees no inode either.
 //!
 //! A file is linked only when git's own index vouches for it by its stat data (kind,
-//! executable bit, times, size, inode; not marked assume-unchanged, skip-worktree or
-//! intent-to-add; when racily clean, its content hashing to the blob too) and its entry is
-//! the base's blob with the base's mode.
+//! executable bit, modification time, size, inode, as git with `core.trustctime = false`:
+//! the change time moves with every link made or removed, the last run's included; not
+//! marked assume-unchanged, skip-worktree or intent-to-add; when racily clean, its content
+//! hashing to the blob too) and its entry is the base's blob with the base's mode.
 //! Whatever else (a file you changed, a link, a submodule, another filesystem, an index
 //! libgit2 cannot read) is checked out as before. The checkout writes first, into an empty
 //! folder, so it never meets a linked file; links come after, made through folders opened
@@ -121,10 +122,12 @@ fn lendable(
     if !vouched {
         return None;
     }
-    use crate::git::checkout::{kind_agrees, racily_clean, stat_agrees};
+    use crate::git::stat::{kind_agrees, racily_clean, same_but_change_time};
     let file = workdir.join(OsStr::from_bytes(path));
     let meta = std::fs::symlink_metadata(&file).ok()?;
-    if !kind_agrees(&entry, &meta) || !stat_agrees(&entry, &meta) {
+    // Not the change time: the links of the last run moved it (made, then removed), and
+    // git's index keeps the old one until git refreshes it.
+    if !kind_agrees(&entry, &meta) || !same_but_change_time(&entry, &meta) {
         return None;
     }
     // Racily clean (a fresh clone's files, written in the second its index was): the
