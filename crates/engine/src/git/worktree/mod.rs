@@ -82,6 +82,11 @@ struct BaseCheckout {
     _kept: Option<std::fs::File>,
 }
 
+/// A failure around a commit (opening its repositories) as a commit's git error.
+fn git_failure(e: anyhow::Error) -> CommitError {
+    CommitError::Git(git2::Error::from_str(&format!("{e:#}")))
+}
+
 /// Where a new worktree's HEAD goes.
 enum Head<'a> {
     Branch(&'a str),
@@ -374,9 +379,8 @@ impl WorktreePool {
         message: &str,
         leave_out: &BTreeSet<RepoPath>,
     ) -> Result<Committed, CommitError> {
-        let git = |e: anyhow::Error| CommitError::Git(git2::Error::from_str(&format!("{e:#}")));
         let Some(view) = &slot.view else {
-            let repo = self.open(slot).map_err(git)?;
+            let repo = self.open(slot).map_err(git_failure)?;
             let committed = commit::commit_task(&repo, branch, start, message, leave_out)?;
             let left = committed.skipped.iter().chain(leave_out);
             *slot

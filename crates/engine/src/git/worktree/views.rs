@@ -9,8 +9,8 @@ use anyhow::Context as _;
 use git2::{Oid, Repository};
 
 use super::{
-    BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, ignore, link, open_worktree,
-    parallel, view,
+    BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, git_failure, ignore, link,
+    open_worktree, parallel, view,
 };
 use crate::git::commit::{self, CommitError, Committed};
 use crate::repo_path::RepoPath;
@@ -106,14 +106,13 @@ impl WorktreePool {
         message: &str,
         leave_out: &BTreeSet<RepoPath>,
     ) -> Result<Committed, CommitError> {
-        let git = |e: anyhow::Error| CommitError::Git(git2::Error::from_str(&format!("{e:#}")));
         let base = self
             .base
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .context("an overlay worktree without its base")
-            .map_err(git)?;
+            .map_err(git_failure)?;
         let committed = slot
             .with_base_repo(&self.common_dir, &base, |base_repo| {
                 slot.with_repo(&self.common_dir, |repo| {
@@ -128,7 +127,7 @@ impl WorktreePool {
                     ))
                 })
             })
-            .map_err(git)??;
+            .map_err(git_failure)??;
         match base.written_since_made(&committed.changes) {
             Some(path) => Err(CommitError::ChangedInCheckout(path)),
             None => Ok(committed),
