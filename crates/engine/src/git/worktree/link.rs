@@ -12,7 +12,8 @@
 //! marked assume-unchanged, skip-worktree or intent-to-add; when racily clean, its content
 //! hashing to the blob too) and its entry is the base's blob with the base's mode.
 //! Whatever else (a file you changed, a link, a submodule, another filesystem, an index
-//! libgit2 cannot read) is checked out as before. The checkout writes first, into an empty
+//! libgit2 cannot read, a repository whose attributes name a `working-tree-encoding`, which
+//! git applies in your checkout and libgit2 does not) is checked out as before. The checkout writes first, into an empty
 //! folder, so it never meets a linked file; links come after, made through folders opened
 //! without following a link, and a link whose file is no longer the one vouched for (you
 //! replaced or wrote it meanwhile) is taken back and the file checked out.
@@ -60,19 +61,57 @@ pub(super) fn split(repo: &Repository, tree: Oid, workdir: &Path, into: &Path) -
         .and_then(|m| m.modified())
         .ok();
     let mut split = Split::default();
-    let mut walk = |path: Vec<u8>, id: Oid, mode: i32| match lendable(
-        &index, workdir, &path, id, mode, written,
-    ) {
-        Some(meta) => split.linkable.push(Linkable {
-            path,
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-        }),
-        None => split.rest.push(path),
+    let mut encodings = false;
+    let mut walk = |path: Vec<u8>, id: Oid, mode: i32| {
+        if path.rsplit(|&b| b == b'/').next() == Some(b".gitattributes") {
+            encodings |= repo
+                .find_blob(id)
+                .is_ok_and(|blob| names_an_encoding(blob.content()));
+        }
+        match lendable(&index, workdir, &path, id, mode, written) {
+            Some(meta) => split.linkable.push(Linkable {
+                path,
+                ino: meta.ino(),
+                size: meta.size(),
+                mtime: (meta.mtime(), meta.mtime_nsec()),
+            }),
+            None => split.rest.push(path),
+        }
     };
     walk_blobs(repo, tree, &mut Vec::new(), &mut walk).ok()?;
-    Some(split)
+    (!encodings && !attributes_name_an_encoding(&user)).then_some(split)
+}
+
+/// Does an attributes file say `working-tree-encoding`? git re-encodes such files in your
+/// checkout, and libgit2, which commits what a worker changed, does not: a view must show
+/// them as libgit2 writes them.
+fn names_an_encoding(attributes: &[u8]) -> bool {
+    const WORD: &[u8] = b"working-tree-encoding";
+    attributes.windows(WORD.len()).any(|w| w == WORD)
+}
+
+/// Does an attributes file outside the tree (the repository's `info/attributes`, yours,
+/// the system's) say `working-tree-encoding`?
+fn attributes_name_an_encoding(user: &Repository) -> bool {
+    let mut files = vec![
+        user.commondir().join("info/attributes"),
+        std::path::PathBuf::from("/etc/gitattributes"),
+    ];
+    match user
+        .config()
+        .and_then(|c| c.get_path("core.attributesFile"))
+    {
+        Ok(path) => files.push(path),
+        Err(_) => {
+            let config = std::env::var_os("XDG_CONFIG_HOME")
+                .map(std::path::PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")));
+            files.extend(config.map(|c| c.join("git/attributes")));
+        }
+    }
+    files
+        .iter()
+        .any(|f| std::fs::read(f).is_ok_and(|text| names_an_encoding(&text)))
 }
 
 /// Every entry of `tree` that is not a folder, with its path below `prefix`, in order.
@@ -300,6 +339,44 @@ mod tests {
             std::fs::metadata(base.join("clean.txt")).unwrap(),
         );
         assert_eq!((mine.ino(), mine.nlink()), (lent.ino(), 2));
+    }
+
+    #[test]
+    fn nothing_is_lent_where_git_re_encodes_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (user, base) = (dir.path().join("user"), dir.path().join("base"));
+        std::fs::create_dir_all(user.join("sub")).unwrap();
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::write(
+            user.join("sub/.gitattributes"),
+            "*.utf16 working-tree-encoding=UTF-16\n",
+        )
+        .unwrap();
+        let tree = checkout(&user);
+        let repo = Repository::open(&user).unwrap();
+        assert!(split(&repo, tree, &user, &base).is_none());
+        // The repository's own attributes file says it.
+        git(&user, &["rm", "-q", "sub/.gitattributes"]);
+        git(
+            &user,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qm",
+                "d",
+            ],
+        );
+        let tree = repo.head().unwrap().peel_to_tree().unwrap().id();
+        assert!(split(&repo, tree, &user, &base).is_some());
+        std::fs::write(
+            user.join(".git/info/attributes"),
+            "x working-tree-encoding=UTF-16\n",
+        )
+        .unwrap();
+        assert!(split(&repo, tree, &user, &base).is_none());
     }
 
     #[test]
