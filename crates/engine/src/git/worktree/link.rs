@@ -10,13 +10,14 @@
 //! executable bit, modification time, size, inode, as git with `core.trustctime = false`:
 //! the change time moves with every link made or removed, the last run's included; not
 //! marked assume-unchanged, skip-worktree or intent-to-add; when racily clean, its content
-//! hashing to the blob too) and its entry is the base's blob with the base's mode.
-//! Whatever else (a file you changed, a link, a submodule, another filesystem, an index
-//! libgit2 cannot read, a repository whose attributes name a `working-tree-encoding`, which
-//! git applies in your checkout and libgit2 does not) is checked out as before. The checkout writes first, into an empty
-//! folder, so it never meets a linked file; links come after, made through folders opened
-//! without following a link, and a link whose file is no longer the one vouched for (you
-//! replaced or wrote it meanwhile) is taken back and the file checked out.
+//! hashing to the blob too) and its entry is the base's blob with the base's mode. Whatever
+//! else (a file you changed, a link, a submodule, another filesystem, an index libgit2
+//! cannot read, a repository whose attributes name a `working-tree-encoding`, which git
+//! applies in your checkout and libgit2 does not) is checked out as before. The checkout
+//! writes first, into an empty folder, so it never meets a linked file; links come after,
+//! made through folders opened without following a link, and a link whose file is no
+//! longer the one vouched for (you replaced or wrote it meanwhile) is taken back and the
+//! file checked out.
 //!
 //! Nothing writes into the base checkout once made (workers see it through their overlay's
 //! upper layer), so your files are never written through a link. The kept base checkout
@@ -49,7 +50,7 @@ pub(super) struct Split {
 
 /// Splits `tree` into the files the checkout at `workdir` can lend the base checkout at
 /// `into`, and the rest (files, links and submodules, by path). `None` when it can lend none:
-/// another filesystem, or no index libgit2 can read.
+/// another filesystem, no index libgit2 can read, or a `working-tree-encoding`.
 pub(super) fn split(repo: &Repository, tree: Oid, workdir: &Path, into: &Path) -> Option<Split> {
     let same_disk = std::fs::metadata(workdir).ok()?.dev() == std::fs::metadata(into).ok()?.dev();
     if !same_disk {
