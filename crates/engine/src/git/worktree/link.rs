@@ -270,6 +270,11 @@ mod tests {
         assert!(out.status.success(), "git {args:?}: {out:?}");
     }
 
+    fn commit(dir: &Path, message: &str) {
+        let who = ["-c", "user.name=t", "-c", "user.email=t@t"];
+        git(dir, &[&who[..], &["commit", "-qm", message]].concat());
+    }
+
     /// A checkout with `clean.txt`, `changed.txt` (edited after its commit), `kept.txt`
     /// (marked assume-unchanged and edited), `run.sh` (executable) and `link` (a link).
     fn checkout(dir: &Path) -> Oid {
@@ -282,18 +287,7 @@ mod tests {
         std::fs::write(dir.join("run.sh"), "#!/bin/sh\n").unwrap();
         std::os::unix::fs::symlink("clean.txt", dir.join("link")).unwrap();
         git(dir, &["add", "-A"]);
-        git(
-            dir,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-qm",
-                "c",
-            ],
-        );
+        commit(dir, "c");
         git(dir, &["update-index", "--chmod=+x", "run.sh"]);
         // Files older than the index, so that it vouches for them.
         std::thread::sleep(std::time::Duration::from_millis(1100));
@@ -358,18 +352,7 @@ mod tests {
         assert!(split(&repo, tree, &user, &base).is_none());
         // The repository's own attributes file says it.
         git(&user, &["rm", "-q", "sub/.gitattributes"]);
-        git(
-            &user,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-qm",
-                "d",
-            ],
-        );
+        commit(&user, "d");
         let tree = repo.head().unwrap().peel_to_tree().unwrap().id();
         assert!(split(&repo, tree, &user, &base).is_some());
         std::fs::write(
