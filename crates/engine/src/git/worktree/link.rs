@@ -179,19 +179,28 @@ fn lendable(
 
 /// Links each of `files` from the checkout at `from` into the one at `to` (made of folders
 /// swarm created), on up to four threads; returns the paths it could not link, for a
-/// checkout to write. Blocking.
-pub(super) fn link_all(from: &Path, to: &Path, files: &[Linkable]) -> Vec<Vec<u8>> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    crate::git::on_threads(files, threads, |mine| {
+/// checkout to write. `Err` when a link to the wrong file could not be removed: a checkout
+/// would write through it. Blocking.
+pub(super) fn link_all(
+    from: &Path,
+    to: &Path,
+    files: &[Linkable],
+) -> std::io::Result<Vec<Vec<u8>>> {
+    let shares = super::parallel::in_parallel(files, |mine| {
         let mut linker = Linker::new(from, to);
-        mine.iter()
-            .filter(|file| !linker.link(file))
-            .map(|file| file.path.clone())
-            .collect::<Vec<_>>()
-    })
-    .into_iter()
-    .flat_map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e)))
-    .collect()
+        let mut failed = Vec::new();
+        for file in mine {
+            if !linker.link(file)? {
+                failed.push(file.path.clone());
+            }
+        }
+        std::io::Result::Ok(failed)
+    });
+    let mut failed = Vec::new();
+    for share in shares {
+        failed.extend(share?);
+    }
+    Ok(failed)
 }
 
 /// One thread's links, keeping the folder it links into open.
@@ -211,8 +220,9 @@ impl<'a> Linker<'a> {
         }
     }
 
-    /// Links `file`; `false` if it could not, or the link is not to the file vouched for.
-    fn link(&mut self, file: &Linkable) -> bool {
+    /// Links `file`; `false` if it could not, or the link was not to the file vouched for
+    /// (and is gone again); `Err` if such a link could not be removed.
+    fn link(&mut self, file: &Linkable) -> std::io::Result<bool> {
         let (parent, name) = match file.path.iter().rposition(|&b| b == b'/') {
             Some(at) => (&file.path[..at], &file.path[at + 1..]),
             None => (&[][..], &file.path[..]),
@@ -221,12 +231,12 @@ impl<'a> Linker<'a> {
             self.folder = self.open_folder(parent).map(|fd| (parent.to_vec(), fd));
         }
         let Some((_, folder)) = &self.folder else {
-            return false;
+            return Ok(false);
         };
         let name = OsStr::from_bytes(name);
         let source = self.from.join(OsStr::from_bytes(&file.path));
         if rustix::fs::linkat(rustix::fs::CWD, &source, folder, name, AtFlags::empty()).is_err() {
-            return false;
+            return Ok(false);
         }
         let same = rustix::fs::statat(folder, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
             st.st_ino == file.ino
@@ -234,9 +244,9 @@ impl<'a> Linker<'a> {
                 && (st.st_mtime, st.st_mtime_nsec as i64) == file.mtime
         });
         if !same {
-            let _ = rustix::fs::unlinkat(folder, name, AtFlags::empty());
+            rustix::fs::unlinkat(folder, name, AtFlags::empty())?;
         }
-        same
+        Ok(same)
     }
 
     /// The folder at `parent` in the checkout, made where missing, reached without following
@@ -323,7 +333,7 @@ mod tests {
         // sub/deep.txt is replaced after the split: its link is taken back.
         std::fs::remove_file(user.join("sub/deep.txt")).unwrap();
         std::fs::write(user.join("sub/deep.txt"), "sub/deep.txt\n").unwrap();
-        let failed = link_all(&user, &base, &split.linkable);
+        let failed = link_all(&user, &base, &split.linkable).unwrap();
         assert_eq!(
             names(failed.iter().map(|p| &p[..]).collect()),
             ["sub/deep.txt"]
@@ -379,7 +389,7 @@ mod tests {
         let split = split(&repo, tree, &user, &base).unwrap();
         // Something put a link where the base's folder `sub` goes.
         std::os::unix::fs::symlink(&away, base.join("sub")).unwrap();
-        let failed = link_all(&user, &base, &split.linkable);
+        let failed = link_all(&user, &base, &split.linkable).unwrap();
         assert_eq!(failed, [b"sub/deep.txt".to_vec()]);
         assert_eq!(std::fs::read_dir(&away).unwrap().count(), 0);
     }

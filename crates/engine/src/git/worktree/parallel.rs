@@ -90,7 +90,7 @@ pub(super) fn check_out_paths(
 }
 
 /// Runs `work` on shares of `items`, one thread each (as many as cores, up to
-/// [`MOST_THREADS`]): the kept base checkout's survey.
+/// [`MOST_THREADS`]): the kept base checkout's survey, the run's base checkout's links.
 pub(super) fn in_parallel<T: Sync, R: Send>(
     items: &[T],
     work: impl Fn(&[T]) -> R + Sync,

@@ -79,7 +79,8 @@ impl WorktreePool {
             parallel::check_out_paths(&open, tree, &split.rest, threads)
         })
         .with_context(|| format!("cannot check out {}", path.display()))?;
-        let failed = link::link_all(&self.user_workdir, path, &split.linkable);
+        let failed = link::link_all(&self.user_workdir, path, &split.linkable)
+            .context("cannot take back a link to a file that changed")?;
         tracing::debug!(
             "base checkout: {} files linked from your checkout, {} written",
             split.linkable.len() - failed.len(),
