@@ -29,6 +29,11 @@ macro_rules! assert_text {
     };
 }
 
+/// One task after another, commit included, so that the log's order is fixed: in full
+/// checkouts a task holds its place among `-j` to its end (in an overlay worktree its
+/// commit overlaps the next worker).
+const ONE_BY_ONE: [&str; 4] = ["-j", "1", "--worktrees", "pool"];
+
 fn mixed_run(repo: &TestRepo, extra: &[&str]) -> crate::common::Run {
     // a.txt merges, b.txt fails with output and a hint, c.txt needs no change.
     let exec = r#"case "$SWARM_FILE" in
@@ -36,7 +41,9 @@ fn mixed_run(repo: &TestRepo, extra: &[&str]) -> crate::common::Run {
   c.txt) ;;
   *) sed -i s/foo/bar/ "$SWARM_FILE" ;;
 esac"#;
-    let mut args = vec!["refactor", "x", "-j", "1", "--exec", exec];
+    let mut args = vec!["refactor", "x"];
+    args.extend_from_slice(&ONE_BY_ONE);
+    args.extend_from_slice(&["--exec", exec]);
     args.extend_from_slice(extra);
     repo.swarm(&args)
 }
@@ -118,9 +125,10 @@ fn the_plain_log_of_retries_and_a_split() {
     ]);
     // Each task also appends to shared.txt: the second merge conflicts, and is retried.
     let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; echo "$SWARM_FILE" >> shared.txt"#;
-    let run = repo.swarm(&[
-        "refactor", "x", "a.txt", "b.txt", "-j", "1", "--scope", "any", "--exec", exec,
-    ]);
+    let mut args = vec!["refactor", "x", "a.txt", "b.txt", "--scope", "any"];
+    args.extend_from_slice(&ONE_BY_ONE);
+    args.extend_from_slice(&["--exec", exec]);
+    let run = repo.swarm(&args);
     run.assert_code(0);
     assert_text!("log_retry", steady(&run.stderr));
     // One process for three files fails on one of them: split, then each alone.
@@ -129,16 +137,10 @@ fn the_plain_log_of_retries_and_a_split() {
   if [ "$f" = b.txt ]; then echo "$f: cannot parse" >&2; exit 2; fi
   sed -i s/foo/bar/ "$f"
 done"#;
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        "-j",
-        "1",
-        "--per-process",
-        "3",
-        "--exec",
-        exec,
-    ]);
+    let mut args = vec!["refactor", "x", "--per-process", "3"];
+    args.extend_from_slice(&ONE_BY_ONE);
+    args.extend_from_slice(&["--exec", exec]);
+    let run = repo.swarm(&args);
     run.assert_code(1);
     assert_text!("log_split", steady(&run.stderr));
 }

@@ -260,3 +260,47 @@ fn worktrees_are_moved_aside_at_the_end_and_deleted_after() {
     repo.swarm(&["clean", "--all"]);
     assert_eq!(entries(&trash), 0);
 }
+
+/// `-j N` is how many workers run at once, on both kinds of worktree: in overlay worktrees a
+/// finished task commits while the next worker runs in another, and still no more than N
+/// workers run. Each worker writes when it started and ended (nanoseconds) into its file.
+#[test]
+fn no_more_workers_run_at_once_than_jobs() {
+    let files: Vec<(String, String)> = (0..8)
+        .map(|i| (format!("f{i}.txt"), "-\n".to_string()))
+        .collect();
+    let clock = r#"s=$(date +%s%N); sleep 0.3; echo "$s $(date +%s%N)" > "$SWARM_FILE""#;
+    for mode in ["overlay", "pool"] {
+        let repo = TestRepo::with_files(&files);
+        let run = repo.swarm(&[
+            "refactor",
+            "clock",
+            "f*.txt",
+            "-j",
+            "2",
+            "--worktrees",
+            mode,
+            "-y",
+            "--exec",
+            clock,
+        ]);
+        run.assert_code(0);
+        let spans: Vec<(u128, u128)> = (0..8)
+            .map(|i| {
+                let text = repo.read(&format!("f{i}.txt"));
+                let (s, e) = text.trim().split_once(' ').unwrap();
+                (s.parse().unwrap(), e.parse().unwrap())
+            })
+            .collect();
+        // The most spans holding one instant: the start of one of them.
+        let most = spans
+            .iter()
+            .map(|&(at, _)| spans.iter().filter(|&&(s, e)| s <= at && at < e).count())
+            .max()
+            .unwrap();
+        assert_eq!(
+            most, 2,
+            "--worktrees {mode}: {most} workers at once at -j 2"
+        );
+    }
+}

@@ -70,11 +70,16 @@ fn read(dir: &Path, name: &str) -> String {
 fn a_reused_jail_keeps_nothing_of_the_task_before() {
     let repo = three_files();
     let out = repo.writable_dir();
+    // Full checkouts: a task holds its place among `-j` until its jail is gone, so the next
+    // task takes the same host (in an overlay worktree it may start while that host still
+    // unmounts the jail before, and take another).
     let (run, hosts) = run_watching_hosts(repo.swarm_cmd().args([
         "refactor",
         "x",
         "-j",
         "1",
+        "--worktrees",
+        "pool",
         "--exec",
         &exec(&out),
     ]));
@@ -149,11 +154,14 @@ fn a_reused_tmpdir_and_git_view_keep_nothing_of_the_task_before() {
     let out = repo.writable_dir();
     let victim = repo.home.join("victim.txt");
     std::fs::write(&victim, "untouched\n").unwrap();
+    // Full checkouts, so that each task's folders are back before the next task starts.
     let run = repo.swarm(&[
         "refactor",
         "x",
         "-j",
         "1",
+        "--worktrees",
+        "pool",
         "--exec",
         &leave_things(&out, &victim),
     ]);

@@ -22,8 +22,10 @@ use anyhow::Context as _;
 use git2::Oid;
 
 use super::Shared;
+use super::permits::Permit;
 use super::task::{
-    Attempt, commit_attempt, commit_message, outcome, start_attempt, step, warn, work,
+    Attempt, commit_attempt, commit_message, hold_while_committing, outcome, start_attempt, step,
+    warn, work,
 };
 use super::watch::{warn_about_checkout, warn_about_new_branches};
 use crate::env_vars;
@@ -123,9 +125,13 @@ struct Unshared {
 /// Runs `tasks` (two or more, starting at the base) in one worker process, and commits each
 /// task's share of what it changed on the task's branch. Never fails: a problem splits the
 /// group.
-pub(super) async fn run_group(shared: Arc<Shared>, tasks: Vec<TaskIdx>) -> GroupEnd {
+pub(super) async fn run_group(
+    shared: Arc<Shared>,
+    tasks: Vec<TaskIdx>,
+    permit: Permit,
+) -> GroupEnd {
     let started = Instant::now();
-    let ran = attempt_group(&shared, &tasks).await;
+    let ran = attempt_group(&shared, &tasks, permit).await;
     let network = shared.network.take(&shared.plan.task(tasks[0]).id);
     warn_about_checkout(&shared, &shared.plan.task(tasks[0]).id).await;
     let unshared = match ran {
@@ -200,6 +206,7 @@ fn names_path(line: &str, path: &str) -> bool {
 async fn attempt_group(
     shared: &Arc<Shared>,
     tasks: &[TaskIdx],
+    permit: Permit,
 ) -> anyhow::Result<Result<Vec<Attempt>, Unshared>> {
     let plan = &shared.plan;
     let first = plan.task(tasks[0]);
@@ -212,6 +219,7 @@ async fn attempt_group(
     let worktree = slot.path.clone();
     // On an error the lease gives the worktree back (its next task resets it).
     let mut result = work(shared, tasks[0], &files, &mut slot, None).await?;
+    let _held = hold_while_committing(shared, &slot, permit);
     super::task::finish(result.ended.jail.take()).await;
     let unshared = |error: String| Unshared {
         error,

@@ -32,6 +32,7 @@ mod group;
 mod merge_thread;
 mod mode;
 mod network;
+mod permits;
 mod records;
 mod repair;
 mod scheduler;

@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::group::{self, GroupEnd, run_group};
+use super::permits::{Permit, Permits};
 use super::repair::{ConflictRepair, repair_conflict};
 use super::task::{Attempt, run_task};
 use crate::git::merge::{MergeOutcome, MergeTrain};
@@ -36,6 +37,10 @@ struct Split {
     suspects: Vec<TaskIdx>,
 }
 
+/// The most tasks under way for each of `--jobs`: one whose worker runs, and one committing
+/// what its worker left, in an overlay worktree of its own.
+const TASKS_PER_JOB: usize = 2;
+
 /// What a conflicted task gets after the first wave.
 enum FollowUp {
     /// Run again on the integration tip (`--on-conflict retry`).
@@ -54,6 +59,10 @@ struct Flight {
     /// Conflicted tasks to run again or repair after the first wave.
     retries: VecDeque<(TaskIdx, FollowUp)>,
     running: JoinSet<GroupEnd>,
+    /// The `--jobs` places of running workers.
+    permits: Permits,
+    /// The most tasks under way: a task whose worker has ended may still be committing.
+    most: usize,
     /// The tasks of each running process.
     running_ids: HashMap<tokio::task::Id, Vec<TaskIdx>>,
     /// Merge jobs sent to the merge thread and not answered yet.
@@ -76,8 +85,8 @@ impl Flight {
     }
 
     /// Runs one process for several first-wave tasks.
-    fn spawn_group(&mut self, shared: Arc<Shared>, tasks: Vec<TaskIdx>) {
-        let handle = self.running.spawn(run_group(shared, tasks.clone()));
+    fn spawn_group(&mut self, shared: Arc<Shared>, tasks: Vec<TaskIdx>, permit: Permit) {
+        let handle = self.running.spawn(run_group(shared, tasks.clone(), permit));
         self.running_ids.insert(handle.id(), tasks);
     }
 
@@ -153,6 +162,8 @@ impl Scheduler {
             halves: VecDeque::new(),
             retries: VecDeque::new(),
             running: JoinSet::new(),
+            permits: Permits::new(shared.settings.jobs),
+            most: shared.settings.jobs.saturating_mul(TASKS_PER_JOB),
             running_ids: HashMap::new(),
             merging: 0,
             jobs: job_tx,
@@ -210,7 +221,10 @@ impl Scheduler {
             if flight.running.is_empty() && flight.merging == 0 {
                 return Ok(());
             }
+            let wants_worker = self.wants_worker(flight);
             tokio::select! {
+                // A worker ended while its task commits: start the next (next time round).
+                () = flight.permits.given_back(), if wants_worker => {}
                 joined = flight.running.join_next_with_id(), if !flight.running.is_empty() => {
                     let ended = match joined {
                         Some(Ok((id, ended))) => {
@@ -264,8 +278,19 @@ impl Scheduler {
         }
     }
 
-    /// Starts pending tasks up to `--jobs`, and once the first wave is done and merged, the
-    /// retries and repairs of conflicted tasks, one at a time; none when the run is stopping.
+    /// May a first-wave task start, but for a free permit?
+    fn wants_worker(&self, flight: &Flight) -> bool {
+        let shared = &self.shared;
+        !shared.cancel.is_cancelled()
+            && self.stopped.is_none()
+            && self.budget_spent.is_none()
+            && flight.running.len() < flight.most
+            && !(flight.pending.is_empty() && flight.halves.is_empty())
+    }
+
+    /// Starts pending tasks up to `--jobs` running workers, and once the first wave is done
+    /// and merged, the retries and repairs of conflicted tasks, one at a time; none when the
+    /// run is stopping.
     fn start_what_may_start(&mut self, flight: &mut Flight) -> anyhow::Result<()> {
         let shared = self.shared.clone();
         if self.budget_spent.is_none()
@@ -273,12 +298,9 @@ impl Scheduler {
         {
             self.budget_spent = Some(reason);
         }
-        let may_start =
-            !shared.cancel.is_cancelled() && self.stopped.is_none() && self.budget_spent.is_none();
-        if !may_start {
-            return Ok(());
-        }
-        while flight.running.len() < shared.settings.jobs {
+        while self.wants_worker(flight)
+            && let Some(permit) = flight.permits.take()
+        {
             let tasks = match flight.halves.pop_front() {
                 Some(half) => half,
                 None => {
@@ -289,15 +311,24 @@ impl Scheduler {
                 self.set_running(idx, 1, shared.base);
             }
             match tasks[..] {
-                [] => break,
-                [idx] => flight.spawn(idx, run_task(shared.clone(), idx, 1, shared.base, None)),
-                _ => flight.spawn_group(shared.clone(), tasks),
+                [] => continue,
+                [idx] => flight.spawn(
+                    idx,
+                    run_task(shared.clone(), idx, 1, shared.base, None, permit),
+                ),
+                _ => flight.spawn_group(shared.clone(), tasks, permit),
             }
+        }
+        let may_start =
+            !shared.cancel.is_cancelled() && self.stopped.is_none() && self.budget_spent.is_none();
+        if !may_start {
+            return Ok(());
         }
         if flight.pending.is_empty()
             && flight.halves.is_empty()
             && flight.running.is_empty()
             && flight.merging == 0
+            && let Some(permit) = flight.permits.take()
             && let Some((idx, follow_up)) = flight.retries.pop_front()
         {
             let attempt = self.report.task(idx).attempts + 1;
@@ -305,13 +336,18 @@ impl Scheduler {
                 FollowUp::Retry(paths) => {
                     let context = conflict_context(&paths);
                     self.set_running(idx, attempt, self.tip);
-                    let retry = run_task(shared.clone(), idx, attempt, self.tip, Some(context));
+                    let context = Some(context);
+                    let retry = run_task(shared.clone(), idx, attempt, self.tip, context, permit);
                     flight.spawn(idx, retry);
                 }
                 FollowUp::Repair => {
                     let repair = self.conflict_repair(idx, attempt)?;
                     self.set_running(idx, attempt, repair.task_start);
-                    flight.spawn(idx, repair_conflict(shared.clone(), repair));
+                    let repair = repair_conflict(shared.clone(), repair);
+                    flight.spawn(idx, async move {
+                        let _held = permit;
+                        repair.await
+                    });
                 }
             }
         }

@@ -19,6 +19,7 @@ use anyhow::Context as _;
 use git2::Oid;
 
 use super::Shared;
+use super::permits::Permit;
 use super::watch::{warn_about_checkout, warn_about_new_branches};
 use super::worker_run::{Place, check_writes, run_worker, set_up};
 use crate::events::Event;
@@ -152,7 +153,8 @@ impl WorkerResult {
     }
 }
 
-/// Runs one attempt of one task in a pooled worktree. Never fails: problems are the task's
+/// Runs one attempt of one task in a pooled worktree, its worker holding `permit` (given
+/// back before the commit in an overlay worktree). Never fails: problems are the task's
 /// status and error.
 pub(super) async fn run_task(
     shared: Arc<Shared>,
@@ -160,10 +162,11 @@ pub(super) async fn run_task(
     attempt: u32,
     start: Oid,
     context: Option<String>,
+    permit: Permit,
 ) -> Attempt {
     let started = Instant::now();
     let mut a = Attempt::new(idx, attempt, start, TaskStatus::Failed);
-    if let Err(e) = attempt_task(&shared, &mut a, context.as_deref()).await {
+    if let Err(e) = attempt_task(&shared, &mut a, context.as_deref(), permit).await {
         a.status = TaskStatus::Failed;
         a.error = Some(format!("{e:#}"));
     }
@@ -188,6 +191,7 @@ async fn attempt_task(
     shared: &Arc<Shared>,
     a: &mut Attempt,
     context: Option<&str>,
+    permit: Permit,
 ) -> anyhow::Result<()> {
     let task = shared.plan.task(a.idx);
     let branch = task.branch(&shared.plan.run_id);
@@ -195,6 +199,7 @@ async fn attempt_task(
     a.worktree = Some(slot.path.clone());
     // On an error the lease gives the worktree back (its next task resets it).
     let mut result = work(shared, a.idx, &task.files, &mut slot, context).await?;
+    let _held = hold_while_committing(shared, &slot, permit);
     // Declared after `slot`, so dropped before it on an early return.
     let mut ended = std::mem::take(&mut result.ended);
     a.record_spend(&result);
@@ -405,6 +410,25 @@ pub(super) async fn work(
     let mut result = run_worker(shared, idx, files, place, &task_dir, context).await?;
     result.check_wrote = checks.map(|c| c.take()).unwrap_or_default();
     Ok(result)
+}
+
+/// `permit`, if the commit in `slot` must hold it. The next worker runs in another
+/// worktree while this one commits, if one costs little to make: an overlay worktree, with
+/// no `[worktree] setup` to run in it (a full checkout is a copy of the repository, and a
+/// setup may install a project's dependencies).
+pub(super) fn hold_while_committing(
+    shared: &Shared,
+    slot: &Slot,
+    permit: Permit,
+) -> Option<Permit> {
+    let cheap = slot.view.is_some() && shared.settings.worktree.setup.is_none();
+    match cheap {
+        true => {
+            permit.give_back();
+            None
+        }
+        false => Some(permit),
+    }
 }
 
 /// Keeps the commits the worker made with its own git on its task branch (and says which other
