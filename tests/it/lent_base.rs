@@ -8,9 +8,11 @@ use std::os::unix::fs::MetadataExt as _;
 
 use crate::common::TestRepo;
 
-/// The worker: the link count of `b.txt` and `dir/c.txt` as its view shows them, then the
-/// text of `mine.txt`.
-const LOOK: &str = r#"{ stat -c %h b.txt dir/c.txt; cat mine.txt; } > seen.txt"#;
+/// The worker: the link count of `b.txt` and `dir/c.txt` as its view shows them, the text
+/// of `mine.txt`, and the files whose stat data git's index (of a view, made with the base's
+/// index) does not hold, before anything refreshes it: none.
+const LOOK: &str = r#"d=$(git diff-files --name-only | tr '\n' ' ')
+{ stat -c %h b.txt dir/c.txt; cat mine.txt; echo "[$d]"; } > seen.txt"#;
 
 fn repo() -> TestRepo {
     let repo = TestRepo::with_files(&[
@@ -53,10 +55,10 @@ fn the_base_lends_your_unchanged_files_and_checks_out_the_one_you_changed() {
     refactor(&repo, false).assert_code(0);
     // b.txt and dir/c.txt were lent (two links: yours and the base's); the worker saw the
     // committed mine.txt, not your edit.
-    assert_eq!(repo.read("seen.txt"), "2\n2\ncommitted\n");
+    assert_eq!(repo.read("seen.txt"), "2\n2\ncommitted\n[]\n");
     assert_eq!(
         repo.git(&["show", "HEAD:seen.txt"]),
-        "2\n2\ncommitted",
+        "2\n2\ncommitted\n[]",
         "the merged result"
     );
     // Your files: the same inodes, the same text, your edit still there and uncommitted.
@@ -72,7 +74,7 @@ fn the_base_lends_your_unchanged_files_and_checks_out_the_one_you_changed() {
 fn the_kept_base_lends_nothing() {
     let repo = repo();
     refactor(&repo, true).assert_code(0);
-    assert_eq!(repo.read("seen.txt"), "1\n1\ncommitted\n");
+    assert_eq!(repo.read("seen.txt"), "1\n1\ncommitted\n[]\n");
     // Nothing of yours is linked into the kept checkout, which stays after the run.
     assert_eq!(inode(&repo, "b.txt").1, 1);
     assert_eq!(inode(&repo, "dir/c.txt").1, 1);

@@ -275,14 +275,7 @@ fn kind_changes(
 /// Fills `entry`'s stat data from `meta` (of the file just written, not followed if a link),
 /// as git does: the index's fields are 32 bits wide and truncated the same way.
 pub(crate) fn set_stat(entry: &mut git2::IndexEntry, meta: &std::fs::Metadata) {
-    use std::os::unix::fs::MetadataExt as _;
-    entry.ctime = git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32);
-    entry.mtime = git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32);
-    entry.dev = meta.dev() as u32;
-    entry.ino = meta.ino() as u32;
-    entry.uid = meta.uid();
-    entry.gid = meta.gid();
-    entry.file_size = meta.size() as u32;
+    stat::StatData::of(meta).set(entry);
 }
 
 /// The mode of a tree entry, from its raw value.

@@ -53,6 +53,56 @@ pub(crate) fn same_but_change_time(entry: &IndexEntry, meta: &std::fs::Metadata)
         && meta.ino() as u32 == entry.ino
 }
 
+/// The stat data git's index keeps of a file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StatData {
+    ctime: IndexTime,
+    mtime: IndexTime,
+    dev: u32,
+    ino: u32,
+    uid: u32,
+    gid: u32,
+    size: u32,
+}
+
+impl StatData {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        Self {
+            ctime: index_time(meta.ctime(), meta.ctime_nsec()),
+            mtime: index_time(meta.mtime(), meta.mtime_nsec()),
+            dev: meta.dev() as u32,
+            ino: meta.ino() as u32,
+            uid: meta.uid(),
+            gid: meta.gid(),
+            size: meta.size() as u32,
+        }
+    }
+
+    pub(crate) fn of_stat(st: &rustix::fs::Stat) -> Self {
+        Self {
+            ctime: index_time(st.st_ctime, st.st_ctime_nsec as i64),
+            mtime: index_time(st.st_mtime, st.st_mtime_nsec as i64),
+            dev: st.st_dev as u32,
+            ino: st.st_ino as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size as u32,
+        }
+    }
+
+    /// Gives `entry` this stat data (truncated to the index's 32-bit fields, as git does).
+    pub(crate) fn set(&self, entry: &mut IndexEntry) {
+        entry.ctime = self.ctime;
+        entry.mtime = self.mtime;
+        entry.dev = self.dev;
+        entry.ino = self.ino;
+        entry.uid = self.uid;
+        entry.gid = self.gid;
+        entry.file_size = self.size;
+    }
+}
+
 /// A time as the index keeps it: 32-bit fields, truncated as git (and `set_stat`) truncate
 /// them.
 fn index_time(seconds: i64, nanoseconds: i64) -> IndexTime {

@@ -23,6 +23,7 @@
 //! upper layer), so your files are never written through a link. The kept base checkout
 //! (`--reuse-base`), which later runs bring up to date in place, is never linked.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
@@ -31,6 +32,8 @@ use std::path::Path;
 
 use git2::{Oid, Repository};
 use rustix::fs::{AtFlags, Mode, OFlags};
+
+use crate::git::stat::StatData;
 
 /// A file of the user's checkout that the base can link, with what vouched for it.
 #[derive(Debug)]
@@ -177,30 +180,42 @@ fn lendable(
     same.then_some(meta)
 }
 
+/// What [`link_all`] did.
+pub(super) struct Linked<'a> {
+    /// The stat data of each file linked (for the index), by path.
+    pub(super) stats: HashMap<&'a [u8], StatData>,
+    /// The paths it could not link, for a checkout to write.
+    pub(super) failed: Vec<Vec<u8>>,
+}
+
 /// Links each of `files` from the checkout at `from` into the one at `to` (made of folders
-/// swarm created), on up to four threads; returns the paths it could not link, for a
-/// checkout to write. `Err` when a link to the wrong file could not be removed: a checkout
-/// would write through it. Blocking.
-pub(super) fn link_all(
+/// swarm created), on up to four threads. `Err` when a link to the wrong file could not be
+/// removed: a checkout would write through it. Blocking.
+pub(super) fn link_all<'a>(
     from: &Path,
     to: &Path,
-    files: &[Linkable],
-) -> std::io::Result<Vec<Vec<u8>>> {
+    files: &'a [Linkable],
+) -> std::io::Result<Linked<'a>> {
     let shares = super::parallel::in_parallel(files, |mine| {
         let mut linker = Linker::new(from, to);
-        let mut failed = Vec::new();
-        for file in mine {
-            if !linker.link(file)? {
-                failed.push(file.path.clone());
-            }
-        }
-        std::io::Result::Ok(failed)
+        mine.iter()
+            .map(|file| linker.link(file))
+            .collect::<std::io::Result<Vec<_>>>()
     });
-    let mut failed = Vec::new();
-    for share in shares {
-        failed.extend(share?);
+    let mut linked = Linked {
+        stats: HashMap::with_capacity(files.len()),
+        failed: Vec::new(),
+    };
+    let stats = shares.into_iter().collect::<std::io::Result<Vec<_>>>()?;
+    for (file, stat) in files.iter().zip(stats.into_iter().flatten()) {
+        match stat {
+            Some(stat) => {
+                linked.stats.insert(&file.path, stat);
+            }
+            None => linked.failed.push(file.path.clone()),
+        }
     }
-    Ok(failed)
+    Ok(linked)
 }
 
 /// One thread's links, keeping the folder it links into open.
@@ -220,9 +235,10 @@ impl<'a> Linker<'a> {
         }
     }
 
-    /// Links `file`; `false` if it could not, or the link was not to the file vouched for
-    /// (and is gone again); `Err` if such a link could not be removed.
-    fn link(&mut self, file: &Linkable) -> std::io::Result<bool> {
+    /// Links `file`, and says the link's stat data; `None` if it could not, or the link was
+    /// not to the file vouched for (and is gone again); `Err` if such a link could not be
+    /// removed.
+    fn link(&mut self, file: &Linkable) -> std::io::Result<Option<StatData>> {
         let (parent, name) = match file.path.iter().rposition(|&b| b == b'/') {
             Some(at) => (&file.path[..at], &file.path[at + 1..]),
             None => (&[][..], &file.path[..]),
@@ -231,22 +247,24 @@ impl<'a> Linker<'a> {
             self.folder = self.open_folder(parent).map(|fd| (parent.to_vec(), fd));
         }
         let Some((_, folder)) = &self.folder else {
-            return Ok(false);
+            return Ok(None);
         };
         let name = OsStr::from_bytes(name);
         let source = self.from.join(OsStr::from_bytes(&file.path));
         if rustix::fs::linkat(rustix::fs::CWD, &source, folder, name, AtFlags::empty()).is_err() {
-            return Ok(false);
+            return Ok(None);
         }
-        let same = rustix::fs::statat(folder, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
-            st.st_ino == file.ino
-                && st.st_size as u64 == file.size
-                && (st.st_mtime, st.st_mtime_nsec as i64) == file.mtime
-        });
-        if !same {
+        let same = rustix::fs::statat(folder, name, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .filter(|st| {
+                st.st_ino == file.ino
+                    && st.st_size as u64 == file.size
+                    && (st.st_mtime, st.st_mtime_nsec as i64) == file.mtime
+            });
+        if same.is_none() {
             rustix::fs::unlinkat(folder, name, AtFlags::empty())?;
         }
-        Ok(same)
+        Ok(same.as_ref().map(StatData::of_stat))
     }
 
     /// The folder at `parent` in the checkout, made where missing, reached without following
@@ -333,11 +351,12 @@ mod tests {
         // sub/deep.txt is replaced after the split: its link is taken back.
         std::fs::remove_file(user.join("sub/deep.txt")).unwrap();
         std::fs::write(user.join("sub/deep.txt"), "sub/deep.txt\n").unwrap();
-        let failed = link_all(&user, &base, &split.linkable).unwrap();
+        let linked = link_all(&user, &base, &split.linkable).unwrap();
         assert_eq!(
-            names(failed.iter().map(|p| &p[..]).collect()),
+            names(linked.failed.iter().map(|p| &p[..]).collect()),
             ["sub/deep.txt"]
         );
+        assert_eq!(names(linked.stats.keys().copied().collect()), ["clean.txt"]);
         assert!(!base.join("sub/deep.txt").exists());
         let (mine, lent) = (
             std::fs::metadata(user.join("clean.txt")).unwrap(),
@@ -389,8 +408,8 @@ mod tests {
         let split = split(&repo, tree, &user, &base).unwrap();
         // Something put a link where the base's folder `sub` goes.
         std::os::unix::fs::symlink(&away, base.join("sub")).unwrap();
-        let failed = link_all(&user, &base, &split.linkable).unwrap();
-        assert_eq!(failed, [b"sub/deep.txt".to_vec()]);
+        let linked = link_all(&user, &base, &split.linkable).unwrap();
+        assert_eq!(linked.failed, [b"sub/deep.txt".to_vec()]);
         assert_eq!(std::fs::read_dir(&away).unwrap().count(), 0);
     }
 }

@@ -13,6 +13,7 @@
 //! A tree of 1,000 folders (100,000 files) makes 500 pathspecs a thread, and matching them
 //! took 4 s of CPU before the first worker could start.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
@@ -20,6 +21,8 @@ use std::path::Path;
 use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
 use git2::{Oid, Repository};
+
+use crate::git::stat::StatData;
 
 /// Parts each thread gets, at least (so that a part bigger than the others evens out).
 const PARTS_PER_THREAD: usize = 4;
@@ -40,7 +43,7 @@ pub(super) fn check_out(
     let parts = parts(&repo, tree, threads * PARTS_PER_THREAD)?;
     check_out_paths(open, tree, &parts, threads)
         .with_context(|| format!("cannot check out {}", workdir.display()))?;
-    write_index(&repo, tree, workdir, index_path)
+    write_index(&repo, tree, workdir, index_path, &HashMap::new())
 }
 
 /// How many threads check out: as many as cores, up to [`MOST_THREADS`].
@@ -143,6 +146,7 @@ pub(super) fn write_index(
     tree: Oid,
     workdir: &Path,
     index_path: &Path,
+    known: &HashMap<&[u8], StatData>,
 ) -> anyhow::Result<()> {
     crate::state::remove_file_if_present(index_path)
         .with_context(|| format!("cannot replace {}", index_path.display()))?;
@@ -159,10 +163,16 @@ pub(super) fn write_index(
         if entry.mode == 0o160000 {
             continue;
         }
-        let file = workdir.join(OsStr::from_bytes(&entry.path));
-        let meta = std::fs::symlink_metadata(&file)
-            .with_context(|| format!("{} was not checked out", file.display()))?;
-        crate::git::set_stat(&mut entry, &meta);
+        let stat = match known.get(&entry.path[..]) {
+            Some(stat) => *stat,
+            None => {
+                let file = workdir.join(OsStr::from_bytes(&entry.path));
+                let meta = std::fs::symlink_metadata(&file)
+                    .with_context(|| format!("{} was not checked out", file.display()))?;
+                StatData::of(&meta)
+            }
+        };
+        stat.set(&mut entry);
         index.add(&entry)?;
     }
     index.write()?;

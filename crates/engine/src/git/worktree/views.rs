@@ -79,18 +79,19 @@ impl WorktreePool {
             parallel::check_out_paths(&open, tree, &split.rest, threads)
         })
         .with_context(|| format!("cannot check out {}", path.display()))?;
-        let failed = link::link_all(&self.user_workdir, path, &split.linkable)
+        let linked = link::link_all(&self.user_workdir, path, &split.linkable)
             .context("cannot take back a link to a file that changed")?;
         tracing::debug!(
             "base checkout: {} files linked from your checkout, {} written",
-            split.linkable.len() - failed.len(),
-            split.rest.len() + failed.len()
+            linked.stats.len(),
+            split.rest.len() + linked.failed.len()
         );
         sandbox::confined(writable, || {
-            parallel::check_out_paths(&open, tree, &failed, threads)
+            parallel::check_out_paths(&open, tree, &linked.failed, threads)
                 .with_context(|| format!("cannot check out {}", path.display()))?;
             let index = self.admin_dir(name).join("index");
-            parallel::write_index(&open()?, tree, path, &index)?;
+            // The links' stat data, taken as each was checked: not read again.
+            parallel::write_index(&open()?, tree, path, &index, &linked.stats)?;
             self.copy_in(path)
         })
     }
