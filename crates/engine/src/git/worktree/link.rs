@@ -60,11 +60,10 @@ pub(super) fn split(repo: &Repository, tree: Oid, workdir: &Path, into: &Path) -
         return None;
     }
     let user = Repository::open(workdir).ok()?;
-    let index = user.index().ok()?;
     let written = std::fs::metadata(user.path().join("index"))
         .and_then(|m| m.modified())
         .ok();
-    let mut split = Split::default();
+    let mut blobs = Vec::new();
     let mut encodings = false;
     let mut walk = |path: Vec<u8>, id: Oid, mode: i32| {
         if path.rsplit(|&b| b == b'/').next() == Some(b".gitattributes") {
@@ -72,18 +71,35 @@ pub(super) fn split(repo: &Repository, tree: Oid, workdir: &Path, into: &Path) -
                 .find_blob(id)
                 .is_ok_and(|blob| names_an_encoding(blob.content()));
         }
-        match lendable(&index, workdir, &path, id, mode, written) {
-            Some(meta) => split.linkable.push(Linkable {
+        blobs.push((path, id, mode));
+    };
+    walk_blobs(repo, tree, &mut Vec::new(), &mut walk).ok()?;
+    if encodings || attributes_name_an_encoding(&user) {
+        return None;
+    }
+    // A stat a file, on threads, each with its own handle on the index.
+    let vouched = super::parallel::in_parallel(&blobs, |mine| {
+        let index = Repository::open(workdir).ok()?.index().ok()?;
+        let each = |(path, id, mode): &(Vec<u8>, Oid, i32)| {
+            lendable(&index, workdir, path, *id, *mode, written)
+                .map(|meta| (meta.ino(), meta.size(), (meta.mtime(), meta.mtime_nsec())))
+        };
+        Some(mine.iter().map(each).collect::<Vec<_>>())
+    });
+    let mut split = Split::default();
+    let vouched = vouched.into_iter().collect::<Option<Vec<_>>>()?;
+    for ((path, _, _), stat) in blobs.into_iter().zip(vouched.into_iter().flatten()) {
+        match stat {
+            Some((ino, size, mtime)) => split.linkable.push(Linkable {
                 path,
-                ino: meta.ino(),
-                size: meta.size(),
-                mtime: (meta.mtime(), meta.mtime_nsec()),
+                ino,
+                size,
+                mtime,
             }),
             None => split.rest.push(path),
         }
-    };
-    walk_blobs(repo, tree, &mut Vec::new(), &mut walk).ok()?;
-    (!encodings && !attributes_name_an_encoding(&user)).then_some(split)
+    }
+    Some(split)
 }
 
 /// Does an attributes file say `working-tree-encoding`? git re-encodes such files in your
