@@ -24,8 +24,7 @@ use git2::Oid;
 use super::Shared;
 use super::permits::Permit;
 use super::task::{
-    Attempt, commit_attempt, commit_message, hold_while_committing, outcome, start_attempt, step,
-    warn, work,
+    Attempt, commit_attempt, commit_message, outcome, start_attempt, step, warn, work,
 };
 use super::watch::{warn_about_checkout, warn_about_new_branches};
 use crate::env_vars;
@@ -219,7 +218,9 @@ async fn attempt_group(
     let worktree = slot.path.clone();
     // On an error the lease gives the worktree back (its next task resets it).
     let mut result = work(shared, tasks[0], &files, &mut slot, None).await?;
-    let _held = hold_while_committing(shared, &slot, permit);
+    // Held to the end: one group's commits are many tasks' files, and a second group's
+    // worker beside them slowed runs on ext4 (docs/ARCHITECTURE.md).
+    let _held = permit;
     super::task::finish(result.ended.jail.take()).await;
     let unshared = |error: String| Unshared {
         error,

@@ -416,7 +416,7 @@ pub(super) async fn work(
 /// worktree while this one commits, if one costs little to make: an overlay worktree, with
 /// no `[worktree] setup` to run in it (a full checkout is a copy of the repository, and a
 /// setup may install a project's dependencies).
-pub(super) fn hold_while_committing(
+fn hold_while_committing(
     shared: &Shared,
     slot: &Slot,
     permit: Permit,
