@@ -22,7 +22,6 @@ use anyhow::Context as _;
 use git2::Oid;
 
 use super::Shared;
-use super::permits::Permit;
 use super::task::{
     Attempt, commit_attempt, commit_message, outcome, start_attempt, step, warn, work,
 };
@@ -124,13 +123,9 @@ struct Unshared {
 /// Runs `tasks` (two or more, starting at the base) in one worker process, and commits each
 /// task's share of what it changed on the task's branch. Never fails: a problem splits the
 /// group.
-pub(super) async fn run_group(
-    shared: Arc<Shared>,
-    tasks: Vec<TaskIdx>,
-    permit: Permit,
-) -> GroupEnd {
+pub(super) async fn run_group(shared: Arc<Shared>, tasks: Vec<TaskIdx>) -> GroupEnd {
     let started = Instant::now();
-    let ran = attempt_group(&shared, &tasks, permit).await;
+    let ran = attempt_group(&shared, &tasks).await;
     let network = shared.network.take(&shared.plan.task(tasks[0]).id);
     warn_about_checkout(&shared, &shared.plan.task(tasks[0]).id).await;
     let unshared = match ran {
@@ -205,7 +200,6 @@ fn names_path(line: &str, path: &str) -> bool {
 async fn attempt_group(
     shared: &Arc<Shared>,
     tasks: &[TaskIdx],
-    permit: Permit,
 ) -> anyhow::Result<Result<Vec<Attempt>, Unshared>> {
     let plan = &shared.plan;
     let first = plan.task(tasks[0]);
@@ -218,9 +212,6 @@ async fn attempt_group(
     let worktree = slot.path.clone();
     // On an error the lease gives the worktree back (its next task resets it).
     let mut result = work(shared, tasks[0], &files, &mut slot, None).await?;
-    // Held to the end: one group's commits are many tasks' files, and a second group's
-    // worker beside them slowed runs on ext4 (docs/ARCHITECTURE.md).
-    let _held = permit;
     super::task::finish(result.ended.jail.take()).await;
     let unshared = |error: String| Unshared {
         error,

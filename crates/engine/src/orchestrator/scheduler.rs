@@ -84,9 +84,15 @@ impl Flight {
         self.running_ids.insert(handle.id(), vec![idx]);
     }
 
-    /// Runs one process for several first-wave tasks.
+    /// Runs one process for several first-wave tasks, holding `permit` to its end: a
+    /// group's commits are many tasks' files, and the next group's worker beside them slowed
+    /// runs on ext4 (docs/ARCHITECTURE.md).
     fn spawn_group(&mut self, shared: Arc<Shared>, tasks: Vec<TaskIdx>, permit: Permit) {
-        let handle = self.running.spawn(run_group(shared, tasks.clone(), permit));
+        let group = run_group(shared, tasks.clone());
+        let handle = self.running.spawn(async move {
+            let _held = permit;
+            group.await
+        });
         self.running_ids.insert(handle.id(), tasks);
     }
 

@@ -416,11 +416,7 @@ pub(super) async fn work(
 /// worktree while this one commits, if one costs little to make: an overlay worktree, with
 /// no `[worktree] setup` to run in it (a full checkout is a copy of the repository, and a
 /// setup may install a project's dependencies).
-fn hold_while_committing(
-    shared: &Shared,
-    slot: &Slot,
-    permit: Permit,
-) -> Option<Permit> {
+fn hold_while_committing(shared: &Shared, slot: &Slot, permit: Permit) -> Option<Permit> {
     let cheap = slot.view.is_some() && shared.settings.worktree.setup.is_none();
     match cheap {
         true => {
