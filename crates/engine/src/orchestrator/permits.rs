@@ -1,6 +1,6 @@
 //! The `--jobs` places of running workers. The scheduler starts a task only with a
 //! [`Permit`]; the task holds it while its worker runs, and either to its end or, where its
-//! commit may overlap the next worker ([`super::task::hold_while_committing`]), gives it
+//! commit may overlap the next worker (`task::hold_while_committing`), gives it
 //! back early and says so, which wakes the scheduler to start the next task.
 
 use std::sync::Arc;
