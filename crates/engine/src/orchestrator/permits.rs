@@ -48,6 +48,12 @@ impl Permits {
 }
 
 impl Permit {
+    /// `work`, holding this place until it ends.
+    pub(super) async fn held_over<T>(self, work: impl Future<Output = T>) -> T {
+        let _held = self;
+        work.await
+    }
+
     /// Gives the place back before the task ends, and wakes the scheduler.
     pub(super) fn give_back(self) {
         let freed = self.freed.clone();

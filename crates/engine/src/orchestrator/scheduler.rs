@@ -88,11 +88,9 @@ impl Flight {
     /// group's commits are many tasks' files, and the next group's worker beside them slowed
     /// runs on ext4 (docs/ARCHITECTURE.md).
     fn spawn_group(&mut self, shared: Arc<Shared>, tasks: Vec<TaskIdx>, permit: Permit) {
-        let group = run_group(shared, tasks.clone());
-        let handle = self.running.spawn(async move {
-            let _held = permit;
-            group.await
-        });
+        let handle = self
+            .running
+            .spawn(permit.held_over(run_group(shared, tasks.clone())));
         self.running_ids.insert(handle.id(), tasks);
     }
 
@@ -284,12 +282,14 @@ impl Scheduler {
         }
     }
 
+    /// May any task start: the run is not stopping, nor out of budget?
+    fn may_start(&self) -> bool {
+        !self.shared.cancel.is_cancelled() && self.stopped.is_none() && self.budget_spent.is_none()
+    }
+
     /// May a first-wave task start, but for a free permit?
     fn wants_worker(&self, flight: &Flight) -> bool {
-        let shared = &self.shared;
-        !shared.cancel.is_cancelled()
-            && self.stopped.is_none()
-            && self.budget_spent.is_none()
+        self.may_start()
             && flight.running.len() < flight.most
             && !(flight.pending.is_empty() && flight.halves.is_empty())
     }
@@ -325,12 +325,8 @@ impl Scheduler {
                 _ => flight.spawn_group(shared.clone(), tasks, permit),
             }
         }
-        let may_start =
-            !shared.cancel.is_cancelled() && self.stopped.is_none() && self.budget_spent.is_none();
-        if !may_start {
-            return Ok(());
-        }
-        if flight.pending.is_empty()
+        if self.may_start()
+            && flight.pending.is_empty()
             && flight.halves.is_empty()
             && flight.running.is_empty()
             && flight.merging == 0
@@ -340,9 +336,8 @@ impl Scheduler {
             let attempt = self.report.task(idx).attempts + 1;
             match follow_up {
                 FollowUp::Retry(paths) => {
-                    let context = conflict_context(&paths);
+                    let context = Some(conflict_context(&paths));
                     self.set_running(idx, attempt, self.tip);
-                    let context = Some(context);
                     let retry = run_task(shared.clone(), idx, attempt, self.tip, context, permit);
                     flight.spawn(idx, retry);
                 }
@@ -350,10 +345,7 @@ impl Scheduler {
                     let repair = self.conflict_repair(idx, attempt)?;
                     self.set_running(idx, attempt, repair.task_start);
                     let repair = repair_conflict(shared.clone(), repair);
-                    flight.spawn(idx, async move {
-                        let _held = permit;
-                        repair.await
-                    });
+                    flight.spawn(idx, permit.held_over(repair));
                 }
             }
         }

@@ -77,7 +77,8 @@ pub(super) fn split(repo: &Repository, tree: Oid, workdir: &Path, into: &Path) -
     if encodings || attributes_name_an_encoding(&user) {
         return None;
     }
-    // A stat a file, on threads, each with its own handle on the index.
+    // Each file's stat data checked against the index, on threads, each thread with its own
+    // handle on the index.
     let vouched = super::parallel::in_parallel(&blobs, |mine| {
         let index = Repository::open(workdir).ok()?.index().ok()?;
         let each = |(path, id, mode): &(Vec<u8>, Oid, i32)| {
