@@ -32,25 +32,53 @@ pub struct OverlayView {
 impl OverlayView {
     /// The mount options, each path escaped as the kernel's parser expects.
     pub fn options(&self) -> Option<String> {
-        let path = |p: &Path| p.to_str().map(escape);
-        Some(format!(
-            "userxattr,lowerdir={}:{},upperdir={},workdir={}",
-            path(&self.mount_point)?,
-            path(&self.base)?,
-            path(&self.upper)?,
-            path(&self.work)?
-        ))
+        options(&[&self.mount_point, &self.base], &self.upper, &self.work)
     }
 }
 
+/// The options of an overlay mount over `lower` (top layer first) writing into `upper`.
+///
+/// `volatile`: unmounting an overlay otherwise syncs its upper file system whole (`syncfs`
+/// of the disk under `.git/swarm/`, a journal commit waited for), once per view per task;
+/// that was most of what a task cost on ext4 beyond tmpfs (docs/BENCHMARKS.md). What a worker
+/// wrote is read back from the page cache as soon as its jail has ended, into objects that
+/// are not synced either, so nothing is lost that git itself would keep on a crash. The mark
+/// such a mount leaves in `work` is lifted by [`open_work_dir`].
+pub(crate) fn options(lower: &[&Path], upper: &Path, work: &Path) -> Option<String> {
+    let path = |p: &Path| p.to_str().map(escape);
+    let lower: Option<Vec<String>> = lower.iter().map(|p| path(p)).collect();
+    Some(format!(
+        "userxattr,volatile,lowerdir={},upperdir={},workdir={}",
+        lower?.join(":"),
+        path(upper)?,
+        path(work)?
+    ))
+}
+
 /// Makes the folder overlayfs keeps inside a view's `work` folder (`work/work`, mode 000
-/// once unmounted) removable by its owner again; a link there is left alone.
+/// once unmounted) removable by its owner again, and lifts the mark a `volatile` mount
+/// leaves in it (`work/work/incompat/volatile/dirty`, mode 000 too), without which the next mount
+/// on this folder refuses. Called after each process and again before each mount, so a
+/// process killed before swarm could call it does not stop the next. A link there is left
+/// alone.
 pub fn open_work_dir(work: &Path) {
-    use std::os::unix::fs::PermissionsExt as _;
     let inner = work.join("work");
-    if std::fs::symlink_metadata(&inner).is_ok_and(|m| m.is_dir()) {
-        let _ = std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o700));
+    if !open_dir(&inner) {
+        return;
     }
+    let (incompat, volatile) = (inner.join("incompat"), inner.join("incompat/volatile"));
+    if open_dir(&incompat) && open_dir(&volatile) {
+        let _ = std::fs::remove_file(volatile.join("dirty"));
+        let _ = std::fs::remove_dir(&volatile);
+        let _ = std::fs::remove_dir(&incompat);
+    }
+}
+
+/// Gives the directory `dir` (not a link) mode 700: is it one?
+fn open_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+        && std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).is_ok()
 }
 
 /// Escapes the characters the overlay option parser splits on (`,` between options, `:`
@@ -112,7 +140,7 @@ mod tests {
         };
         assert_eq!(
             view.options().unwrap(),
-            "userxattr,lowerdir=/r/a\\,b:/r/c\\:d,upperdir=/r/e\\\\f,workdir=/r/w"
+            "userxattr,volatile,lowerdir=/r/a\\,b:/r/c\\:d,upperdir=/r/e\\\\f,workdir=/r/w"
         );
     }
 }

@@ -146,6 +146,57 @@ async fn a_hosted_jail_that_fails_still_reports_its_status(dir: &Path) {
     assert!(jail.is_gone());
 }
 
+/// A view is mounted `volatile` (its unmount does not sync the disk), and mounts again on the
+/// same layers: the mark a volatile mount leaves in its `work` folder is lifted before the
+/// next mount, even when nothing lifted it after the last one.
+async fn a_volatile_view_mounts_again_on_the_same_layers(dir: &Path) {
+    let at = |name: &str| dir.join(name);
+    for d in ["view", "base", "upper", "work"] {
+        std::fs::create_dir(at(d)).unwrap();
+    }
+    let view = swarm_sandbox::overlay::OverlayView {
+        mount_point: at("view"),
+        base: at("base"),
+        upper: at("upper"),
+        work: at("work"),
+    };
+    let mark = at("work/work/incompat/volatile");
+    for round in ["one", "two"] {
+        let script = format!(
+            "echo {round} > {round}.txt && grep -c ' {} .*volatile' /proc/self/mountinfo",
+            view.mount_point.display()
+        );
+        let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        let spec = JailSpec::new(
+            &argv,
+            &view.mount_point,
+            std::slice::from_ref(&view.mount_point),
+            &[],
+            false,
+        )
+        .with_overlay(Some(&view));
+        let out = spec.command().unwrap().output().await.unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "round {round}: {said}");
+        assert_eq!(said.trim(), "1", "round {round}: the view is not volatile");
+        assert!(
+            std::fs::symlink_metadata(&mark).is_ok(),
+            "no mark after round {round}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(at(&format!("upper/{round}.txt"))).unwrap(),
+            format!("{round}\n")
+        );
+    }
+    swarm_sandbox::overlay::open_work_dir(&view.work);
+    assert!(
+        !at("work/work/incompat").exists(),
+        "the mark is still there"
+    );
+    std::fs::remove_dir_all(at("work")).unwrap();
+}
+
 fn main() -> ExitCode {
     if let Some(code) = swarm_sandbox::jail::main_if_jail() {
         return code;
@@ -179,7 +230,8 @@ fn main() -> ExitCode {
         the_exit_status_comes_through(&each("status")).await;
         a_hosted_status_comes_before_the_jail_is_gone(&each("hosted")).await;
         a_hosted_jail_that_fails_still_reports_its_status(&each("hosted-fails")).await;
-        println!("6 jail tests passed");
+        a_volatile_view_mounts_again_on_the_same_layers(&each("volatile")).await;
+        println!("7 jail tests passed");
     });
     ExitCode::SUCCESS
 }

@@ -23,12 +23,7 @@ pub struct StateView {
 
 impl StateView {
     fn options(&self) -> Option<String> {
-        Some(format!(
-            "userxattr,lowerdir={},upperdir={},workdir={}",
-            overlay::escape(self.dir.to_str()?),
-            overlay::escape(self.upper.to_str()?),
-            overlay::escape(self.work.to_str()?),
-        ))
+        overlay::options(&[&self.dir], &self.upper, &self.work)
     }
 }
 
@@ -90,6 +85,7 @@ pub(super) fn hide(p: &Path) -> anyhow::Result<()> {
 /// Mounts the overlay `view` on its worktree (before Landlock, which then lets the worker
 /// write beneath the mount point: into the upper layer, never the shared base).
 pub(super) fn mount_view(view: &OverlayView) -> anyhow::Result<()> {
+    overlay::open_work_dir(&view.work);
     let options = view
         .options()
         .context("the worktree's overlay paths are not UTF-8")?;
@@ -111,6 +107,7 @@ pub(super) fn mount_view(view: &OverlayView) -> anyhow::Result<()> {
 /// are covered and before Landlock, which then lets the worker write beneath it: into the
 /// task's layer).
 pub(super) fn mount_state_view(view: &StateView) -> anyhow::Result<()> {
+    overlay::open_work_dir(&view.work);
     let options = view
         .options()
         .context("a state directory's path is not UTF-8")?;
