@@ -304,3 +304,36 @@ fn no_more_workers_run_at_once_than_jobs() {
         );
     }
 }
+
+/// A worktree used again (`-j 1`: one worktree for every task) has its HEAD on the task's
+/// own branch for each worker, whatever branch the last task left it on: the worker's git
+/// commits there. An idle overlay view keeps its last task's branch; its reset moves it.
+#[test]
+fn each_worker_s_git_is_on_its_own_task_branch() {
+    const SAY_HEAD: &str = r#"git symbolic-ref HEAD > "$SWARM_FILE"; echo "$SWARM_RUN_ID/$SWARM_TASK_ID" >> "$SWARM_FILE""#;
+    for mode in ["overlay", "pool"] {
+        let files = ["a.txt", "b.txt", "c.txt", "d.txt"];
+        let repo = TestRepo::with_files(&files.map(|f| (f, "x\n")));
+        let run = repo.swarm(&[
+            "refactor",
+            "say head",
+            "-j",
+            "1",
+            "--worktrees",
+            mode,
+            "-y",
+            "--exec",
+            SAY_HEAD,
+        ]);
+        run.assert_code(0);
+        for file in files {
+            let said = repo.git(&["show", &format!("main:{file}")]);
+            let (head, task) = said.trim().split_once('\n').unwrap();
+            assert_eq!(
+                head,
+                format!("refs/heads/swarm/{task}"),
+                "--worktrees {mode}: the worker of {file} was on another branch"
+            );
+        }
+    }
+}

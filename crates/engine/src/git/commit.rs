@@ -145,7 +145,7 @@ fn commit_with(
         };
         // Back on the task branch: what the worker changed (committed elsewhere or not) is
         // committed there, relative to the task's own history.
-        repo.set_head(&wanted)?;
+        super::point_head(repo, &wanted)?;
         Some(now)
     } else {
         None

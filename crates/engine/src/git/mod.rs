@@ -311,6 +311,15 @@ pub(crate) fn branch_ref(branch: &str) -> String {
     format!("refs/heads/{branch}")
 }
 
+/// Points the HEAD of `repo` (a task's worktree) at the task branch `branch_ref`. Written as
+/// a symbolic reference: libgit2's `set_head` refuses a branch that another worktree's HEAD
+/// names, and an idle overlay view keeps its last task's branch (one HEAD write a task), which
+/// a retry in a full checkout takes up again. Only one of them is ever lent for the task.
+pub(crate) fn point_head(repo: &Repository, branch_ref: &str) -> Result<(), git2::Error> {
+    repo.reference_symbolic("HEAD", branch_ref, true, "swarm: task branch")
+        .map(drop)
+}
+
 /// Runs `work` on up to `threads` shares of `items` (as even as they go), each on a scoped
 /// thread of its own; each share's result, or its panic, in the order of the shares.
 pub(crate) fn on_threads<T: Sync, R: Send>(

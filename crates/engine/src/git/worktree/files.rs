@@ -50,7 +50,7 @@ pub(super) fn reset(
     paths.extend(dirty.iter().map(|p| RepoPath::from_bytes(p.clone())));
     paths.sort();
     paths.dedup();
-    wt.set_head(branch_ref)?;
+    crate::git::point_head(wt, branch_ref)?;
     if paths.is_empty() && head_tree.is_some() {
         return Ok(());
     }

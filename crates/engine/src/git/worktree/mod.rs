@@ -217,8 +217,8 @@ impl WorktreePool {
         start: Oid,
         view: bool,
     ) -> anyhow::Result<Lease> {
-        // `force`: a retry moves its branch to the new start commit. Idle worktrees have a
-        // detached HEAD, so no branch is checked out while being moved. Written as a
+        // `force`: a retry moves its branch to the new start commit. Idle full checkouts have
+        // a detached HEAD, so no branch is checked out while being moved. Written as a
         // reference, which does not open every worktree as a branch call does.
         let branch_ref = super::branch_ref(branch);
         self.with_common(|repo| {
@@ -490,13 +490,16 @@ impl WorktreePool {
         opts.reference(Some(&placeholder));
         repo.worktree(name, path, Some(&opts))
             .with_context(|| format!("cannot create worktree {}", path.display()))?;
-        let wt = Repository::open(self.admin_dir(name))?;
-        match head {
-            Head::Branch(branch_ref) => wt.set_head(branch_ref)?,
-            Head::Detached(commit) => wt.set_head_detached(commit)?,
+        let pointed = Repository::open(self.admin_dir(name)).and_then(|wt| match head {
+            Head::Branch(branch_ref) => super::point_head(&wt, branch_ref),
+            Head::Detached(commit) => wt.set_head_detached(commit),
+        });
+        if pointed.is_err() {
+            // Left on the placeholder, it would stop every later worktree being made on it.
+            let _ = cleanup::remove_worktree(repo, name, path);
         }
         repo.find_reference(&placeholder_ref)?.delete()?;
-        Ok(())
+        Ok(pointed?)
     }
 
     /// Checks out HEAD in a new worktree in full, and copies in `[worktree] copy`.
@@ -538,18 +541,22 @@ impl WorktreePool {
         Ok(oid)
     }
 
-    /// Takes a worktree back: HEAD detached (so its branch can be moved or deleted), or
-    /// thrown away if its worker tampered with it.
+    /// Takes a worktree back, or throws it away if its worker tampered with it. A full
+    /// checkout's HEAD is detached: its files are those of that commit, which must not move
+    /// when a retry moves the branch. An overlay view keeps HEAD on its last branch (one HEAD
+    /// write a task, not two): its reset reads nothing of HEAD, and sets it for the next task.
     fn give_back(&self, slot: Slot) -> anyhow::Result<()> {
         if let Err(why) = self.check_intact(&slot) {
             tracing::warn!("worktree {} is not used again: {why}", slot.name);
             self.discard(slot);
             return Ok(());
         }
-        slot.with_repo(&self.common_dir, |repo| {
-            let head = repo.head()?.peel_to_commit()?.id();
-            Ok(repo.set_head_detached(head)?)
-        })?;
+        if slot.view.is_none() {
+            slot.with_repo(&self.common_dir, |repo| {
+                let head = repo.head()?.peel_to_commit()?.id();
+                Ok(repo.set_head_detached(head)?)
+            })?;
+        }
         let mut st = self.lock_state();
         match slot.view {
             Some(_) => st.idle_views.push(slot),

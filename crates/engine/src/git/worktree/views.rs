@@ -220,7 +220,9 @@ impl WorktreePool {
                     .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
             })
         })?;
-        slot.with_repo(&self.common_dir, |repo| Ok(repo.set_head(branch_ref)?))?;
+        slot.with_repo(&self.common_dir, |repo| {
+            Ok(crate::git::point_head(repo, branch_ref)?)
+        })?;
         self.copy_base_index(base, &slot.name)
     }
 }
