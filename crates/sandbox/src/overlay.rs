@@ -38,21 +38,31 @@ impl OverlayView {
 
 /// The options of an overlay mount over `lower` (top layer first) writing into `upper`.
 ///
-/// `volatile`: unmounting an overlay otherwise syncs its upper file system whole (`syncfs`
-/// of the disk under `.git/swarm/`, a journal commit waited for), once per view per task;
-/// that was most of what a task cost on ext4 beyond tmpfs (docs/BENCHMARKS.md). What a worker
-/// wrote is read back from the page cache as soon as its jail has ended, into objects that
-/// are not synced either, so nothing is lost that git itself would keep on a crash. The mark
-/// such a mount leaves in `work` is lifted by [`open_work_dir`].
+/// `volatile`, but on tmpfs: unmounting an overlay otherwise syncs its upper file system whole
+/// (`syncfs` of the disk under `.git/swarm/`; on a journaled ext4, a journal commit waited
+/// for), once per view per task. What a worker wrote is read back from the page cache as
+/// soon as its jail has ended, into objects that are not synced either, so nothing is lost
+/// that git itself would keep on a crash. The mark such a mount leaves in `work` costs three
+/// files a mount, which [`open_work_dir`] removes; on tmpfs, where a sync costs nothing,
+/// that is all it would change, so a view there is not volatile.
 pub(crate) fn options(lower: &[&Path], upper: &Path, work: &Path) -> Option<String> {
     let path = |p: &Path| p.to_str().map(escape);
     let lower: Option<Vec<String>> = lower.iter().map(|p| path(p)).collect();
+    let volatile = if on_tmpfs(upper) { "" } else { "volatile," };
     Some(format!(
-        "userxattr,volatile,lowerdir={},upperdir={},workdir={}",
+        "userxattr,{volatile}lowerdir={},upperdir={},workdir={}",
         lower?.join(":"),
         path(upper)?,
         path(work)?
     ))
+}
+
+/// Is `dir` on a tmpfs (a file system in memory, which a sync leaves as it is)?
+fn on_tmpfs(dir: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // `f_type`'s type differs between targets.
+    #[allow(clippy::unnecessary_cast)]
+    rustix::fs::statfs(dir).is_ok_and(|fs| fs.f_type as i64 == TMPFS_MAGIC)
 }
 
 /// Makes the folder overlayfs keeps inside a view's `work` folder (`work/work`, mode 000
@@ -140,7 +150,8 @@ mod tests {
         };
         assert_eq!(
             view.options().unwrap(),
-            "userxattr,volatile,lowerdir=/r/a\\,b:/r/c\\:d,upperdir=/r/e\\\\f,workdir=/r/w"
+            "userxattr,volatile,lowerdir=/r/a\\,b:/r/c\\:d,upperdir=/r/e\\\\f,workdir=/r/w",
+            "/r/e\\f does not exist, so it is not on tmpfs"
         );
     }
 }
