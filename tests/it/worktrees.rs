@@ -306,8 +306,7 @@ fn no_more_workers_run_at_once_than_jobs() {
 }
 
 /// A worktree used again (`-j 1`: one worktree for every task) has its HEAD on the task's
-/// own branch for each worker, whatever branch the last task left it on: the worker's git
-/// commits there. An idle overlay view keeps its last task's branch; its reset moves it.
+/// own branch for each worker (its reset points it there), so the worker's git commits there.
 #[test]
 fn each_worker_s_git_is_on_its_own_task_branch() {
     const SAY_HEAD: &str = r#"git symbolic-ref HEAD > "$SWARM_FILE"; echo "$SWARM_RUN_ID/$SWARM_TASK_ID" >> "$SWARM_FILE""#;

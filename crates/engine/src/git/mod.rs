@@ -312,9 +312,9 @@ pub(crate) fn branch_ref(branch: &str) -> String {
 }
 
 /// Points the HEAD of `repo` (a task's worktree) at the task branch `branch_ref`. Written as
-/// a symbolic reference: libgit2's `set_head` refuses a branch that another worktree's HEAD
-/// names, and an idle overlay view keeps its last task's branch (one HEAD write a task), which
-/// a retry in a full checkout takes up again. Only one of them is ever lent for the task.
+/// a symbolic reference: from a symbolic HEAD, libgit2's `set_head` opens every worktree of
+/// the repository to check that none has the branch checked out, and only swarm's worktrees
+/// ever have a task branch, one at a time.
 pub(crate) fn point_head(repo: &Repository, branch_ref: &str) -> Result<(), git2::Error> {
     repo.reference_symbolic("HEAD", branch_ref, true, "swarm: task branch")
         .map(drop)

@@ -110,9 +110,9 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// Gives the worktree back to the pool, still locked (a full checkout with HEAD detached,
-    /// `WorktreePool::give_back`); a worktree whose worker tampered with it is thrown away
-    /// instead. Blocking.
+    /// Gives the worktree back to the pool: HEAD detached (so its branch can be moved or
+    /// deleted), still locked; a worktree whose worker tampered with it is thrown away instead.
+    /// Blocking.
     pub(crate) fn release(mut self) -> anyhow::Result<()> {
         let slot = self.end();
         self.pool.give_back(slot)

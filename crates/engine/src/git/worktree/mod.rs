@@ -217,8 +217,8 @@ impl WorktreePool {
         start: Oid,
         view: bool,
     ) -> anyhow::Result<Lease> {
-        // `force`: a retry moves its branch to the new start commit. Idle full checkouts have
-        // a detached HEAD, so no branch is checked out while being moved. Written as a
+        // `force`: a retry moves its branch to the new start commit. Idle worktrees have a
+        // detached HEAD, so no branch is checked out while being moved. Written as a
         // reference, which does not open every worktree as a branch call does.
         let branch_ref = super::branch_ref(branch);
         self.with_common(|repo| {
@@ -541,22 +541,22 @@ impl WorktreePool {
         Ok(oid)
     }
 
-    /// Takes a worktree back, or throws it away if its worker tampered with it. A full
-    /// checkout's HEAD is detached: its files are those of that commit, which must not move
-    /// when a retry moves the branch. An overlay view keeps HEAD on its last branch (one HEAD
-    /// write a task, not two): its reset reads nothing of HEAD, and sets it for the next task.
+    /// Takes a worktree back: HEAD detached (so its branch can be moved or deleted, and a full
+    /// checkout's files stay those of its HEAD), or thrown away if its worker tampered with it.
+    ///
+    /// An overlay view could keep HEAD on its last branch (one HEAD write a task, not two):
+    /// measured on 2,000 one-file tasks, that was no faster on ext4 and 2-3 % slower on tmpfs
+    /// (docs/BENCHMARKS.md), so every idle worktree is detached.
     fn give_back(&self, slot: Slot) -> anyhow::Result<()> {
         if let Err(why) = self.check_intact(&slot) {
             tracing::warn!("worktree {} is not used again: {why}", slot.name);
             self.discard(slot);
             return Ok(());
         }
-        if slot.view.is_none() {
-            slot.with_repo(&self.common_dir, |repo| {
-                let head = repo.head()?.peel_to_commit()?.id();
-                Ok(repo.set_head_detached(head)?)
-            })?;
-        }
+        slot.with_repo(&self.common_dir, |repo| {
+            let head = repo.head()?.peel_to_commit()?.id();
+            Ok(repo.set_head_detached(head)?)
+        })?;
         let mut st = self.lock_state();
         match slot.view {
             Some(_) => st.idle_views.push(slot),
