@@ -39,8 +39,14 @@ pub(super) struct MergeDone {
 /// The most merges recorded at once (see [`MergeTrain::merge_many`]).
 const MOST_AT_ONCE: usize = 256;
 
+/// How long the merge thread waits, once a job has come, for more to merge with it. One-file
+/// tasks finish one at a time, a few milliseconds apart, so without the wait each moved the
+/// integration branch on its own (a lock file, a rename, a reflog entry: a third of a merge
+/// where making a file is slow). A task is reported merged at most this much later.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Merges the jobs in the order they come; gives the train back when the channel closes.
-/// The jobs waiting when one is taken are merged together, the integration branch moved once
+/// The jobs waiting when one is taken, or coming within [`GATHER`], are merged together, the integration branch moved once
 /// for all of them, and each is reported merged once it is (a job with a resolved tree is
 /// merged on its own).
 pub(super) fn merge_loop(
@@ -57,12 +63,7 @@ pub(super) fn merge_loop(
                 Err(_) => return train,
             }
         }
-        while waiting.len() < MOST_AT_ONCE {
-            match jobs.try_recv() {
-                Ok(job) => waiting.push_back(job),
-                Err(_) => break,
-            }
-        }
+        gather(&jobs, &mut waiting);
         let together = waiting
             .iter()
             .take_while(|job| job.resolved.is_none())
@@ -83,6 +84,21 @@ pub(super) fn merge_loop(
             if done.send(one).is_err() {
                 return train;
             }
+        }
+    }
+}
+
+/// Adds to `waiting` the jobs that come within [`GATHER`] (up to [`MOST_AT_ONCE`] in all).
+fn gather(jobs: &std::sync::mpsc::Receiver<MergeJob>, waiting: &mut VecDeque<MergeJob>) {
+    let until = std::time::Instant::now() + GATHER;
+    while waiting.len() < MOST_AT_ONCE {
+        let job = match until.checked_duration_since(std::time::Instant::now()) {
+            Some(left) => jobs.recv_timeout(left).ok(),
+            None => jobs.try_recv().ok(),
+        };
+        match job {
+            Some(job) => waiting.push_back(job),
+            None => break,
         }
     }
 }
