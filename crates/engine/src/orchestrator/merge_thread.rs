@@ -46,9 +46,9 @@ const MOST_AT_ONCE: usize = 256;
 const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Merges the jobs in the order they come; gives the train back when the channel closes.
-/// The jobs waiting when one is taken, or coming within [`GATHER`], are merged together, the integration branch moved once
-/// for all of them, and each is reported merged once it is (a job with a resolved tree is
-/// merged on its own).
+/// The jobs waiting when one is taken, or coming within [`GATHER`], are merged together, the
+/// integration branch moved once for all of them, and each is reported merged once it is (a
+/// job with a resolved tree is merged on its own).
 pub(super) fn merge_loop(
     mut train: MergeTrain,
     shared: &Shared,
