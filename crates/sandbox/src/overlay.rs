@@ -68,9 +68,9 @@ fn on_tmpfs(dir: &Path) -> bool {
 /// Makes the folder overlayfs keeps inside a view's `work` folder (`work/work`, mode 000
 /// once unmounted) removable by its owner again, and lifts the mark a `volatile` mount
 /// leaves in it (`work/work/incompat/volatile/dirty`, mode 000 too), without which the next mount
-/// on this folder refuses. Called after each process and again before each mount, so a
-/// process killed before swarm could call it does not stop the next. A link there is left
-/// alone.
+/// on this folder refuses. The jail calls it right before each mount, which is what makes
+/// the next mount work even after a jail was killed; swarm calls it where it reads or removes
+/// a layer after its process. A link there is left alone.
 pub fn open_work_dir(work: &Path) {
     let inner = work.join("work");
     if !open_dir(&inner) {
