@@ -122,6 +122,40 @@ fn on_conflict_fail_stops_merging() {
     assert_eq!(repo.read("CHANGES").lines().count(), 2);
 }
 
+/// Tasks that finish together are merged together; under `--on-conflict fail` none after the
+/// first conflict is tried, even one handed to the merge thread before the conflict was known.
+#[test]
+fn on_conflict_fail_tries_nothing_after_the_first_conflict() {
+    let repo = shared_file_repo();
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "*.txt",
+        "-j",
+        "4",
+        "--scope",
+        "any",
+        "--on-conflict",
+        "fail",
+        "--exec",
+        APPEND_TO_SHARED,
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let s = statuses(&report);
+    assert_eq!(count(&s, "merged"), 1, "{s:?}");
+    assert_eq!(count(&s, "conflict"), 1, "{s:?}");
+    assert_eq!(count(&s, "skipped"), 2, "{s:?}");
+    for task in report["tasks"].as_array().unwrap() {
+        if task["status"] == "skipped" {
+            let error = task["error"].as_str().unwrap();
+            assert!(error.starts_with("not merged: merging stopped"), "{error}");
+            assert_eq!(task["branch_kept"], true, "{task}");
+        }
+    }
+    assert_eq!(repo.read("CHANGES").lines().count(), 2);
+}
+
 #[test]
 fn out_of_scope_changes_never_merge() {
     let repo = TestRepo::with_files(&[

@@ -165,18 +165,26 @@ impl MergeTrain {
     }
 
     /// Merges `reqs` in order, as [`Self::merge`] would one by one, then moves the
-    /// integration branch once, to the last merge. Each request's outcome is its own; `Err`
-    /// (no merge of them kept, the tip where it was) when the branch cannot be moved.
+    /// integration branch once, to the last merge. Each request's outcome is its own; with
+    /// `until_conflict`, the requests after the first conflict are not tried and have none
+    /// (the outcomes are fewer). `Err` (no merge of them kept, the tip where it was) when the
+    /// branch cannot be moved.
     pub(crate) fn merge_many(
         &mut self,
         reqs: &[MergeRequest<'_>],
+        until_conflict: bool,
     ) -> anyhow::Result<Vec<anyhow::Result<MergeOutcome>>> {
         let sig = super::signature(&self.repo)?;
         let before = self.tip;
-        let outcomes: Vec<_> = reqs
-            .iter()
-            .map(|req| self.merge_unrecorded(&sig, req))
-            .collect();
+        let mut outcomes = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let outcome = self.merge_unrecorded(&sig, req);
+            let conflict = matches!(outcome, Ok(MergeOutcome::Conflict { .. }));
+            outcomes.push(outcome);
+            if conflict && until_conflict {
+                break;
+            }
+        }
         if self.tip != before {
             self.move_result(before, &format!("swarm: merge {} tasks", reqs.len()))?;
         }
@@ -453,7 +461,11 @@ mod tests {
                 changes: changes_given.then_some(changes.as_slice()),
             })
             .collect();
-        let outcomes = train.merge_many(&reqs).unwrap();
+        // Under `--on-conflict fail`, nothing after the conflict (the third) is tried.
+        let mut stopping = MergeTrain::new(dir.path(), "swarm/r/stopped", base).unwrap();
+        let tried = stopping.merge_many(&reqs, true).unwrap();
+        assert!(tried.len() == 3 && matches!(tried[2], Ok(MergeOutcome::Conflict { .. })));
+        let outcomes = train.merge_many(&reqs, false).unwrap();
         let merged: Vec<Oid> = outcomes
             .iter()
             .filter_map(|o| match o {

@@ -11,6 +11,7 @@ use super::task::Resolved;
 use crate::git::TreeChange;
 use crate::git::merge::{MergeOutcome, MergeRequest, MergeTrain};
 use crate::ids::TaskIdx;
+use crate::settings::OnConflict;
 
 pub(super) struct MergeJob {
     pub(super) idx: TaskIdx,
@@ -33,7 +34,8 @@ pub(super) fn merge_thread_stopped() -> anyhow::Error {
 
 pub(super) struct MergeDone {
     pub(super) idx: TaskIdx,
-    pub(super) outcome: Result<MergeOutcome, String>,
+    /// `None`: not tried, merging stopped at a conflict before it (`--on-conflict fail`).
+    pub(super) outcome: Option<Result<MergeOutcome, String>>,
 }
 
 /// The most merges recorded at once (see [`MergeTrain::merge_many`]).
@@ -48,13 +50,17 @@ const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 /// Merges the jobs in the order they come; gives the train back when the channel closes.
 /// The jobs waiting when one is taken, or coming within [`GATHER`], are merged together, the
 /// integration branch moved once for all of them, and each is reported merged once it is (a
-/// job with a resolved tree is merged on its own).
+/// job with a resolved tree is merged on its own). Under `--on-conflict fail` nothing is tried
+/// after the first conflict: jobs handed over before the scheduler heard of it come back
+/// untried.
 pub(super) fn merge_loop(
     mut train: MergeTrain,
     shared: &Shared,
     jobs: std::sync::mpsc::Receiver<MergeJob>,
     done: mpsc::UnboundedSender<MergeDone>,
 ) -> MergeTrain {
+    let until_conflict = shared.settings.on_conflict == OnConflict::Fail;
+    let mut stopped = false;
     let mut waiting = VecDeque::new();
     loop {
         if waiting.is_empty() {
@@ -69,17 +75,22 @@ pub(super) fn merge_loop(
             .take_while(|job| job.resolved.is_none())
             .count();
         let merged = match (together, waiting.pop_front()) {
+            (_, Some(job)) if stopped => vec![MergeDone {
+                idx: job.idx,
+                outcome: None,
+            }],
             (0 | 1, Some(job)) => vec![merge_one(&mut train, shared, job)],
             (_, Some(job)) => {
                 let rest = waiting.drain(..together - 1);
-                merge_together(
-                    &mut train,
-                    shared,
-                    std::iter::once(job).chain(rest).collect(),
-                )
+                let jobs = std::iter::once(job).chain(rest).collect();
+                merge_together(&mut train, shared, jobs, until_conflict)
             }
             (_, None) => continue,
         };
+        stopped |= until_conflict
+            && merged
+                .iter()
+                .any(|d| matches!(d.outcome, Some(Ok(MergeOutcome::Conflict { .. }))));
         for one in merged {
             if done.send(one).is_err() {
                 return train;
@@ -129,13 +140,19 @@ fn merge_one(train: &mut MergeTrain, shared: &Shared, job: MergeJob) -> MergeDon
     };
     MergeDone {
         idx: job.idx,
-        outcome: outcome.map_err(|e| format!("{e:#}")),
+        outcome: Some(outcome.map_err(|e| format!("{e:#}"))),
     }
 }
 
-fn merge_together(train: &mut MergeTrain, shared: &Shared, jobs: Vec<MergeJob>) -> Vec<MergeDone> {
+fn merge_together(
+    train: &mut MergeTrain,
+    shared: &Shared,
+    jobs: Vec<MergeJob>,
+    until_conflict: bool,
+) -> Vec<MergeDone> {
     let reqs: Vec<_> = jobs.iter().map(|job| request(shared, job)).collect();
-    let outcomes: Vec<Result<MergeOutcome, String>> = match train.merge_many(&reqs) {
+    let outcomes: Vec<Result<MergeOutcome, String>> = match train.merge_many(&reqs, until_conflict)
+    {
         Ok(outcomes) => outcomes
             .into_iter()
             .map(|o| o.map_err(|e| format!("{e:#}")))
@@ -145,11 +162,12 @@ fn merge_together(train: &mut MergeTrain, shared: &Shared, jobs: Vec<MergeJob>) 
             jobs.iter().map(|_| Err(error.clone())).collect()
         }
     };
+    // Those after a conflict that stopped merging have no outcome: not tried.
+    let mut outcomes = outcomes.into_iter();
     jobs.iter()
-        .zip(outcomes)
-        .map(|(job, outcome)| MergeDone {
+        .map(|job| MergeDone {
             idx: job.idx,
-            outcome,
+            outcome: outcomes.next(),
         })
         .collect()
 }

@@ -492,7 +492,15 @@ impl Scheduler {
         let policy = self.shared.settings.on_conflict;
         let t = self.report.task_mut(done.idx);
         let mut retry = None;
-        match done.outcome {
+        let Some(outcome) = done.outcome else {
+            // Handed over before a conflict stopped merging (`--on-conflict fail`).
+            t.status = TaskStatus::Skipped;
+            let reason = self.stopped.as_deref().unwrap_or("merging stopped");
+            t.error = Some(format!("not merged: {reason}"));
+            self.save();
+            return None;
+        };
+        match outcome {
             Ok(MergeOutcome::Merged { commit, fast_path }) => {
                 t.status = TaskStatus::Merged;
                 t.merge_commit = Some(commit);
