@@ -336,3 +336,49 @@ fn each_worker_s_git_is_on_its_own_task_branch() {
         }
     }
 }
+
+/// A view used again (`-j 1`) shows each worker the base, whatever the worker before it did
+/// to the folders: a folder removed and made again (opaque in the upper layer) and new
+/// nested folders, which the reset moves out for the janitor to delete, leave nothing behind,
+/// not even an empty folder git would not see.
+#[test]
+fn a_view_used_again_shows_the_base_after_folders_were_made_and_removed() {
+    const SEE_THEN_CHANGE: &str = r#"find . -name .git -prune -o -print | LC_ALL=C sort > "$SWARM_FILE"; rm -r dir && mkdir dir && echo "$SWARM_TASK_ID" > "dir/$SWARM_TASK_ID" && mkdir -p "new-$SWARM_TASK_ID/deep" && echo n > "new-$SWARM_TASK_ID/deep/n""#;
+    let files = ["t1.txt", "t2.txt", "t3.txt", "t4.txt", "dir/x.txt"];
+    let repo = TestRepo::with_files(&files.map(|f| (f, "x\n")));
+    let seen_in_base = std::process::Command::new("sh")
+        .args(["-c", "find . -name .git -prune -o -print | LC_ALL=C sort"])
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    let base = String::from_utf8(seen_in_base.stdout).unwrap();
+    let run = repo.swarm(&[
+        "refactor",
+        "see, then change folders",
+        "t*.txt",
+        "-j",
+        "1",
+        "--scope",
+        "any",
+        "--worktrees",
+        "overlay",
+        "-y",
+        "--exec",
+        SEE_THEN_CHANGE,
+    ]);
+    run.assert_code(0);
+    let events = repo.run_file(&run.run_id(), "events.jsonl");
+    let views = events.matches("\"kind\":\"worktree_created\"").count();
+    assert!(views < 4, "{views} views for 4 tasks: none was used again");
+    for file in &files[..4] {
+        assert_eq!(
+            repo.git(&["show", &format!("main:{file}")]),
+            base.trim_end(),
+            "the worker of {file} did not see the base"
+        );
+    }
+    let tree = repo.lines(&["ls-tree", "-r", "--name-only", "main"]);
+    assert_eq!(tree.iter().filter(|p| p.starts_with("dir/")).count(), 4);
+    assert_eq!(tree.iter().filter(|p| p.ends_with("/deep/n")).count(), 4);
+    repo.assert_clean_after_run();
+}

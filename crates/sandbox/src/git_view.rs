@@ -68,8 +68,9 @@ impl GitLayer {
         std::fs::read_dir(&self.view.upper).is_ok_and(|mut entries| entries.next().is_none())
     }
 
-    /// Makes overlayfs' scratch folder removable again after the process.
+    /// Makes overlayfs' scratch folder movable and removable again after the process; the
+    /// layer takes it out of the way when dropped, once the jail is gone.
     pub fn unmounted(&self) {
-        super::overlay::open_work_dir(&self.view.work);
+        super::overlay::open_up_work_dir(&self.view.work);
     }
 }

@@ -31,6 +31,7 @@ pub mod door;
 pub mod files;
 pub mod git_view;
 pub mod jail;
+pub mod janitor;
 pub mod overlay;
 pub mod policy;
 pub mod proxy;

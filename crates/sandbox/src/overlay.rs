@@ -72,16 +72,33 @@ fn on_tmpfs(dir: &Path) -> bool {
 /// the next mount work even after a jail was killed; swarm calls it where it reads or removes
 /// a layer after its process. A link there is left alone.
 pub fn open_work_dir(work: &Path) {
-    let inner = work.join("work");
-    if !open_dir(&inner) {
-        return;
-    }
-    let (incompat, volatile) = (inner.join("incompat"), inner.join("incompat/volatile"));
-    if open_dir(&incompat) && open_dir(&volatile) {
-        let _ = std::fs::remove_file(volatile.join("dirty"));
-        let _ = std::fs::remove_dir(&volatile);
+    if open_up_work_dir(work) == Some(true) {
+        let incompat = work.join("work/incompat");
+        let _ = std::fs::remove_file(incompat.join("volatile/dirty"));
+        let _ = std::fs::remove_dir(incompat.join("volatile"));
         let _ = std::fs::remove_dir(&incompat);
     }
+}
+
+/// Takes overlayfs' folder out of the unmounted view's `work` folder, mark and all, so the
+/// next mount finds none: moved into `graveyard` and deleted off the task's path
+/// ([`crate::janitor`]), else lifted as [`open_work_dir`] does.
+pub fn retire_work_dir(work: &Path, graveyard: &Path) {
+    if open_up_work_dir(work).is_none()
+        || crate::janitor::retire(&work.join("work"), graveyard).is_err()
+    {
+        open_work_dir(work);
+    }
+}
+
+/// Opens up `work/work` (mode 700) and the volatile mark's folders in it, for their owner to
+/// move or delete: `None` when `work/work` is not a folder, else whether the mark's are.
+pub fn open_up_work_dir(work: &Path) -> Option<bool> {
+    let inner = work.join("work");
+    if !open_dir(&inner) {
+        return None;
+    }
+    Some(open_dir(&inner.join("incompat")) && open_dir(&inner.join("incompat/volatile")))
 }
 
 /// Gives the directory `dir` (not a link) mode 700: is it one?

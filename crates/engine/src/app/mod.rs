@@ -87,6 +87,8 @@ pub async fn execute(
     // What runs killed with `kill -9` left in the temporary directory (their sockets, their
     // workers' temporary files): nobody else cleans it.
     tokio::task::spawn_blocking(|| swarm_sandbox::scratch::sweep(&std::env::temp_dir()));
+    // Deletes what tasks leave off their path; started here, where no thread is confined.
+    swarm_sandbox::janitor::start();
     let mode = request.mode;
     orchestrator::run(request, cancel, sink)
         .await

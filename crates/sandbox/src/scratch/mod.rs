@@ -45,6 +45,11 @@ pub fn dir(prefix: &str) -> io::Result<tempfile::TempDir> {
         .tempdir_in(&root()?.path)
 }
 
+/// Where this process's scratch folders go to be deleted ([`crate::janitor`]).
+fn graveyard() -> io::Result<PathBuf> {
+    Ok(root()?.path.join("graveyard"))
+}
+
 /// This process's directory, made on first use.
 fn root() -> io::Result<&'static Root> {
     ROOT.get_or_init(|| open_root().map_err(|e| e.to_string()))
@@ -86,6 +91,7 @@ pub fn path(prefix: &str) -> io::Result<PathBuf> {
 
 /// Removes this process's scratch directory (what its guards have not removed already).
 pub fn close() {
+    crate::janitor::drain();
     if let Some(Ok(root)) = ROOT.get() {
         let _ = std::fs::remove_dir_all(&root.path);
     }

@@ -109,8 +109,13 @@ fn emptied(dir: &ScratchDir) -> io::Result<bool> {
                 continue;
             }
             match entry.file_type()?.is_dir() {
-                // Never follows a link: std removes a link as a link.
-                true => std::fs::remove_dir_all(entry.path())?,
+                // Deleted off the task's path; else here. Never follows a link: std removes
+                // a link as a link.
+                true => {
+                    if crate::janitor::retire(&entry.path(), &super::graveyard()?).is_err() {
+                        std::fs::remove_dir_all(entry.path())?;
+                    }
+                }
                 false => std::fs::remove_file(entry.path())?,
             }
         }

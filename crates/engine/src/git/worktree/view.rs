@@ -17,7 +17,7 @@ use git2::{ObjectType, Tree};
 
 use crate::repo_path::RepoPath;
 use crate::state;
-use swarm_sandbox::overlay;
+use swarm_sandbox::{janitor, overlay};
 
 /// What an upper directory says changed, relative to the tree of the view's HEAD.
 #[derive(Debug, Default)]
@@ -139,17 +139,21 @@ pub(crate) fn upper_entries(upper: &Path) -> std::io::Result<BTreeSet<RepoPath>>
 }
 
 /// Empties `upper` for the view's next task, but for untracked ignored paths (build output
-/// stays warm, as in a pooled checkout): links and files are removed, never followed. Blocking.
+/// stays warm, as in a pooled checkout): links and files are removed, never followed;
+/// folders go to `graveyard` to be deleted off the task's path (`swarm_sandbox::janitor`).
+/// Blocking.
 pub(crate) fn clear_upper(
     upper: &Path,
+    graveyard: &Path,
     tree: &Tree<'_>,
     ignored: Ignored<'_>,
 ) -> std::io::Result<()> {
-    clear(upper, &mut Vec::new(), tree, ignored)
+    clear(upper, graveyard, &mut Vec::new(), tree, ignored)
 }
 
 fn clear(
     dir: &Path,
+    graveyard: &Path,
     rel: &mut Vec<u8>,
     tree: &Tree<'_>,
     ignored: Ignored<'_>,
@@ -159,21 +163,33 @@ fn clear(
         let meta = entry.path().symlink_metadata()?;
         let untracked = tree.get_path(path.as_path()).is_err();
         let whiteout = overlay::is_whiteout(&meta);
+        let retired = |dir: &Path| janitor::retire(dir, graveyard).is_ok();
         if meta.is_dir() {
             if untracked && ignored(&path, true) {
                 // kept whole
             } else if overlay::is_opaque(&entry.path()) {
-                std::fs::remove_dir_all(entry.path())?;
+                if !retired(&entry.path()) {
+                    std::fs::remove_dir_all(entry.path())?;
+                }
             } else {
-                clear(&entry.path(), rel, tree, ignored)?;
-                // Empty now, or holding ignored output only.
-                let _ = std::fs::remove_dir(entry.path());
+                clear(&entry.path(), graveyard, rel, tree, ignored)?;
+                // Empty now, or holding ignored output only (kept).
+                let empty = std::fs::read_dir(entry.path()).is_ok_and(|mut d| d.next().is_none());
+                if empty && !retired(&entry.path()) {
+                    let _ = std::fs::remove_dir(entry.path());
+                }
             }
         } else if whiteout || !(untracked && ignored(&path, false)) || rel.as_slice() == b".git" {
             std::fs::remove_file(entry.path())?;
         }
         Ok(())
     })
+}
+
+/// Where a view's used folders wait to be deleted: beside its layers (the same file system),
+/// and removed with them.
+pub(crate) fn graveyard(view: &overlay::OverlayView) -> PathBuf {
+    view.upper.with_file_name("retired")
 }
 
 /// Removes the layers directory of an overlay worktree (`upper` and `work`). overlayfs

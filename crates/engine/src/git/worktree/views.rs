@@ -212,11 +212,17 @@ impl WorktreePool {
         branch_ref: &str,
     ) -> anyhow::Result<()> {
         let view = slot.view.as_ref().context("not an overlay worktree")?;
-        sandbox::confined(std::slice::from_ref(&view.upper), || {
+        let graveyard = view::graveyard(view);
+        // Made here too: the confined thread's rules need it to exist.
+        std::fs::create_dir_all(&graveyard)?;
+        let writable = [view.upper.clone(), view.work.clone(), graveyard.clone()];
+        sandbox::confined(&writable, || {
+            // The jail has unmounted the view: its next mount needs no work folder of this one.
+            sandbox::overlay::retire_work_dir(&view.work, &graveyard);
             slot.with_base_repo(&self.common_dir, base, |base_repo| {
                 let tree = base_repo.find_commit(base.commit)?.tree()?;
                 let rules = ignore::LazyIgnore::new(base_repo, &view.upper);
-                view::clear_upper(&view.upper, &tree, &|p, d| rules.ignored(p, d))
+                view::clear_upper(&view.upper, &graveyard, &tree, &|p, d| rules.ignored(p, d))
                     .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
             })
         })?;
