@@ -17,20 +17,21 @@ fn shared_file_repo() -> TestRepo {
     ])
 }
 
+/// Every `*.txt` task of [`shared_file_repo`] appends to `CHANGES`, at `-j jobs`, with
+/// `--on-conflict` `policy` (the default when `None`).
+fn append_to_shared(repo: &TestRepo, jobs: &str, policy: Option<&str>) -> crate::common::Run {
+    let mut args = vec!["refactor", "x", "*.txt", "-j", jobs, "--scope", "any"];
+    if let Some(policy) = policy {
+        args.extend(["--on-conflict", policy]);
+    }
+    args.extend(["--exec", APPEND_TO_SHARED]);
+    repo.swarm(&args)
+}
+
 #[test]
 fn retry_resolves_tasks_that_all_append_to_one_file() {
     let repo = shared_file_repo();
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        "*.txt",
-        "-j",
-        "4",
-        "--scope",
-        "any",
-        "--exec",
-        APPEND_TO_SHARED,
-    ]);
+    let run = append_to_shared(&repo, "4", None);
     run.assert_code(0);
     let changes = repo.read("CHANGES");
     for f in ["a.txt", "b.txt", "c.txt", "d.txt"] {
@@ -67,19 +68,7 @@ fn retry_resolves_tasks_that_all_append_to_one_file() {
 #[test]
 fn on_conflict_skip_keeps_the_branch_unmerged() {
     let repo = shared_file_repo();
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        "*.txt",
-        "-j",
-        "1",
-        "--scope",
-        "any",
-        "--on-conflict",
-        "skip",
-        "--exec",
-        APPEND_TO_SHARED,
-    ]);
+    let run = append_to_shared(&repo, "1", Some("skip"));
     // At -j 1 each task starts from the base, so every task after the first conflicts.
     run.assert_code(1);
     let report = repo.report(&run);
@@ -103,19 +92,7 @@ fn on_conflict_skip_keeps_the_branch_unmerged() {
 fn on_conflict_fail_stops_merging() {
     for jobs in ["1", "4"] {
         let repo = shared_file_repo();
-        let run = repo.swarm(&[
-            "refactor",
-            "x",
-            "*.txt",
-            "-j",
-            jobs,
-            "--scope",
-            "any",
-            "--on-conflict",
-            "fail",
-            "--exec",
-            APPEND_TO_SHARED,
-        ]);
+        let run = append_to_shared(&repo, jobs, Some("fail"));
         run.assert_code(1);
         let report = repo.report(&run);
         let s = statuses(&report);

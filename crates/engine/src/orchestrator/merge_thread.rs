@@ -75,10 +75,14 @@ pub(super) fn merge_loop(
             .take_while(|job| job.resolved.is_none())
             .count();
         let merged = match (together, waiting.pop_front()) {
-            (_, Some(job)) if stopped => vec![MergeDone {
-                idx: job.idx,
-                outcome: None,
-            }],
+            // Everything waiting comes back untried at once.
+            (_, Some(job)) if stopped => std::iter::once(job)
+                .chain(waiting.drain(..))
+                .map(|job| MergeDone {
+                    idx: job.idx,
+                    outcome: None,
+                })
+                .collect(),
             (0 | 1, Some(job)) => vec![merge_one(&mut train, shared, job)],
             (_, Some(job)) => {
                 let rest = waiting.drain(..together - 1);

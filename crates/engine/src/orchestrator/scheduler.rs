@@ -460,8 +460,7 @@ impl Scheduler {
             && let Some(tip) = a.tip
         {
             if let Some(reason) = &self.stopped {
-                t.status = TaskStatus::Skipped;
-                t.error = Some(format!("not merged: {reason}"));
+                not_merged(t, reason);
             } else if !self.mode.merges() {
                 // Stays `done`, its branch kept for `swarm diff` and `swarm merge`.
             } else {
@@ -494,9 +493,7 @@ impl Scheduler {
         let mut retry = None;
         let Some(outcome) = done.outcome else {
             // Handed over before a conflict stopped merging (`--on-conflict fail`).
-            t.status = TaskStatus::Skipped;
-            let reason = self.stopped.as_deref().unwrap_or("merging stopped");
-            t.error = Some(format!("not merged: {reason}"));
+            not_merged(t, self.stopped.as_deref().unwrap_or("merging stopped"));
             self.save();
             return None;
         };
@@ -592,4 +589,11 @@ fn conflict_context(paths: &[RepoPath]) -> String {
          keep them and apply the instruction on top.",
         list.join("\n")
     )
+}
+
+/// A finished task left unmerged because the run stopped merging (`reason`): skipped, its
+/// branch kept.
+fn not_merged(t: &mut crate::report::TaskReport, reason: &str) {
+    t.status = TaskStatus::Skipped;
+    t.error = Some(format!("not merged: {reason}"));
 }

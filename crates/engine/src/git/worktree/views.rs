@@ -213,7 +213,7 @@ impl WorktreePool {
     ) -> anyhow::Result<()> {
         let view = slot.view.as_ref().context("not an overlay worktree")?;
         let graveyard = view::graveyard(view);
-        // Made here too: the confined thread's rules need it to exist.
+        // Made before the confined thread, whose rules need it to exist.
         std::fs::create_dir_all(&graveyard)?;
         let writable = [view.upper.clone(), view.work.clone(), graveyard.clone()];
         sandbox::confined(&writable, || {
