@@ -13,7 +13,9 @@
 //! (wall × jobs / tasks), and checks that every mode ends with the same tree and one merge
 //! per task. Beside them, git's own floor (see [`floor`]) and swarm/floor, and with both
 //! forms the one-file form's wall over the list form's; with `--rounds N`, all of it N times
-//! in turn, and the worst of each ratio over the rounds.
+//! in turn, and the worst of each ratio over the rounds. Each round runs the floor first, then
+//! swarm's runs, in reverse order every second round: a run pays for the inodes the run
+//! before it freed (on an ext4 without a journal), so no run always comes last.
 //!
 //! `startup`: `2 × jobs` tasks whose worker sleeps 2 s; prints the time from swarm's start to
 //! the moment the last of the first `jobs` workers runs (from the run's events), and the disk
@@ -126,7 +128,12 @@ fn large() {
             floor_wall.as_secs_f64()
         );
         trees.push(floor_tree);
-        for (k, (mode, (form, exec))) in runs.iter().enumerate() {
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        for k in order {
+            let (mode, (form, exec)) = &runs[k];
             let name =
                 format!("files={files} tasks={tasks} jobs={jobs} worktrees={mode} form={form}");
             let repo = root.path().join(format!("{mode}-{form}-{round}"));
