@@ -316,22 +316,13 @@ fn check_owned(common_dir: &Path, path: &Path) -> anyhow::Result<()> {
 
 /// Removes `path`, a directory (or file) swarm made under `<git-common-dir>/swarm/`, without
 /// following symbolic links: a link is removed, never what it points to. Anything else is
-/// refused: this is the only way swarm deletes a directory tree.
+/// refused. The engine deletes a directory tree only this way, but for a view's reset
+/// emptying its own upper layer (confined to it) and the sandbox's janitor deleting what was
+/// moved into its graveyards.
 pub(crate) fn remove_owned(common_dir: &Path, path: &Path) -> anyhow::Result<bool> {
     check_owned(common_dir, path)?;
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", path.display())),
-    };
-    // `remove_dir_all` does not follow links inside the tree either.
-    let removed = if meta.is_dir() {
-        std::fs::remove_dir_all(path)
-    } else {
-        std::fs::remove_file(path)
-    };
-    removed.with_context(|| format!("cannot remove {}", path.display()))?;
-    Ok(true)
+    swarm_sandbox::files::remove_no_follow(path)
+        .with_context(|| format!("cannot remove {}", path.display()))
 }
 
 #[cfg(test)]

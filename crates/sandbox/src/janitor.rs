@@ -111,12 +111,7 @@ pub fn drain() {
 
 /// Deletes `path` (a folder, with everything in it), never following a link.
 fn delete(path: &Path) {
-    let deleted = match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(e) => Err(e),
-    };
-    match deleted {
+    match crate::files::remove_no_follow(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => {
             tracing::debug!("cannot delete {}: {e}", path.display());
         }
