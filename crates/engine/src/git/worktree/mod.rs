@@ -256,7 +256,7 @@ impl WorktreePool {
         // An idle view was made over the base checkout, so the base is there.
         let base = self.base.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let reset = match (view, base) {
-            (true, Some(base)) if base.commit == start => self.reset_view(&slot, &base, branch_ref),
+            (true, Some(base)) if base.commit == start => self.reset_view(&slot, branch_ref),
             (true, _) => Err(anyhow::anyhow!(
                 "an overlay worktree must start at the run's base"
             )),
@@ -542,14 +542,20 @@ impl WorktreePool {
     }
 
     /// Takes a worktree back: HEAD detached (so its branch can be moved or deleted, and a full
-    /// checkout's files stay those of its HEAD), or thrown away if its worker tampered with it.
+    /// checkout's files stay those of its HEAD), a view emptied ([`Self::clear_view`]), or
+    /// thrown away if its worker tampered with it.
     ///
     /// An overlay view could keep HEAD on its last branch (one HEAD write a task, not two):
     /// measured on 2,000 one-file tasks, that was no faster on ext4 and 2-3 % slower on tmpfs
     /// (docs/BENCHMARKS.md), so every idle worktree is detached.
     fn give_back(&self, slot: Slot) -> anyhow::Result<()> {
-        if let Err(why) = self.check_intact(&slot) {
-            tracing::warn!("worktree {} is not used again: {why}", slot.name);
+        let ready = self.check_intact(&slot).map_err(anyhow::Error::msg);
+        let ready = ready.and_then(|()| match slot.view {
+            Some(_) => self.clear_view(&slot),
+            None => Ok(()),
+        });
+        if let Err(why) = ready {
+            tracing::warn!("worktree {} is not used again: {why:#}", slot.name);
             self.discard(slot);
             return Ok(());
         }

@@ -203,15 +203,19 @@ impl WorktreePool {
         Ok(())
     }
 
-    /// Makes an idle overlay worktree ready for `branch_ref`: its upper layer emptied (but
-    /// for untracked ignored output), HEAD on the branch, the base's index back.
-    pub(super) fn reset_view(
-        &self,
-        slot: &Slot,
-        base: &BaseCheckout,
-        branch_ref: &str,
-    ) -> anyhow::Result<()> {
+    /// Empties the overlay worktree `slot` as it is given back, for whichever task is next:
+    /// overlayfs' folder of the last mount and the upper layer (but for untracked ignored
+    /// output) go to the janitor, the base's index comes back. It runs in the thread that
+    /// committed the last task, which the next worker does not wait for (`Lease::release`);
+    /// every jail that mounted the view is gone by then.
+    pub(super) fn clear_view(&self, slot: &Slot) -> anyhow::Result<()> {
         let view = slot.view.as_ref().context("not an overlay worktree")?;
+        let base = self
+            .base
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .context("an overlay worktree without its base")?;
         let graveyard = view::graveyard(view);
         // Made before the confined thread, whose rules need it to exist.
         std::fs::create_dir_all(&graveyard)?;
@@ -219,17 +223,22 @@ impl WorktreePool {
         sandbox::confined(&writable, || {
             // The jail has unmounted the view: its next mount needs no work folder of this one.
             sandbox::overlay::retire_work_dir(&view.work, &graveyard);
-            slot.with_base_repo(&self.common_dir, base, |base_repo| {
+            slot.with_base_repo(&self.common_dir, &base, |base_repo| {
                 let tree = base_repo.find_commit(base.commit)?.tree()?;
                 let rules = ignore::LazyIgnore::new(base_repo, &view.upper);
                 view::clear_upper(&view.upper, &graveyard, &tree, &|p, d| rules.ignored(p, d))
                     .with_context(|| format!("cannot reset worktree {}", slot.path.display()))
             })
         })?;
+        self.copy_base_index(&base, &slot.name)
+    }
+
+    /// Makes an idle overlay worktree (emptied when it was given back) ready for
+    /// `branch_ref`: HEAD on the branch.
+    pub(super) fn reset_view(&self, slot: &Slot, branch_ref: &str) -> anyhow::Result<()> {
         slot.with_repo(&self.common_dir, |repo| {
             Ok(crate::git::point_head(repo, branch_ref)?)
-        })?;
-        self.copy_base_index(base, &slot.name)
+        })
     }
 }
 
