@@ -1,13 +1,13 @@
 //! A jail host: the part of a jail that does not depend on the task, set up once per worker
-//! slot and kept (`swarm __swarm-jail-host SPEC`), which forks each task's jail.
+//! slot and kept (`swarm __swarm-jail-host SPEC`), which makes each task's init.
 //!
 //! ```text
 //! swarm ── host (its own process group; ends when swarm's end of its socket closes)
 //!            │ once: unshare user, mount and (unless --network) network namespaces;
 //!            │ credential stores hidden
-//!            └─ the task's jail (a fork; its own process group; dies with the host)
-//!                 │ unshare user (nested), PID, mount and IPC namespaces
-//!                 └─ init, the worker: exactly as in a one-off jail (`super::init`)
+//!            └─ the task's init (cloned into a nested user namespace and new PID, mount
+//!                 │ and IPC namespaces; its own process group; dies with the host)
+//!                 └─ the worker: exactly as in a one-off jail (`super::init`)
 //! ```
 //!
 //! What a task can change lives in the namespaces made for it alone: its processes (PID,
@@ -19,10 +19,13 @@
 //! processes keep the one-off jail.
 //!
 //! The protocol is in [`super::wire`]. For each task the host reports `Exited` as soon as
-//! the task's jail writes the worker's status (before its exit unmounts the task's mount
-//! namespace), then `Gone` once it has reaped the jail; only then does it take the next order.
+//! the task's init writes the worker's status (before its exit unmounts the task's mount
+//! namespace), then `Gone` once it has reaped init; only then does it take the next order.
+//! Init ignores a signal from outside its namespace before it has set its handlers (the
+//! kernel's rule for a namespace's init), but SIGKILL: a task stopped that early is killed
+//! after swarm's grace period.
 //!
-//! swarm signals a task through the host (`Signal`), which owns the task's jail and has not
+//! swarm signals a task through the host (`Signal`), which owns the task's init and has not
 //! reaped it yet, so the signal cannot reach a reused process group.
 
 use std::ffi::OsString;
@@ -129,28 +132,25 @@ fn set_up(spec: &HostSpec) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Forks the task's jail and waits for it, passing swarm's signals on. Reports the worker's
-/// status as soon as the jail says it (before the jail's end unmounts its namespace), or
-/// when the jail is reaped if it said nothing. `None` when swarm's socket closed meanwhile
-/// (the task was killed).
+/// Makes the task's init in new namespaces and waits for it, passing swarm's signals on.
+/// Reports the worker's status as soon as init says it (before init's exit unmounts the
+/// task's mount namespace), or init's own when it is reaped if it said nothing. `None` when
+/// swarm's socket closed meanwhile (the task was killed).
 fn run_task(
     host: &HostSpec,
     task: &JailSpec,
     env: &[(Bytes, Bytes)],
     output: OwnedFd,
 ) -> anyhow::Result<Option<()>> {
-    let host_pid = std::process::id();
-    let [early, early_w] = super::pipe()?;
-    // SAFETY: the fds were just made and are ours.
-    let (early, early_w) = unsafe { (OwnedFd::from_raw_fd(early), OwnedFd::from_raw_fd(early_w)) };
-    // SAFETY: the host is single-threaded; the child runs ordinary Rust until it execs.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(errno("fork"));
-    }
+    let [status, status_w] = owned(super::pipe()?);
+    // Held until init is reaped: its end hangs up if the host dies before init watches it.
+    let [lifeline_r, lifeline_w] = owned(super::pipe()?);
+    // SAFETY: getuid and getgid take nothing and cannot fail.
+    let ids = unsafe { (libc::getuid(), libc::getgid()) };
+    let pid = clone_init()?;
     if pid == 0 {
-        drop(early);
-        let e = match task_main(host, host_pid, task, env, output, early_w) {
+        drop((status, lifeline_w));
+        let e = match init_task(host, task, env, output, ids, status_w, lifeline_r) {
             Ok(never) => match never {},
             Err(e) => e,
         };
@@ -158,18 +158,18 @@ fn run_task(
         // SAFETY: leaving the child without running the host's destructors.
         unsafe { libc::_exit(i32::from(JAIL_FAILED)) };
     }
-    drop((output, early_w));
+    drop((output, status_w, lifeline_r));
     // Both sides set the group, so a signal sent at once finds it.
     // SAFETY: setpgid on our own child.
     unsafe { libc::setpgid(pid, pid) };
     let pidfd = pidfd_open(pid)?;
-    let mut early = Some(early);
+    let mut status = Some(status);
     let mut reported = false;
     loop {
         let mut fds = [
             0,
             pidfd.as_raw_fd(),
-            early.as_ref().map_or(-1, |e| e.as_raw_fd()),
+            status.as_ref().map_or(-1, |e| e.as_raw_fd()),
         ]
         .map(|fd| libc::pollfd {
             fd,
@@ -184,18 +184,21 @@ fn run_task(
             return Err(errno("poll"));
         }
         if fds[2].revents != 0
-            && let Some(fd) = early.take()
+            && let Some(fd) = status.take()
         {
-            if let Some(status) = read_status(&fd) {
-                send_report(&Report::Exited(status)).context("reporting to swarm")?;
+            if let Some((worker, left)) = super::read_worker_status(fd.as_raw_fd()) {
+                write_leftovers(task, left);
+                send_report(&Report::Exited(super::final_status(worker)))
+                    .context("reporting to swarm")?;
                 reported = true;
             }
             continue;
         }
         if fds[1].revents != 0 {
             let status = super::wait_for(pid)?;
+            drop(lifeline_w);
             if !reported {
-                // The jail said nothing (it failed, or was killed): its own status.
+                // Init said nothing (it failed, or was killed): its own status.
                 send_report(&Report::Exited(status)).context("reporting to swarm")?;
             }
             return Ok(Some(()));
@@ -218,24 +221,47 @@ fn run_task(
     }
 }
 
-/// The status a task's jail wrote on `fd`; `None` at its end without one.
-fn read_status(fd: &OwnedFd) -> Option<i32> {
-    let mut buf = [0u8; 4];
-    // SAFETY: reading into a local buffer.
-    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    (n == 4).then(|| i32::from_ne_bytes(buf))
+fn owned(fds: [RawFd; 2]) -> [OwnedFd; 2] {
+    // SAFETY: the fds were just made and are ours alone.
+    fds.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The task's jail, in the host's fork: its own process group, the output pipe as standard
-/// output and error, `/dev/null` as input, the task's environment, then its namespaces and
-/// the same init and worker as a one-off jail.
-fn task_main(
+/// A child in the task's own namespaces ([`TASK_NAMESPACES`]), where it is PID 1: `fork`, but
+/// made with them, so no process stands between the host and the task's init. `0` in the
+/// child.
+fn clone_init() -> anyhow::Result<i32> {
+    let flags = (TASK_NAMESPACES | libc::SIGCHLD) as libc::c_ulong;
+    // SAFETY: the host is single-threaded. Without CLONE_VM and with no new stack, the child
+    // runs on in a copy of the host's memory, as after `fork`; it calls no function that
+    // trusts the thread id glibc caches (a raw clone does not update it).
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    if pid < 0 {
+        return Err(errno(
+            "cannot create a task's namespaces (user, PID, mount, IPC)",
+        ));
+    }
+    Ok(pid as i32)
+}
+
+/// Where the task asked to be told how many processes its worker left behind (written by
+/// the host, which no Landlock rule confines).
+fn write_leftovers(task: &JailSpec, left: u32) {
+    if let (Some(file), 1..) = (&task.leftovers, left) {
+        let _ = std::fs::write(path(file), left.to_string());
+    }
+}
+
+/// The task's init, in the host's clone, PID 1 of its namespaces: its own process group, the
+/// output pipe as standard output and error, `/dev/null` as input, the task's environment,
+/// `ids` mapped to themselves, then the same init and worker as a one-off jail's.
+fn init_task(
     host: &HostSpec,
-    host_pid: u32,
     task: &JailSpec,
     env: &[(Bytes, Bytes)],
     output: OwnedFd,
-    early: OwnedFd,
+    ids: (libc::uid_t, libc::gid_t),
+    status: OwnedFd,
+    lifeline: OwnedFd,
 ) -> anyhow::Result<Never> {
     let null = std::fs::File::open("/dev/null").context("/dev/null")?;
     // SAFETY: setpgid and dup2 on this process's own fds; the originals are closed when
@@ -251,25 +277,28 @@ fn task_main(
         }
     }
     drop((output, null));
-    super::watch_parent(host_pid, "the jail host has exited")?;
     let argv = super::argv_of(task)?;
     anyhow::ensure!(
         task.forwards.is_empty() && task.network == host.network && task.hide.is_empty(),
         "a task a jail host cannot run"
     );
     for (key, _) in std::env::vars_os() {
-        // SAFETY: this forked process is single-threaded.
+        // SAFETY: this cloned process is single-threaded.
         unsafe { std::env::remove_var(key) };
     }
     for (key, value) in env {
         // SAFETY: as above.
         unsafe { std::env::set_var(path(key), path(value)) };
     }
-    super::enter_namespaces(TASK_NAMESPACES)?;
-    super::contained(
+    super::map_ids(ids.0, ids.1)?;
+    // Not dumpable from here on, as a one-off jail's init.
+    super::not_dumpable()?;
+    // Dies with the host from here on (and exits at once if the host is gone already).
+    super::init_main(
         task,
         &argv,
-        Some(std::os::fd::IntoRawFd::into_raw_fd(early)),
+        std::os::fd::IntoRawFd::into_raw_fd(status),
+        std::os::fd::IntoRawFd::into_raw_fd(lifeline),
     )
 }
 

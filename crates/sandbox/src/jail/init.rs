@@ -130,20 +130,25 @@ fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Res
 }
 
 /// Init's life once the worker runs: reaps orphans, passes signals on to every process of
-/// the namespace, and when the worker ends, writes its status to `status_fd` and exits
-/// (which ends every process left inside).
+/// the namespace, and when the worker ends, ends every process left inside, writes the
+/// worker's status to `status_fd` and exits.
 fn reap(worker: i32, status_fd: i32, forwarder: Option<i32>) -> ! {
     loop {
         let mut st: libc::c_int = 0;
         // SAFETY: waitpid into a local.
         let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
         if pid == worker {
+            let left = leftovers(forwarder);
+            end_the_rest();
             let mut bytes = [0u8; 8];
             bytes[..4].copy_from_slice(&st.to_ne_bytes());
-            bytes[4..].copy_from_slice(&leftovers(forwarder).to_ne_bytes());
-            // SAFETY: writing a local buffer to our pipe, then leaving: the kernel ends
-            // every other process of the namespace.
+            bytes[4..].copy_from_slice(&left.to_ne_bytes());
+            // SAFETY: closing our own fds, writing a local buffer to our pipe, then leaving.
+            // The task's output (our standard output and error) is closed first: whoever
+            // reads the status then finds the output's end.
             unsafe {
+                libc::close(1);
+                libc::close(2);
                 libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
                 libc::_exit(0);
             }
@@ -165,8 +170,24 @@ fn reap(worker: i32, status_fd: i32, forwarder: Option<i32>) -> ! {
     }
 }
 
+/// Kills every process of the namespace but init and reaps them all (each one orphaned on
+/// the way is init's to reap): once it returns, nothing of the task runs any more and what
+/// it wrote is final, as it would be once init's own exit had ended them.
+fn end_the_rest() {
+    // SAFETY: kill only sends a signal, to every process of this namespace but init.
+    unsafe { libc::kill(-1, libc::SIGKILL) };
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: waitpid into a local.
+        let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
+        if pid < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
 /// The processes of the namespace still running, but init and the forwarder: what the
-/// worker left behind (the kernel ends them with init).
+/// worker left behind (ended by [`end_the_rest`]).
 fn leftovers(forwarder: Option<i32>) -> u32 {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0;

@@ -21,20 +21,20 @@
 //! directories are copy-on-write views ([`StateView`]): it reads the user's settings, and
 //! what it writes stays in its task's layer.
 //!
-//! When the worker exits, init exits, and the kernel kills every process left in the PID
-//! namespace, daemons that left the process group with `setsid` included, before init's exit
-//! is reported: nothing of a task outlives it. When swarm dies (even by `kill -9`), the jail
+//! When the worker exits, init kills every process left in the PID namespace, daemons that
+//! left the process group with `setsid` included, reaps them, and only then reports the
+//! worker's status and exits: nothing of a task outlives it. When swarm dies (even by `kill -9`), the jail
 //! gets SIGKILL, init with it, and the namespace with init. Processes inside see only their
 //! own namespace in `/proc` and cannot name, let alone signal, swarm or another task's
 //! processes (Landlock's signal scoping says the same where the kernel has it).
 //!
 //! A worker slot's processes share a jail host ([`host`]): the user, mount and network
-//! namespaces once per slot, and for each process a jail forked from it with the rest made
+//! namespaces once per slot, and for each process an init cloned from it into the rest made
 //! new (a nested user namespace, PID, mount, IPC), which then runs as above.
 //!
 //! The jail's exit status is the worker's (a signal is re-raised), so swarm reads it like a
-//! plain child's. A hosted jail also writes that status to its host before it exits, so that
-//! swarm can go on while the jail's exit unmounts its namespace ([`host`]). A jail that
+//! plain child's. A hosted task's init writes that status to its host before it exits, so
+//! that swarm can go on while init's exit unmounts the namespace ([`host`]). A jail that
 //! cannot be set up prints why and exits [`JAIL_FAILED`] before the worker runs: nothing
 //! runs unconfined.
 
@@ -279,7 +279,7 @@ fn jail(spec: &JailSpec) -> anyhow::Result<Never> {
     watch_parent(spec.parent, "swarm has exited")?;
     let argv = argv_of(spec)?;
     enter_namespaces(TASK_NAMESPACES | network(spec.network))?;
-    contained(spec, &argv, None)
+    contained(spec, &argv)
 }
 
 /// Dies with the parent (SIGKILL), which must be `parent` (else it is gone already: `gone`).
@@ -322,19 +322,13 @@ fn network(network: bool) -> libc::c_int {
 }
 
 /// The jail once in its namespaces: init and the worker; this process then waits for init
-/// and ends the way the worker did.
-///
-/// `early`, in a jail host's task: where the worker's status is written as soon as init is
-/// reaped, before this process's exit takes the mount namespace down (unmounting the
-/// overlays, which syncs their upper layers' filesystem), so that swarm can go on meanwhile.
-fn contained(spec: &JailSpec, argv: &[CString], early: Option<i32>) -> anyhow::Result<Never> {
+/// and ends the way the worker did. (A jail host's task has no such process: the host makes
+/// init in the namespaces itself, [`host`].)
+fn contained(spec: &JailSpec, argv: &[CString]) -> anyhow::Result<Never> {
     // Not dumpable from here on (uid_map is written): the worker, which runs as the same
     // user, cannot read the doors' keys from the memory of init or the forwarder, nor trace
     // them. Its own exec makes it dumpable again.
-    // SAFETY: prctl has no memory effects.
-    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } != 0 {
-        return Err(errno("prctl(PR_SET_DUMPABLE)"));
-    }
+    not_dumpable()?;
     if !spec.forwards.is_empty() && !spec.network {
         loopback_up()?;
     }
@@ -350,9 +344,6 @@ fn contained(spec: &JailSpec, argv: &[CString], early: Option<i32>) -> anyhow::R
         unsafe {
             libc::close(status[0]);
             libc::close(lifeline[1]);
-            if let Some(fd) = early {
-                libc::close(fd);
-            }
         }
         let e = match init_main(spec, argv, status[1], lifeline[0]) {
             Ok(never) => match never {},
@@ -373,36 +364,37 @@ fn contained(spec: &JailSpec, argv: &[CString], early: Option<i32>) -> anyhow::R
     }
     let init_status = wait_for(init)?;
     // The worker's status, as init saw it; nothing if init itself was killed.
-    let mut buf = [0u8; 8];
-    // SAFETY: reading into a local buffer.
-    let n = unsafe { libc::read(status[0], buf.as_mut_ptr().cast(), buf.len()) };
-    let word = |at: usize| i32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
-    if n != 8 {
-        report_early(early, init_status);
-        exit_like(init_status)
+    match read_worker_status(status[0]) {
+        None => exit_like(init_status),
+        Some((worker, left)) => {
+            if let (Some(file), 1..) = (&spec.leftovers, left) {
+                // The jail is swarm's code, outside the worker's Landlock domain: this file
+                // is out of the worker's reach.
+                let _ = std::fs::write(path(file), left.to_string());
+            }
+            exit_like(worker)
+        }
     }
-    if let (Some(file), left @ 1..) = (&spec.leftovers, word(4)) {
-        // The jail is swarm's code, outside the worker's Landlock domain: this file is out of
-        // the worker's reach.
-        let _ = std::fs::write(path(file), left.to_string());
-    }
-    report_early(early, word(0));
-    exit_like(word(0))
 }
 
-/// Writes to `early` the wait status [`exit_like`] will end this process with, after closing
-/// the standard output and error (the task's output pipe, which then ends: nothing of the
-/// task writes to it any more).
-fn report_early(early: Option<i32>, status: i32) {
-    let Some(fd) = early else { return };
-    let bytes = final_status(status).to_ne_bytes();
-    // SAFETY: closing this process's own fds and writing a local buffer to a pipe it owns.
-    unsafe {
-        libc::close(1);
-        libc::close(2);
-        libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-        libc::close(fd);
+/// What init wrote on its status pipe `fd` when the worker ended: the worker's wait status and
+/// how many processes it left running. `None` if init ended without writing it.
+fn read_worker_status(fd: i32) -> Option<(i32, u32)> {
+    let mut buf = [0u8; 8];
+    // SAFETY: reading into a local buffer.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    let word = |at: usize| [buf[at], buf[at + 1], buf[at + 2], buf[at + 3]];
+    (n == 8).then(|| (i32::from_ne_bytes(word(0)), u32::from_ne_bytes(word(4))))
+}
+
+/// Makes this process not dumpable: nothing running as the same user can read its memory
+/// or trace it.
+fn not_dumpable() -> anyhow::Result<()> {
+    // SAFETY: prctl has no memory effects.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } != 0 {
+        return Err(errno("prctl(PR_SET_DUMPABLE)"));
     }
+    Ok(())
 }
 
 /// The wait status a process that runs [`exit_like`]`(status)` ends with.
@@ -431,6 +423,12 @@ fn enter_namespaces(flags: libc::c_int) -> anyhow::Result<()> {
             "cannot create namespaces (user, PID, mount, network)",
         ));
     }
+    map_ids(uid, gid)
+}
+
+/// Maps, in this process's new user namespace, `uid` and `gid` (its own outside) to
+/// themselves.
+fn map_ids(uid: libc::uid_t, gid: libc::gid_t) -> anyhow::Result<()> {
     std::fs::write("/proc/self/setgroups", "deny").context("/proc/self/setgroups")?;
     std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).context("uid_map")?;
     std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).context("gid_map")?;
