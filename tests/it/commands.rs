@@ -550,6 +550,38 @@ fn a_missing_exec_program_is_refused_before_the_run() {
     }
 }
 
+/// A program that exists but cannot be run in the jail (not executable; gone) fails its task
+/// with the status a shell gives (126, 127), and the worker's log says why.
+#[test]
+fn a_program_the_jail_cannot_run_fails_its_task_with_the_shells_status() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("tool", "sed -i s/foo/bar/ \"$1\"\n")]);
+    for (exec, code, why) in [
+        (
+            "./tool \"$SWARM_FILE\"",
+            126,
+            "cannot run ./tool: Permission denied",
+        ),
+        (
+            "./gone \"$SWARM_FILE\"",
+            127,
+            "cannot run ./gone: No such file",
+        ),
+    ] {
+        let run = repo.swarm(&["refactor", "x", "a.txt", "-y", "--exec", exec]);
+        let report = repo.report(&run);
+        let task = task_of(&report, "a.txt");
+        assert_eq!(task["status"], "failed", "{exec}: {}", run.stderr);
+        let error = task["error"].as_str().unwrap();
+        assert!(error.contains(&format!("status {code}")), "{exec}: {error}");
+        let log = repo.run_file(
+            report["run_id"].as_str().unwrap(),
+            &format!("tasks/{}/worker.log", task["id"].as_str().unwrap()),
+        );
+        assert!(log.contains(why), "{exec}: {log}");
+    }
+    assert_eq!(repo.read("a.txt"), "foo\n");
+}
+
 /// `swarm diff --stat` is git's diffstat: counts, +/- bars, renames, totals (the git CLI is
 /// the oracle).
 #[test]

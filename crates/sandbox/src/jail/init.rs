@@ -88,45 +88,94 @@ fn confine(spec: &JailSpec) -> anyhow::Result<()> {
     crate::restrict_writes(&writable).context("Landlock")
 }
 
-/// Forks the worker: default signal handling, `close` closed, in the task's directory, then
+/// What the worker's process needs between its start and `execvp`, made ready beforehand.
+struct Exec<'a> {
+    close: &'a [i32],
+    cwd: &'a CString,
+    argv: &'a [*const libc::c_char],
+    /// init's signal mask, the worker's once its handlers are the default ones.
+    mask: libc::sigset_t,
+}
+
+/// Starts the worker: default signal handling, `close` closed, in the task's directory, then
 /// `argv`. Returns its pid.
+///
+/// `clone(CLONE_VM | CLONE_VFORK)`, as `posix_spawn` does: the worker runs in init's memory
+/// (on a stack of its own) until its `execvp`, while init waits, so init's memory is neither
+/// copied nor torn down again for a process that replaces it at once. Signals are blocked
+/// meanwhile, so that none runs init's handler in the worker.
 fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Result<i32> {
     let cwd = CString::new(spec.cwd.as_bytes()).context("the directory contains a NUL byte")?;
-    // SAFETY: init is single-threaded; the child only calls chdir/execvp/_exit.
-    let worker = unsafe { libc::fork() };
-    if worker < 0 {
-        return Err(errno("fork"));
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let mut stack = vec![0u8; 256 * 1024];
+    // SAFETY: sigset_t is plain data, filled by sigfillset/sigprocmask below.
+    let (mut all, mut mask) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: sigfillset and sigprocmask on locals.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut mask);
     }
-    if worker == 0 {
-        // SAFETY: syscalls on prepared C strings; _exit on failure.
-        unsafe {
-            for fd in close {
-                libc::close(*fd);
-            }
-            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            if libc::chdir(cwd.as_ptr()) != 0 {
-                eprintln!(
-                    "swarm: cannot enter {}: {}",
-                    path(&spec.cwd).display(),
-                    std::io::Error::last_os_error()
-                );
-                libc::_exit(127);
-            }
-            let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-            ptrs.push(std::ptr::null());
-            libc::execvp(ptrs[0], ptrs.as_ptr());
-            let error = std::io::Error::last_os_error();
-            eprintln!("swarm: cannot run {}: {error}", argv[0].to_string_lossy());
-            // As a shell says it: not found, or found but not runnable.
-            libc::_exit(match error.kind() {
-                std::io::ErrorKind::NotFound => 127,
-                _ => 126,
-            });
+    let exec = Exec {
+        close,
+        cwd: &cwd,
+        argv: &ptrs,
+        mask,
+    };
+    // The stack grows down from its (16-byte aligned) end.
+    let top = (stack.as_mut_ptr_range().end as usize) & !15;
+    // SAFETY: the child runs `exec_worker` on `stack` with a pointer to `exec`, both alive
+    // until it has exec'd or exited (CLONE_VFORK suspends this process until then).
+    let worker = unsafe {
+        libc::clone(
+            exec_worker,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&exec as *const Exec<'_>).cast_mut().cast(),
+        )
+    };
+    let error = (worker < 0).then(|| errno("cannot start the worker"));
+    // SAFETY: init's own mask back.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &exec.mask, std::ptr::null_mut()) };
+    drop(stack);
+    error.map_or(Ok(worker), Err)
+}
+
+/// The worker's side of [`start_worker`], until `execvp`: only calls that touch no memory
+/// init relies on, but for the message of a failed `execvp` (init is single-threaded and
+/// waits, so no lock is held).
+extern "C" fn exec_worker(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Exec` that start_worker keeps alive while this runs.
+    let exec = unsafe { &*(arg as *const Exec<'_>) };
+    // SAFETY: syscalls on prepared C strings and fds; _exit on failure.
+    unsafe {
+        for fd in exec.close {
+            libc::close(*fd);
         }
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, &exec.mask, std::ptr::null_mut());
+        if libc::chdir(exec.cwd.as_ptr()) != 0 {
+            eprintln!(
+                "swarm: cannot enter {}: {}",
+                exec.cwd.to_string_lossy(),
+                std::io::Error::last_os_error()
+            );
+            libc::_exit(127);
+        }
+        libc::execvp(exec.argv[0], exec.argv.as_ptr());
+        let error = std::io::Error::last_os_error();
+        eprintln!(
+            "swarm: cannot run {}: {error}",
+            std::ffi::CStr::from_ptr(exec.argv[0]).to_string_lossy()
+        );
+        // As a shell says it: not found, or found but not runnable.
+        libc::_exit(match error.kind() {
+            std::io::ErrorKind::NotFound => 127,
+            _ => 126,
+        });
     }
-    Ok(worker)
 }
 
 /// Init's life once the worker runs: reaps orphans, passes signals on to every process of
