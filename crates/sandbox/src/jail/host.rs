@@ -166,24 +166,15 @@ fn run_task(
     let mut status = Some(status);
     let mut reported = false;
     loop {
-        let mut fds = [
+        let watched = [
             0,
             pidfd.as_raw_fd(),
             status.as_ref().map_or(-1, |e| e.as_raw_fd()),
-        ]
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        // SAFETY: poll on a local array.
-        if unsafe { libc::poll(fds.as_mut_ptr(), 3, -1) } < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(errno("poll"));
-        }
-        if fds[2].revents != 0
+        ];
+        let Some(ready) = readable(watched)? else {
+            continue;
+        };
+        if ready[2]
             && let Some(fd) = status.take()
         {
             if let Some((worker, left)) = super::read_worker_status(fd.as_raw_fd()) {
@@ -194,7 +185,7 @@ fn run_task(
             }
             continue;
         }
-        if fds[1].revents != 0 {
+        if ready[1] {
             let status = super::wait_for(pid)?;
             drop(lifeline_w);
             if !reported {
@@ -203,7 +194,7 @@ fn run_task(
             }
             return Ok(Some(()));
         }
-        if fds[0].revents != 0 {
+        if ready[0] {
             match read_order(0) {
                 Ok(Some((Order::Signal(sig), _))) => {
                     // SAFETY: kill only sends a signal; the group is our unreaped child's.
@@ -219,6 +210,23 @@ fn run_task(
             }
         }
     }
+}
+
+/// Which of `fds` (`-1`: none) can be read, or have hung up; `None` if a signal came first.
+fn readable(fds: [RawFd; 3]) -> anyhow::Result<Option<[bool; 3]>> {
+    let mut polled = fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    // SAFETY: poll on a local array.
+    if unsafe { libc::poll(polled.as_mut_ptr(), 3, -1) } < 0 {
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            return Ok(None);
+        }
+        return Err(errno("poll"));
+    }
+    Ok(Some(polled.map(|p| p.revents != 0)))
 }
 
 fn owned(fds: [RawFd; 2]) -> [OwnedFd; 2] {
