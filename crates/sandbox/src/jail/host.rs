@@ -178,7 +178,7 @@ fn run_task(
             && let Some(fd) = status.take()
         {
             if let Some((worker, left)) = super::read_worker_status(fd.as_raw_fd()) {
-                write_leftovers(task, left);
+                super::write_leftovers(task, left);
                 send_report(&Report::Exited(super::final_status(worker)))
                     .context("reporting to swarm")?;
                 reported = true;
@@ -249,14 +249,6 @@ fn clone_init() -> anyhow::Result<i32> {
         ));
     }
     Ok(pid as i32)
-}
-
-/// Where the task asked to be told how many processes its worker left behind (written by
-/// the host, which no Landlock rule confines).
-fn write_leftovers(task: &JailSpec, left: u32) {
-    if let (Some(file), 1..) = (&task.leftovers, left) {
-        let _ = std::fs::write(path(file), left.to_string());
-    }
 }
 
 /// The task's init, in the host's clone, PID 1 of its namespaces: its own process group, the

@@ -23,10 +23,11 @@
 //!
 //! When the worker exits, init kills every process left in the PID namespace, daemons that
 //! left the process group with `setsid` included, reaps them, and only then reports the
-//! worker's status and exits: nothing of a task outlives it. When swarm dies (even by `kill -9`), the jail
-//! gets SIGKILL, init with it, and the namespace with init. Processes inside see only their
-//! own namespace in `/proc` and cannot name, let alone signal, swarm or another task's
-//! processes (Landlock's signal scoping says the same where the kernel has it).
+//! worker's status and exits: nothing of a task outlives it. When swarm dies (even by
+//! `kill -9`), the jail gets SIGKILL, init with it, and the namespace with init. Processes
+//! inside see only their own namespace in `/proc` and cannot name, let alone signal, swarm
+//! or another task's processes (Landlock's signal scoping says the same where the kernel has
+//! it).
 //!
 //! A worker slot's processes share a jail host ([`host`]): the user, mount and network
 //! namespaces once per slot, and for each process an init cloned from it into the rest made
@@ -367,13 +368,18 @@ fn contained(spec: &JailSpec, argv: &[CString]) -> anyhow::Result<Never> {
     match read_worker_status(status[0]) {
         None => exit_like(init_status),
         Some((worker, left)) => {
-            if let (Some(file), 1..) = (&spec.leftovers, left) {
-                // The jail is swarm's code, outside the worker's Landlock domain: this file
-                // is out of the worker's reach.
-                let _ = std::fs::write(path(file), left.to_string());
-            }
+            write_leftovers(spec, left);
             exit_like(worker)
         }
+    }
+}
+
+/// Writes into the file `spec` names how many processes its worker left behind, if any did.
+/// Called outside init (the one-off jail, the host): swarm's code, outside the worker's
+/// Landlock domain, and the file, in swarm's scratch directory, out of the worker's reach.
+fn write_leftovers(spec: &JailSpec, left: u32) {
+    if let (Some(file), 1..) = (&spec.leftovers, left) {
+        let _ = std::fs::write(path(file), left.to_string());
     }
 }
 

@@ -108,13 +108,7 @@ impl WorktreePool {
         message: &str,
         leave_out: &BTreeSet<RepoPath>,
     ) -> Result<Committed, CommitError> {
-        let base = self
-            .base
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .context("an overlay worktree without its base")
-            .map_err(git_failure)?;
+        let base = self.view_base().map_err(git_failure)?;
         let committed = slot
             .with_base_repo(&self.common_dir, &base, |base_repo| {
                 slot.with_repo(&self.common_dir, |repo| {
@@ -210,12 +204,7 @@ impl WorktreePool {
     /// every jail that mounted the view is gone by then.
     pub(super) fn clear_view(&self, slot: &Slot) -> anyhow::Result<()> {
         let view = slot.view.as_ref().context("not an overlay worktree")?;
-        let base = self
-            .base
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .context("an overlay worktree without its base")?;
+        let base = self.view_base()?;
         let graveyard = view::graveyard(view);
         // Made before the confined thread, whose rules need it to exist.
         std::fs::create_dir_all(&graveyard)?;
@@ -231,6 +220,12 @@ impl WorktreePool {
             })
         })?;
         self.copy_base_index(&base, &slot.name)
+    }
+
+    /// The run's base checkout, which every overlay worktree shows.
+    fn view_base(&self) -> anyhow::Result<Arc<BaseCheckout>> {
+        let base = self.base.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        base.context("an overlay worktree without its base")
     }
 
     /// Makes an idle overlay worktree (emptied when it was given back) ready for
