@@ -107,10 +107,14 @@ impl TestRepo {
     }
 
     /// Everything under the test's directory, except what swarm itself may write in the git
-    /// directory (its state, objects, its own branches and worktrees' records) and the
-    /// test's own `plans/`.
+    /// directory (its state, objects, its own branches and worktrees' records), the folder
+    /// of every run's doors in the temporary directory (made once, kept) and the test's own
+    /// `plans/`.
     pub fn outside(&self) -> Snapshot {
+        use std::os::unix::fs::MetadataExt as _;
         let git = self.path.join(".git");
+        let uid = std::fs::metadata(self.root()).unwrap().uid();
+        let doors = self.root().join("tmp").join(format!("swarm-doors-{uid}"));
         Snapshot::of(
             self.root(),
             &[
@@ -121,6 +125,7 @@ impl TestRepo {
                 git.join("worktrees"),
                 git.join("packed-refs"),
                 git.join("ORIG_HEAD"),
+                doors,
                 self.root().join("plans"),
             ],
         )

@@ -8,6 +8,10 @@
 //! which `/proc` shows), the jail reads it before the worker exists and hands it to its
 //! forwarder, and the jail's processes are not dumpable, so the worker cannot read it from
 //! their memory ([`super::jail`]). The forwarder presents it on every connection.
+//!
+//! The key is the second wall: the first is that no worker sees a door at all. Every door's
+//! socket is in one folder ([`crate::scratch::doors`]) that every jail covers with an empty
+//! mount; the forwarder reaches its own through a descriptor opened before that.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -46,7 +50,7 @@ pub struct Door {
 impl Door {
     /// Binds a new door in a directory named `prefix…`.
     pub fn bind(prefix: &str) -> io::Result<(Self, tokio::net::UnixListener)> {
-        let dir = crate::scratch::dir(prefix)?;
+        let dir = crate::scratch::door_dir(prefix)?;
         let listener = tokio::net::UnixListener::bind(dir.path().join("door.sock"))?;
         let door = Self {
             dir,
@@ -103,7 +107,8 @@ pub async fn admit<S: AsyncRead + Unpin>(conn: &mut S, key: &DoorKey) -> bool {
     }
 }
 
-/// Connects to `socket` from the jail's forwarder, presenting `key` (blocking).
+/// Connects to `socket` from the jail's forwarder, presenting `key` (blocking). `socket` is
+/// `/proc/self/fd/N` of the socket file opened before the jail covered every door.
 pub(crate) fn knock(socket: &Path, key: &[u8]) -> io::Result<std::os::unix::net::UnixStream> {
     use std::io::Write as _;
     let mut conn = std::os::unix::net::UnixStream::connect(socket)?;

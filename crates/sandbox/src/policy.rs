@@ -34,6 +34,30 @@ pub(crate) const DEFAULT_HIDDEN: &[&str] = &[
     ".gemini/mcp-oauth-tokens.json",
     ".local/share/opencode/auth.json",
     ".config/github-copilot",
+    // Where people keep the keys they export, and the shell history that typed them.
+    ".profile",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_history",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zsh_history",
+    ".config/fish",
+    ".env",
+    ".envrc",
+    // Other tools' tokens and passwords.
+    ".pgpass",
+    ".my.cnf",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".config/op",
+    ".s3cfg",
+    ".boto",
+    ".gem/credentials",
+    ".config/rclone",
 ];
 
 /// What confines worker processes in a run.
@@ -83,12 +107,82 @@ impl SandboxPolicy {
         self.allow_domains.iter().any(|d| {
             let host = crate::allow_list::split_host_port(d).map_or(d.as_str(), |(h, _)| h);
             let host = host.trim_start_matches('[').trim_end_matches(']');
-            host.eq_ignore_ascii_case("localhost") || host.starts_with("127.") || host == "::1"
+            // As the engine decides it for URLs (`net::is_local`): exactly `localhost`, or a
+            // loopback IP literal (`127.0.0.1.example.com` is a name elsewhere).
+            host.eq_ignore_ascii_case("localhost")
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.to_canonical().is_loopback())
         })
     }
 
     /// The default hidden paths under `home`.
     pub fn default_hidden(home: &Path) -> Vec<PathBuf> {
         DEFAULT_HIDDEN.iter().map(|p| home.join(p)).collect()
+    }
+
+    /// The home directories whose credential stores are hidden: `home` (`$HOME`), and the
+    /// account's own from the password database when it is another (a changed `HOME` does
+    /// not move the stores a worker can read by their path).
+    pub fn homes(home: Option<&Path>) -> Vec<PathBuf> {
+        let mut homes: Vec<PathBuf> = home.into_iter().map(Path::to_path_buf).collect();
+        if let Some(account) = account_home()
+            && !homes.contains(&account)
+        {
+            homes.push(account);
+        }
+        homes
+    }
+}
+
+/// The home directory of this process's user in the password database.
+fn account_home() -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: passwd is plain data that getpwuid_r fills in.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes only into `entry` and `buf` (whose length it is given), and
+    // sets `found` to `&entry` or null.
+    let rc = unsafe {
+        libc::getpwuid_r(
+            libc::getuid(),
+            &mut entry,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 || found.is_null() || entry.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: pw_dir points at a NUL-terminated string inside `buf`, alive here.
+    let dir = unsafe { std::ffi::CStr::from_ptr(entry.pw_dir) };
+    let dir = Path::new(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+    (dir.is_absolute() && dir != Path::new("/")).then(|| dir.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The password database, as `getent` reads it, is the oracle.
+    #[test]
+    fn the_accounts_own_home_is_hidden_too() {
+        let uid = rustix::process::getuid().as_raw().to_string();
+        let out = std::process::Command::new("getent")
+            .args(["passwd", &uid])
+            .output()
+            .unwrap();
+        let line = String::from_utf8(out.stdout).unwrap();
+        let account = line.trim().split(':').nth(5).unwrap().to_string();
+        let homes = SandboxPolicy::homes(Some(Path::new("/nonexistent/home")));
+        assert_eq!(homes[0], Path::new("/nonexistent/home"));
+        assert_eq!(homes[1], Path::new(&account), "{homes:?}");
+        // The same home once.
+        assert_eq!(SandboxPolicy::homes(Some(Path::new(&account))).len(), 1);
+        let hidden = SandboxPolicy::default_hidden(&homes[1]);
+        assert!(hidden.contains(&Path::new(&account).join(".netrc")));
+        assert!(hidden.contains(&Path::new(&account).join(".bashrc")));
     }
 }

@@ -262,6 +262,13 @@ fn credential_stores_are_hidden_from_workers() {
         ".netrc",
         ".docker/config.json",
         ".gnupg/private-keys-v1.d/key",
+        // Where keys are exported, and the history that typed them.
+        ".bashrc",
+        ".profile",
+        ".env",
+        ".zsh_history",
+        ".kube/config",
+        ".pypirc",
     ];
     for (i, store) in stores.iter().enumerate() {
         let path = repo.home.join(store);

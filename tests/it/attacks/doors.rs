@@ -1,9 +1,11 @@
-//! One run's doors are its own: a worker finds every Unix socket swarm listens on under the
-//! temporary directory (another run's allow-list proxy and model gateway among them) and
-//! cannot use any of them; and what a run killed with `kill -9` left there is swept.
+//! One run's doors are its own: a worker looks for every Unix socket under the temporary
+//! directory, where another run's allow-list proxy waits, and finds none; told the exact
+//! path of that door, it cannot connect to it; and what a run killed with `kill -9` left
+//! there is swept.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -49,21 +51,24 @@ fn find(dir: &Path, name: &str) -> Option<PathBuf> {
     None
 }
 
-/// Every Unix socket under `$TMPDIR`, asked for the allowed domain as a proxy would be (a
-/// plain request and a `CONNECT`), and as a gateway would be.
+/// Every Unix socket under `$TMPDIR` and the paths given after the port, asked for the
+/// allowed domain as a proxy would be (a plain request and a `CONNECT`), and as a gateway
+/// would be.
 const KNOCK: &str = r#"
 import os, socket, stat, sys
 port = sys.argv[1]
 found = 0
+paths = list(sys.argv[2:])
 for root, dirs, files in os.walk(os.environ["SWARM_ATTACK_TMP"]):
     for name in files:
         path = os.path.join(root, name)
         try:
-            if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                continue
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                found += 1
+                paths.append(path)
         except OSError:
             continue
-        found += 1
+for path in paths:
         for ask in ["GET http://api.allowed.test:%s/ HTTP/1.1\r\nHost: x\r\n\r\n" % port,
                     "CONNECT api.allowed.test:%s HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n" % port,
                     "POST /anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"]:
@@ -123,12 +128,15 @@ fn a_worker_cannot_use_another_runs_proxy() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(served.load(Ordering::SeqCst), 1);
+    // Run A's proxy door is there, seen from outside any jail.
+    let door = find(&tmp, "door.sock").expect("run A has a door");
 
-    // Run B, no network at all, knocks on every door it finds.
+    // Run B, no network at all, knocks on every door it finds, and on run A's by its path.
     std::fs::write(b.root().join("knock.py"), KNOCK).unwrap();
     let attack = format!(
-        "python3 {} {port}; {SED_FOO_BAR}",
-        b.root().join("knock.py").display()
+        "python3 {} {port} {}; {SED_FOO_BAR}",
+        b.root().join("knock.py").display(),
+        door.display()
     );
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"));
     hermetic(&mut cmd, &b.home);
@@ -153,7 +161,14 @@ fn a_worker_cannot_use_another_runs_proxy() {
         .find_map(|l| l.strip_prefix("sockets found: "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("the attack did not run: {tail}"));
-    assert!(found >= 1, "the attack found no socket to try: {tail}");
+    assert_eq!(found, 0, "a worker sees swarm's doors: {tail}");
+    // Run A's door, by its path: not there for the worker.
+    assert_eq!(
+        tail.matches("refused: FileNotFoundError").count(),
+        3,
+        "{tail}"
+    );
+    assert!(!tail.contains("answer:"), "{tail}");
     assert!(!tail.contains("GOT-THROUGH"), "{tail}");
     assert_eq!(
         served.load(Ordering::SeqCst),
@@ -194,12 +209,18 @@ fn what_a_killed_run_left_in_the_temporary_directory_is_swept() {
     }
     swarm.kill().unwrap();
     swarm.wait().unwrap();
-    let left: Vec<_> = std::fs::read_dir(&tmp)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|name| name.starts_with("swarm-"))
-        .collect();
-    assert_eq!(left.len(), 1, "{left:?}");
+    let names = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let doors = format!("swarm-doors-{}", std::fs::metadata(&tmp).unwrap().uid());
+    let left = names();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.contains(&doors), "{left:?}");
     assert!(find(&tmp, "door.sock").is_some());
 
     let run = repo.swarm(&["clean", "--all"]);
@@ -209,6 +230,7 @@ fn what_a_killed_run_left_in_the_temporary_directory_is_swept() {
         "{}",
         run.stderr
     );
-    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
-    assert!(left.is_empty(), "{left:?}");
+    // Only the folder every run's doors go in is left, empty.
+    assert_eq!(names(), std::slice::from_ref(&doors));
+    assert_eq!(std::fs::read_dir(tmp.join(&doors)).unwrap().count(), 0);
 }

@@ -1,27 +1,32 @@
 //! The jail's forwarder: the only way out of a worker's network namespace, from ports of its
 //! loopback to Unix sockets of swarm's (its allow-list proxy, its model gateway).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use super::{Bytes, errno, path};
+use super::{Bytes, errno};
 use crate::door::{self, DoorKey};
 
 /// Forks the forwarder: it listens on the namespace's loopback, at each port of `forwards`,
 /// before the worker starts, and passes each connection on to the Unix socket of that port
-/// (swarm's proxy, swarm's gateway), a thread per direction. It dies with init, like every
+/// (swarm's proxy, swarm's gateway; `doors`, their sockets opened as paths), a thread per
+/// direction. It dies with init, like every
 /// process of the namespace. Returns its pid.
 pub(super) fn start_forwarders(
     forwards: &[(u16, Bytes)],
+    doors: &[std::os::fd::OwnedFd],
     keys: &[DoorKey],
     close: &[i32],
 ) -> anyhow::Result<i32> {
+    use std::os::fd::AsRawFd as _;
     let mut listeners = Vec::new();
-    for ((port, socket), key) in forwards.iter().zip(keys) {
+    for (((port, _), door), key) in forwards.iter().zip(doors).zip(keys) {
         let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, *port))
             .with_context(|| format!("cannot listen on the namespace's loopback, port {port}"))?;
-        listeners.push((listener, path(socket), key.clone()));
+        // The door's folder is covered in the jail: reached through the descriptor.
+        let socket = PathBuf::from(format!("/proc/self/fd/{}", door.as_raw_fd()));
+        listeners.push((listener, socket, key.clone()));
     }
     // SAFETY: init is single-threaded; the child runs only the forwarding loops and _exit.
     let pid = unsafe { libc::fork() };

@@ -34,11 +34,15 @@ pub(super) fn init_main(
             libc::_exit(i32::from(JAIL_FAILED));
         }
     }
+    // The forwarder's doors, opened before `confine` covers every door (the descriptors
+    // close when the worker execs).
+    let doors = open_doors(&spec.forwards)?;
     confine(spec)?;
     let forwarder = match spec.forwards.is_empty() {
         true => None,
         false => Some(start_forwarders(
             &spec.forwards,
+            &doors,
             &spec.keys,
             &[status_fd, lifeline_fd],
         )?),
@@ -56,6 +60,23 @@ pub(super) fn init_main(
     }
     let worker = start_worker(spec, argv, &[status_fd, lifeline_fd])?;
     reap(worker, status_fd, forwarder)
+}
+
+/// Each door of `forwards`, opened as a path only (`O_PATH`): the forwarder connects to it
+/// through `/proc/self/fd/N` once its folder is covered.
+fn open_doors(forwards: &[(u16, super::Bytes)]) -> anyhow::Result<Vec<std::os::fd::OwnedFd>> {
+    forwards
+        .iter()
+        .map(|(port, socket)| {
+            let socket = path(socket);
+            rustix::fs::open(
+                &socket,
+                rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .with_context(|| format!("cannot open the door of port {port}: {}", socket.display()))
+        })
+        .collect()
 }
 
 /// The walls of the jail, from inside its namespaces: private mounts, a `/proc` of the new

@@ -99,7 +99,8 @@ pub struct JailSpec {
     pub cwd: Bytes,
     /// Writable roots (Landlock); everything else is read-only.
     pub writable: Vec<Bytes>,
-    /// Paths whose content is hidden (an empty directory, or an empty file).
+    /// Paths whose content is hidden (an empty directory, or an empty file); always the
+    /// folder of swarm's doors.
     pub hide: Vec<Bytes>,
     /// Keep the network (no network namespace).
     pub network: bool,
@@ -138,11 +139,18 @@ impl JailSpec {
         hide: &[PathBuf],
         network: bool,
     ) -> Self {
+        // Every door of swarm's is covered, in every jail (its own forwarder opens its doors
+        // before the cover: `init`).
+        let doors = crate::scratch::doors().ok().map(Path::to_path_buf);
         Self {
             argv: argv.iter().map(|a| Bytes::of(a)).collect(),
             cwd: Bytes::of(cwd.as_os_str()),
             writable: writable.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
-            hide: hide.iter().map(|p| Bytes::of(p.as_os_str())).collect(),
+            hide: hide
+                .iter()
+                .chain(&doors)
+                .map(|p| Bytes::of(p.as_os_str()))
+                .collect(),
             network,
             forwards: Vec::new(),
             keys: Vec::new(),

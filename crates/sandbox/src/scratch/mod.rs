@@ -13,6 +13,13 @@
 //! and by `swarm clean`) removes the directories of this user whose lock nobody holds.
 //! Unix socket paths are limited to 108 bytes, so these cannot live under a repository's
 //! `.git/swarm/`, whose depth is the user's.
+//!
+//! The sockets of swarm's doors (its proxies, its gateway listeners) are kept apart, in one
+//! folder for all of this user's swarm processes, `$TMPDIR/swarm-doors-<uid>/` ([`doors`]),
+//! each process's in a folder named like its scratch directory. Every jail covers that
+//! folder with an empty mount, so no worker sees, let alone connects to, a door: not
+//! another run's, not another task's, not its own (its forwarder opened its own doors
+//! before the cover went up).
 
 use std::fs::File;
 use std::io;
@@ -44,6 +51,52 @@ pub fn dir(prefix: &str) -> io::Result<tempfile::TempDir> {
         .prefix(prefix)
         .tempdir_in(&root()?.path)
 }
+
+/// A new folder for one door's socket (`prefix` names the use: `net-`, `gw-`), in this
+/// process's folder of [`doors`]; removed when dropped.
+pub(crate) fn door_dir(prefix: &str) -> io::Result<tempfile::TempDir> {
+    let root = root()?;
+    let mine = doors()?.join(root.path.file_name().unwrap_or_default());
+    match std::fs::create_dir(&mine) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    tempfile::Builder::new().prefix(prefix).tempdir_in(&mine)
+}
+
+/// The folder of every door of this user's swarm processes, `$TMPDIR/swarm-doors-<uid>`,
+/// made (mode 700) if it is not there. One that is a link, not a folder, someone else's or
+/// open to others is refused: a door there could be reached, or replaced, by them.
+pub fn doors() -> io::Result<&'static Path> {
+    static DOORS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DOORS
+        .get_or_init(|| open_doors(&std::env::temp_dir()).map_err(|e| e.to_string()))
+        .as_deref()
+        .map_err(|e| io::Error::other(e.clone()))
+}
+
+fn open_doors(tmp: &Path) -> io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let uid = rustix::process::getuid().as_raw();
+    let path = tmp.join(format!("{DOORS_PREFIX}{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&path)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(io::Error::other(format!(
+            "{} is not a folder of this user's that only this user can open; remove it",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
+/// The doors folder's name, but for the uid.
+const DOORS_PREFIX: &str = "swarm-doors-";
 
 /// Where this process's scratch folders go to be deleted ([`crate::janitor`]).
 fn graveyard() -> io::Result<PathBuf> {
@@ -89,11 +142,15 @@ pub fn path(prefix: &str) -> io::Result<PathBuf> {
     Ok(root()?.path.join(format!("{prefix}{n}")))
 }
 
-/// Removes this process's scratch directory (what its guards have not removed already).
+/// Removes this process's scratch directory (what its guards have not removed already),
+/// and its folder of doors.
 pub fn close() {
     crate::janitor::drain();
     if let Some(Ok(root)) = ROOT.get() {
         let _ = std::fs::remove_dir_all(&root.path);
+        if let (Ok(doors), Some(name)) = (doors(), root.path.file_name()) {
+            let _ = std::fs::remove_dir_all(doors.join(name));
+        }
     }
 }
 
@@ -105,14 +162,38 @@ pub fn sweep(tmp: &Path) -> usize {
     };
     let uid = rustix::process::getuid().as_raw();
     let mine = ROOT.get().and_then(|r| r.as_ref().ok()).map(|r| &r.path);
-    entries
+    let swept = entries
         .flatten()
         .filter(|entry| is_scratch_name(&entry.file_name().to_string_lossy()))
         .map(|entry| entry.path())
         .filter(|path| Some(path) != mine)
         .filter(|path| is_stale(path, uid))
         .filter(|path| std::fs::remove_dir_all(path).is_ok())
-        .count()
+        .count();
+    sweep_doors(tmp, uid);
+    swept
+}
+
+/// Removes the folders of doors whose process's scratch directory is gone.
+fn sweep_doors(tmp: &Path, uid: u32) {
+    let doors = tmp.join(format!("{DOORS_PREFIX}{uid}"));
+    let Ok(meta) = std::fs::symlink_metadata(&doors) else {
+        return;
+    };
+    if !meta.is_dir() || meta.uid() != uid {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(&doors) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if is_scratch_name(&name.to_string_lossy())
+            && std::fs::symlink_metadata(tmp.join(&name)).is_err()
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// `swarm-<digits>-<anything>`.
@@ -170,5 +251,27 @@ mod tests {
         assert!(is_stale(&dead, uid));
         assert_eq!(sweep(tmp.path()), 1);
         assert!(alive.exists() && !dead.exists());
+    }
+
+    #[test]
+    fn doors_of_processes_gone_are_swept_and_a_doors_folder_of_someone_else_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let doors = open_doors(tmp.path()).unwrap();
+        assert_eq!(doors.metadata().unwrap().mode() & 0o777, 0o700);
+        let alive = tmp.path().join("swarm-1-alive");
+        std::fs::create_dir(&alive).unwrap();
+        File::create(alive.join("lock")).unwrap();
+        let held = File::open(alive.join("lock")).unwrap();
+        assert!(try_lock(&held).unwrap());
+        for name in ["swarm-1-alive", "swarm-2-dead"] {
+            std::fs::create_dir_all(doors.join(name).join("gw-x")).unwrap();
+        }
+        sweep(tmp.path());
+        assert!(doors.join("swarm-1-alive/gw-x").exists());
+        assert!(!doors.join("swarm-2-dead").exists());
+        // Opened to others: refused.
+        std::fs::set_permissions(&doors, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(open_doors(tmp.path()).is_err());
     }
 }
