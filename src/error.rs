@@ -116,7 +116,7 @@ fn worker_hint(e: &AppError) -> Option<String> {
          OPENAI_API_KEY) set"
             .into(),
     ),
-    AppError::BadBaseUrl(_) => Some(
+    AppError::BadBaseUrl { .. } => Some(
         "pass the endpoint's base, e.g. https://api.openai.com/v1 or http://localhost:11434/v1"
             .into(),
     ),

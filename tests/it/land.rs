@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::common::{Run, SED_FOO_BAR, TestRepo};
 use crate::fake_forge::{FakeForge, Kind};
+use crate::hostile_upstream::{Hostile, HostileUpstream};
 
 const CODEOWNERS: &str = "\
 # who reviews what
@@ -481,7 +482,7 @@ fn verify_merged_holds_back_the_group_whose_branch_fails_it() {
 #[test]
 fn bad_land_input_is_refused_with_exit_2_and_changes_nothing() {
     let l = refactored();
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--forge", "github"], "--push"),
         (&["--max-open", "2"], "--forge"),
         (&["--by", "owners"], "codeowners, dir:N, files:N"),
@@ -510,6 +511,33 @@ fn bad_land_input_is_refused_with_exit_2_and_changes_nothing() {
             "GITHUB_TOKEN or GH_TOKEN",
         ),
         (&["--push", "origin", "--forge"], "--forge github"),
+        // Names that look local and are not: the token would go to whoever owns them.
+        (
+            &[
+                "--push",
+                "origin",
+                "--forge",
+                "gitlab",
+                "--forge-repo",
+                "group/app",
+                "--forge-api",
+                "http://127.0.0.1.evil.example/api/v4",
+            ],
+            "https",
+        ),
+        (
+            &[
+                "--push",
+                "origin",
+                "--forge",
+                "gitlab",
+                "--forge-repo",
+                "group/app",
+                "--forge-api",
+                "http://localhost:1@192.0.2.2/api/v4",
+            ],
+            "user name or password",
+        ),
     ];
     for (args, says) in cases {
         let run = l.land(args);
@@ -533,6 +561,41 @@ fn bad_land_input_is_refused_with_exit_2_and_changes_nothing() {
     let land = plain.swarm(&["land", &run.run_id()]);
     land.assert_code(2);
     assert!(land.stderr.contains("--by dir:N"), "{}", land.stderr);
+}
+
+#[test]
+fn a_forge_token_follows_no_redirect() {
+    let l = refactored();
+    // The API (on this machine, so plain http is allowed) redirects to another host.
+    let elsewhere = HostileUpstream::start("127.0.0.2", Hostile::Echo);
+    let api = HostileUpstream::start(
+        "127.0.0.1",
+        Hostile::Redirect(format!("{}/api/v4/stolen", elsewhere.url)),
+    );
+    let token = "glpat-redirect-test-token-0042";
+    let mut cmd = l.repo.swarm_cmd();
+    cmd.env("GITLAB_TOKEN", token)
+        .args(["land", &l.run, "--push", "origin", "--forge", "gitlab"])
+        .args(["--forge-repo", "group/app", "--forge-api"])
+        .arg(format!("{}/api/v4", api.url));
+    let run = Run::from(cmd.output().unwrap());
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "307 redirecting to {}/api/v4/stolen",
+            elsewhere.url
+        )),
+        "{}",
+        run.stderr
+    );
+    let asked = api.received();
+    assert!(!asked.is_empty());
+    assert_eq!(asked[0].header("private-token"), Some(token));
+    assert!(
+        elsewhere.received().is_empty(),
+        "the token followed the redirect"
+    );
+    assert!(!run.stderr.contains(token));
 }
 
 /// No file under `root` (the repository, its git directory, HOME, the remote) holds `secret`.

@@ -16,6 +16,7 @@ mod git;
 mod ids;
 mod land;
 mod model;
+mod net;
 mod orchestrator;
 mod plan;
 mod repo_path;

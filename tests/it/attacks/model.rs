@@ -5,6 +5,7 @@ use serde_json::json;
 
 use crate::common::{Run, TestRepo};
 use crate::fake_model::{FakeModel, Reply, Request, tool_calls};
+use crate::hostile_upstream::{Hostile, HostileUpstream};
 
 const KEY: &str = "sk-test-MODEL-KEY-4242";
 
@@ -132,6 +133,33 @@ fn the_repositorys_swarm_toml_cannot_send_the_key_elsewhere() {
     run.assert_code(0);
     assert!(run.stderr.contains("base_url"), "{}", run.stderr);
     assert_eq!(fake.requests().len(), 2);
+    // Names and URLs that look local and are not: a domain that starts like a loopback
+    // address, and a user name that reads like a host in front of another address (where a
+    // server waits for the key).
+    let elsewhere = HostileUpstream::start("127.0.0.2", Hostile::Echo);
+    let port = elsewhere.url.rsplit(':').next().unwrap().to_string();
+    for url in [
+        format!("http://127.0.0.1.evil.example:{port}/v1"),
+        format!("http://localhost:1@127.0.0.2:{port}/v1"),
+        format!("http://localhost.evil.example:{port}/v1"),
+    ] {
+        repo.write("swarm.toml", &format!("[model]\nbase_url = \"{url}\"\n"));
+        repo.commit_all("endpoint");
+        let before = fake.requests().len();
+        let run = llm_run(&repo, None, &["a.py"]);
+        run.assert_code(0);
+        assert!(
+            run.stderr
+                .contains(&format!("base_url = \"{url}\"; ignored")),
+            "{url}: {}",
+            run.stderr
+        );
+        assert_eq!(fake.requests().len(), before + 2, "{url}");
+    }
+    assert!(
+        elsewhere.received().is_empty(),
+        "the key went to the repository's endpoint"
+    );
     // A server on this machine named by the repository is fine (no key needed there).
     repo.write(
         "swarm.toml",
@@ -142,7 +170,7 @@ fn the_repositorys_swarm_toml_cannot_send_the_key_elsewhere() {
     let run = llm_run(&repo, None, &["a.py"]);
     run.assert_code(0);
     assert!(!run.stderr.contains("base_url"), "{}", run.stderr);
-    assert_eq!(fake.requests().len(), 4);
+    assert_eq!(fake.requests().len(), 10);
 }
 
 #[test]

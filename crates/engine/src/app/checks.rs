@@ -61,15 +61,20 @@ pub(crate) fn worker(settings: &Settings) -> AppResult<Option<ApiKey>> {
     endpoint_and_key(settings, model, "model")
 }
 
-/// The endpoint is http(s), and there is a key unless it is on this machine.
+/// The endpoint is http(s) with no user name or password, and there is a key unless it is
+/// on this machine.
 pub(crate) fn endpoint_and_key(
     settings: &Settings,
     model: &str,
     what: &'static str,
 ) -> AppResult<Option<ApiKey>> {
     let url = &settings.model.base_url;
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(AppError::BadBaseUrl(url.clone()));
+    if let Err(why) = crate::net::endpoint(url) {
+        return Err(AppError::BadBaseUrl {
+            what: "--base-url".into(),
+            url: url.clone(),
+            why: why.to_string(),
+        });
     }
     let key = ApiKey::from_env();
     if key.is_none() && !settings.model.is_local() {
@@ -104,6 +109,27 @@ fn missing_program(command: &str) -> Option<String> {
         && !first.contains(['/', '$', '`', '(', ';', '|', '&', '<', '>', '*', '?'])
         && !crate::worker::is_shell_word(first.as_bytes());
     (plain && super::agents::which(first).is_none()).then(|| first.clone())
+}
+
+/// Every endpoint the gateway would send an `--agent`'s key to is one a key may be sent to:
+/// http(s), without a user name or password.
+pub(crate) fn agent_endpoints(settings: &Settings) -> AppResult<()> {
+    let Some(agent) = &settings.agent else {
+        return Ok(());
+    };
+    for binding in crate::gateway::bindings(agent, &|var| std::env::var(var).ok()) {
+        if let Err(why) = crate::net::endpoint(&binding.upstream) {
+            return Err(AppError::BadBaseUrl {
+                what: format!(
+                    "the endpoint of --agent {}'s {} API",
+                    agent.name, binding.route.name
+                ),
+                url: binding.upstream,
+                why: why.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The run's budgets can be enforced: its spend is metered (an `--agent`'s through swarm's

@@ -78,8 +78,13 @@ pub enum AppError {
     PerProcess(usize, &'static str),
     #[error("{0} needs a model, and none is configured")]
     ModelNeeded(&'static str),
-    #[error("--base-url '{0}' is not an http(s) URL")]
-    BadBaseUrl(String),
+    #[error("{what} '{url}' cannot be sent a key: {why}")]
+    BadBaseUrl {
+        /// `--base-url`, or the endpoint of an agent's API.
+        what: String,
+        url: String,
+        why: String,
+    },
     #[error("no API key for {what} '{model}' at {url}")]
     NoApiKey {
         what: &'static str,

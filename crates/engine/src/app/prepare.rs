@@ -121,6 +121,7 @@ pub async fn prepare(
             let key = checks::worker(&settings)?;
             super::agents::installed(&settings)?;
             super::checks::budgets(&settings)?;
+            checks::agent_endpoints(&settings)?;
             checks::sandbox(&settings.sandbox).await?;
             checks::worktrees(&settings, &info.common_dir).await?;
             key

@@ -113,7 +113,8 @@ pub enum LandError {
     #[error("--forge-repo '{0}' is not OWNER/NAME")]
     BadForgeRepo(String),
     #[error(
-        "the {forge} API at '{url}' is neither https nor on this machine: the token would travel in the clear"
+        "the {forge} API at '{url}' is not https, or http on this machine, without a user name or \
+         password: the token would travel in the clear, or to whoever the URL names"
     )]
     InsecureApi { forge: &'static str, url: String },
     #[error("no {forge} token in the environment")]

@@ -104,7 +104,6 @@ impl Checker<'_> {
             gateway: None,
             state_views: &[],
             git_view: None,
-            budget: None,
         }
     }
 }

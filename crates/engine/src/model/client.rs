@@ -151,11 +151,9 @@ impl ChatClient {
         key: Option<ApiKey>,
         limit: Arc<AdaptiveLimit>,
     ) -> anyhow::Result<Self> {
-        install_crypto_provider();
-        let http = reqwest::Client::builder()
+        let http = crate::net::client(concat!("swarm/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(settings.connect_timeout_secs))
             .timeout(Duration::from_secs(settings.request_timeout_secs))
-            .user_agent(concat!("swarm/", env!("CARGO_PKG_VERSION")))
             .build()?;
         let mut fields = settings.extra_body.clone();
         fields.insert("tool_choice".into(), json!(settings.tool_choice));
@@ -321,6 +319,10 @@ impl ChatClient {
             false => classify(e),
         })?;
         let status = response.status();
+        if status.is_redirection() {
+            let refused = crate::net::redirect_refused(status.as_u16(), response.headers());
+            return Err(AttemptError::Invalid(format!("the model API {refused}")));
+        }
         if !status.is_success() {
             let retry_after = retry_after(response.headers());
             let text = read_capped(response, 64 * 1024).await.unwrap_or_default();

@@ -466,19 +466,6 @@ mod tests {
     }
 
     #[test]
-    fn local_endpoints() {
-        for (url, local) in [
-            ("http://127.0.0.1:11434/v1", true),
-            ("http://localhost:8000/v1", true),
-            ("http://[::1]:8000/v1", true),
-            ("https://api.openai.com/v1", false),
-            ("https://localhost.evil.example/v1", false),
-        ] {
-            assert_eq!(ModelSettings::url_is_local(url), local, "{url}");
-        }
-    }
-
-    #[test]
     fn an_unknown_key_is_refused_with_the_keys_there_are() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("swarm.toml"), "[run]\njbos = 7\n").unwrap();

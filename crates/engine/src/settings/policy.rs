@@ -254,19 +254,7 @@ impl ModelSettings {
 
     /// Is the endpoint on this machine (where servers such as Ollama need no key)?
     pub fn is_local(&self) -> bool {
-        Self::url_is_local(&self.base_url)
-    }
-
-    /// Is `url` an endpoint on this machine?
-    pub fn url_is_local(url: &str) -> bool {
-        let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
-        let host = rest.split(['/', ':']).next().unwrap_or("");
-        let host = if rest.starts_with('[') {
-            rest.split(']').next().unwrap_or("").trim_start_matches('[')
-        } else {
-            host
-        };
-        host == "localhost" || host.starts_with("127.") || host == "::1"
+        crate::net::is_local(&self.base_url)
     }
 }
 

@@ -4,12 +4,12 @@
 //! gets the API key); the repository's `swarm.toml` and plan files may only make it
 //! stricter, and what they ask for beyond that is a warning.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::error::SettingsError;
 use super::home;
 use super::layer::Layer;
-use super::policy::{ModelSettings, SandboxMode};
+use super::policy::SandboxMode;
 use swarm_sandbox::SandboxPolicy;
 use swarm_sandbox::allow_list::AllowList;
 
@@ -132,7 +132,7 @@ fn keep_local_endpoint(
     warnings: &mut Vec<String>,
 ) {
     if let Some(url) = layer.model.base_url.take() {
-        if ModelSettings::url_is_local(&url) {
+        if crate::net::is_local(&url) {
             layer.model.base_url = Some(url);
         } else if granted.model.base_url.as_deref() != Some(url.as_str()) {
             let (whose, which) = match from {
@@ -153,11 +153,24 @@ fn keep_local_endpoint(
 pub(crate) fn policy(layer: &Layer) -> Result<SandboxPolicy, SettingsError> {
     let sandbox = &layer.sandbox;
     let expand = |p: &String| home::expand(p);
-    let unhide: Vec<PathBuf> = sandbox.unhide.iter().flatten().map(expand).collect();
-    let mut hide: Vec<PathBuf> = home::home_dir()
-        .as_deref()
-        .map(SandboxPolicy::default_hidden)
-        .unwrap_or_default();
+    // The stores under `$HOME` and the account's own home; `unhide = ["~/x"]` shows `x` in
+    // both.
+    let home = home::home_dir();
+    let homes = SandboxPolicy::homes(home.as_deref());
+    let mut unhide: Vec<PathBuf> = sandbox.unhide.iter().flatten().map(expand).collect();
+    let relative: Vec<PathBuf> = unhide
+        .iter()
+        .filter_map(|p| p.strip_prefix(home.as_deref()?).ok().map(Path::to_path_buf))
+        .collect();
+    unhide.extend(
+        homes
+            .iter()
+            .flat_map(|h| relative.iter().map(|r| h.join(r))),
+    );
+    let mut hide: Vec<PathBuf> = homes
+        .iter()
+        .flat_map(|h| SandboxPolicy::default_hidden(h))
+        .collect();
     hide.extend(sandbox.hide.iter().flatten().map(expand));
     hide.retain(|p| !unhide.contains(p));
     hide.sort();

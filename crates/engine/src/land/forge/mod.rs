@@ -184,22 +184,13 @@ pub(crate) fn api_base(kind: ForgeKind, explicit: Option<&str>, host: Option<&st
     base.trim_end_matches('/').to_string()
 }
 
-/// Is `url` one a token may be sent to: https, or http to this machine?
+/// Is `url` one a token may be sent to: https, or http to this machine, with no user name
+/// or password in it?
 pub(crate) fn safe_for_token(url: &str) -> bool {
-    let Ok(parsed) = reqwest::Url::parse(url) else {
-        return false;
-    };
-    match parsed.scheme() {
+    crate::net::endpoint(url).is_ok_and(|parsed| match parsed.scheme() {
         "https" => true,
-        "http" => parsed.host_str().is_some_and(|host| {
-            let host = host.trim_matches(['[', ']']);
-            host == "localhost"
-                || host
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback())
-        }),
-        _ => false,
-    }
+        _ => crate::net::host_is_local(&parsed),
+    })
 }
 
 /// A call to the forge that failed.
@@ -239,11 +230,9 @@ impl Forge {
         api: String,
         token: Token,
     ) -> anyhow::Result<Self> {
-        crate::model::client::install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(20))
+        let http = crate::net::client(concat!("swarm/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(crate::net::CONNECT_TIMEOUT)
             .timeout(Duration::from_secs(60))
-            .user_agent(concat!("swarm/", env!("CARGO_PKG_VERSION")))
             .build()?;
         Ok(Self {
             kind,
@@ -317,6 +306,10 @@ impl Forge {
             .await
             .map_err(|e| fail(None, e.without_url().to_string()))?;
         let status = answer.status();
+        if status.is_redirection() {
+            let refused = crate::net::redirect_refused(status.as_u16(), answer.headers());
+            return Err(fail(Some(status.as_u16()), refused));
+        }
         let text = answer
             .text()
             .await
@@ -431,6 +424,11 @@ mod tests {
         assert!(!safe_for_token("http://api.example.com"));
         assert!(!safe_for_token("ftp://127.0.0.1"));
         assert!(!safe_for_token("not a url"));
+        assert!(!safe_for_token("http://127.0.0.1.evil.example/api"));
+        assert!(!safe_for_token("http://localhost:1@192.0.2.2/api"));
+        assert!(!safe_for_token(
+            "https://user:token@gitlab.example.com/api/v4"
+        ));
     }
 
     #[test]
