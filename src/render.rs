@@ -363,7 +363,10 @@ impl Live {
                     .multi
                     .println(format!("  {into} not updated: {reason}"));
             }
-            Event::VerifyMerged { .. } | Event::Excluded { .. } | Event::Network { .. } => {
+            Event::VerifyMerged { .. }
+            | Event::Excluded { .. }
+            | Event::Network { .. }
+            | Event::GatewayRefused { .. } => {
                 if let Some(line) = plain_text(event) {
                     let _ = self.multi.println(format!("  {line}"));
                 }
@@ -433,6 +436,12 @@ fn task_line(event: &Event) -> Option<String> {
                 action.as_str()
             )
         }
+        Event::GatewayRefused {
+            task,
+            request,
+            status,
+            reason,
+        } => format!("refused   {task}: {request} ({status}): {reason}"),
         _ => return None,
     };
     Some(line)
@@ -470,6 +479,12 @@ fn group_line(event: &Event) -> Option<String> {
                 .map(|l| format!(" (log: {l})"))
                 .unwrap_or_default()
         ),
+        Event::GatewayRefused {
+            task,
+            request,
+            status,
+            reason,
+        } => format!("refused   {task}: {request} ({status}): {reason}"),
         _ => return None,
     };
     Some(line)
@@ -513,6 +528,12 @@ fn run_line(event: &Event) -> Option<String> {
             "refused   {}network access to {domain}:{port} (allow it with --allow-domain {domain})",
             task.as_ref().map(|t| format!("{t}: ")).unwrap_or_default()
         ),
+        Event::GatewayRefused {
+            task,
+            request,
+            status,
+            reason,
+        } => format!("refused   {task}: {request} ({status}): {reason}"),
         _ => return None,
     };
     Some(line)

@@ -124,6 +124,27 @@ fn assert_agent_run(repo: &TestRepo, run: &Run, fake: &FakeAgentApi, key_header:
         "{task}"
     );
     assert_eq!(task["summary"], "Renamed foo to bar.", "{task}");
+    // The gateway forwarded what the agent asked, but for a WebSocket upgrade (Codex tries
+    // one first, then HTTPS), and settled each answer with its own usage.
+    let events = repo.events(run);
+    let refused: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "gateway_refused")
+        .filter(|e| {
+            !e["request"]
+                .as_str()
+                .unwrap()
+                .starts_with("GET /openai/responses")
+        })
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["kind"] == "model_usage")
+            .all(|e| e["basis"] == "metered"),
+        "{events:?}"
+    );
     // The real key reached the API in every model request (the gateway put it in place of
     // the agent's placeholder), and nothing swarm wrote holds it.
     let requests: Vec<_> = fake

@@ -80,14 +80,16 @@ fn the_cost_budget_counts_what_the_api_answered_not_what_the_agent_says() {
     let run = with_api(&repo, &fake, &args);
     run.assert_code(1);
     let report = repo.report(&run);
-    // $0.40, $0.80, $1.20: the third answer reaches the cap, which stops the third task (its
-    // agent still running) and starts no fourth, although each agent said it spent -$1,000.
+    // Each request reserves a few cents (its size, its max_tokens of 10) and is settled at
+    // what the API answered, $0.40: $0.40, $0.80, then the third request still fits the
+    // dollar left and is let through, and its answer brings the spend to $1.20. Its task
+    // finished cleanly and keeps its change; no fourth task starts. Each agent said it
+    // spent -$1,000.
     let merged = statuses(&report).iter().filter(|s| *s == "merged").count();
-    assert_eq!(merged, 2, "{report}");
+    assert_eq!(merged, 3, "{report}");
     for t in report["tasks"].as_array().unwrap() {
-        let spent = t["requests"] == 1;
         match t["status"].as_str().unwrap() {
-            "merged" | "skipped" if spent => {
+            "merged" => {
                 assert_eq!(t["tokens"]["prompt"], 1000, "{t}");
                 assert_eq!(t["tokens"]["completion"], 50, "{t}");
                 assert_eq!(t["requests"], 1, "{t}");
@@ -122,28 +124,31 @@ fn the_cost_budget_counts_what_the_api_answered_not_what_the_agent_says() {
         .collect();
     assert_eq!(usage.len(), 3);
     assert_eq!(usage[0]["model"], "claude-priced");
+    assert_eq!(usage[0]["basis"], "metered");
 
     // A larger budget finishes the rest, counting on from what the run spent.
     let again = with_api(&repo, &fake, &["resume", &run.run_id(), "--max-cost", "5"]);
     again.assert_code(0);
     let report = repo.report(&again);
     assert!(statuses(&report).iter().all(|s| s == "merged"), "{report}");
-    assert!((report["totals"]["cost_usd"].as_f64().unwrap() - 2.4).abs() < 1e-9);
+    assert!((report["totals"]["cost_usd"].as_f64().unwrap() - 2.0).abs() < 1e-9);
     for i in 0..5 {
         assert_eq!(repo.git(&["show", &format!("HEAD:f{i}.txt")]), "bar");
     }
 }
 
 #[test]
-fn a_spent_budget_cuts_running_agents_and_the_gateway_refuses_their_next_request() {
-    let repo = TestRepo::with_files(&files(1));
-    // Asks once (1,050 tokens, past the budget), then waits: cut, it asks again on its way
-    // out and prints what the gateway answered.
+fn a_request_the_budget_cannot_cover_stops_its_agent_and_finished_work_is_kept() {
+    let repo = TestRepo::with_files(&files(3));
+    // Each agent asks (1,050 tokens metered; each request reserves about 30: its size, its
+    // max_tokens of 10), edits, asks again, and goes on waiting if that was refused. Under
+    // 3,170: the first agent's two requests fit (2,100), and it merges; the second agent's
+    // first one brings the spend to 3,150, so its second is refused (402), which stops it
+    // at once, its edit not merged. No third task starts.
     let agent = format!(
-        r#"trap '{} -w " status=%{{http_code}}"; exit 1' TERM; {ASK} > /dev/null; sleep 5 & wait;"#,
-        ASK.replace('\'', r#"'"'"'"#)
+        r#"{ASK} > /dev/null; sed -i 's/foo/bar/' "$SWARM_FILE"; case "$({ASK} -w " status=%{{http_code}}")" in *status=402*) sleep 5 & wait;; esac;"#
     );
-    repo.user_config(&priced_agent(&agent));
+    repo.user_config(&priced_agent(&agent).replace(r#"sed -i s/foo/bar/ "$SWARM_FILE";"#, ""));
     let fake = FakeAgentApi::start(Api::AnthropicMessages);
     let started = Instant::now();
     let args = [
@@ -151,37 +156,70 @@ fn a_spent_budget_cuts_running_agents_and_the_gateway_refuses_their_next_request
         "x",
         "--agent",
         "priced",
+        "-j",
+        "1",
         "--max-run-tokens",
-        "100",
+        "3170",
         "-y",
     ];
     let run = with_api(&repo, &fake, &args);
     run.assert_code(1);
     assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "the agent was not cut"
+        started.elapsed() < Duration::from_secs(9),
+        "the refused agent was not stopped"
     );
     let report = repo.report(&run);
-    let task = &report["tasks"][0];
-    assert_eq!(task["status"], "skipped", "{task}");
-    assert_eq!(task["over_budget"], true, "{task}");
-    assert_eq!(task["tokens"]["prompt"], 1000, "{task}");
-    let tail = task["output_tail"].as_str().unwrap();
+    let tasks = report["tasks"].as_array().unwrap();
+    // The first task: both its requests were let through; it finished and merged though
+    // its second answer brought the spend to 2,100.
+    let merged: Vec<&Value> = tasks.iter().filter(|t| t["status"] == "merged").collect();
+    assert_eq!(merged.len(), 1, "{report}");
+    assert_eq!(merged[0]["requests"], 2, "{report}");
+    let stopped: Vec<&Value> = tasks.iter().filter(|t| t["requests"] == 1).collect();
+    assert_eq!(stopped.len(), 1, "{report}");
+    assert_eq!(stopped[0]["status"], "skipped", "{report}");
+    assert_eq!(stopped[0]["over_budget"], true, "{report}");
+    let error = stopped[0]["error"].as_str().unwrap();
+    let why = "the run's token budget cannot cover another request (3150 of --max-tokens 3170 used";
+    assert!(error.contains(why), "{error}");
+    // The agent was answered 402 with the reason, a `gateway_refused` event.
+    let refused: Vec<Value> = repo
+        .events(&run)
+        .into_iter()
+        .filter(|e| e["kind"] == "gateway_refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["status"], 402);
+    assert_eq!(refused[0]["task"], stopped[0]["id"]);
     assert!(
-        tail.contains("swarm: the run's token budget is spent (1050 of --max-tokens 100 used)")
-            && tail.contains("status=402"),
-        "{tail}"
+        refused[0]["reason"].as_str().unwrap().contains(why),
+        "{refused:?}"
     );
-    // Nothing of the cut agent merged; only one request reached the API.
-    assert_eq!(repo.git(&["show", "HEAD:f0.txt"]), "foo");
-    assert_eq!(fake.requests().len(), 1);
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t["status"] == "merged" || t["over_budget"] == true),
+        "{report}"
+    );
+    let file = |t: &Value| t["files"][0].as_str().unwrap().to_string();
+    assert_eq!(
+        repo.git(&["show", &format!("HEAD:{}", file(merged[0]))]),
+        "bar"
+    );
+    assert_eq!(
+        repo.git(&["show", &format!("HEAD:{}", file(stopped[0]))]),
+        "foo"
+    );
+    assert_eq!(fake.requests().len(), 3);
     let again = with_api(
         &repo,
         &fake,
         &["resume", &run.run_id(), "--max-tokens", "100000"],
     );
     again.assert_code(0);
-    assert_eq!(repo.git(&["show", "HEAD:f0.txt"]), "bar");
+    for i in 0..3 {
+        assert_eq!(repo.git(&["show", &format!("HEAD:f{i}.txt")]), "bar");
+    }
 }
 
 #[test]
@@ -213,9 +251,11 @@ fn the_repositorys_swarm_toml_cannot_raise_a_budget_or_lower_a_price() {
         );
     }
     let report = repo.report(&run);
-    // $0.40, then $0.80 stops the second: the user's $0.50 holds.
+    // $0.40; the second request still fits the $0.10 left and brings the spend to $0.80;
+    // no third task starts: the user's $0.50 holds (at the repository's price of nothing,
+    // or its budget, all three would merge).
     let merged = statuses(&report).iter().filter(|s| *s == "merged").count();
-    assert_eq!(merged, 1, "{report}");
+    assert_eq!(merged, 2, "{report}");
     assert!((report["totals"]["cost_usd"].as_f64().unwrap() - 0.8).abs() < 1e-9);
 }
 

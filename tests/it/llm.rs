@@ -404,40 +404,63 @@ fn a_task_whose_verify_keeps_failing_is_not_merged() {
     assert_eq!(repo.swarm_branches().len(), 1, "the branch is kept");
 }
 
+/// `answer` with the usage it reports set to `prompt` and `completion` tokens.
+fn with_usage(mut answer: Value, prompt: u64, completion: u64) -> Value {
+    answer["usage"] = json!({"prompt_tokens": prompt, "completion_tokens": completion});
+    answer
+}
+
 #[test]
 fn the_token_budget_stops_new_tasks() {
     let repo = foo_repo(4);
     let agent = rename_agent("foo", "bar");
-    let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
-    // Each turn costs 120 tokens: the first task's loop stops after its second turn (240 of
-    // 200), its work not merged (`swarm resume` runs it again), and no other task starts.
-    let run = llm_run(&repo, &fake, &["src", "-j", "1", "--max-tokens", "200"]);
+    let fake = FakeModel::start(move |req, _| Reply::Json(with_usage(agent(req), 5000, 1000)));
+    // Each turn uses 6,000 tokens; each request reserves its size (under 2,000 tokens) and
+    // its 20 output tokens. The first task's 3 turns (18,000) fit; the second task's first
+    // request still fits in 20,000 and its answer brings the spend to 24,000; its second is
+    // refused, so it stops there, its work not merged (`swarm resume` runs it again), and
+    // no other task starts.
+    let args = [
+        "src",
+        "-j",
+        "1",
+        "--max-tokens",
+        "20000",
+        "--max-output-tokens",
+        "20",
+    ];
+    let run = llm_run(&repo, &fake, &args);
     run.assert_code(1);
     let report = repo.report(&run);
     let s = statuses(&report);
-    assert_eq!(count(&s, "skipped"), 4, "{s:?}");
+    assert_eq!(count(&s, "merged"), 1, "{s:?}");
+    assert_eq!(count(&s, "skipped"), 3, "{s:?}");
     let tasks = report["tasks"].as_array().unwrap();
-    let first = &tasks[0];
-    assert_eq!(first["over_budget"], true, "{first}");
+    let second = &tasks[1];
+    assert_eq!(second["over_budget"], true, "{second}");
+    assert_eq!(second["tokens"]["prompt"], 5000, "{second}");
     assert!(
-        first["error"]
-            .as_str()
-            .unwrap()
-            .contains("stopped: the run's token budget is spent (240 of --max-tokens 200 used)"),
-        "{first}"
+        second["error"].as_str().unwrap().contains(
+            "stopped: the run's token budget cannot cover another request (24000 of \
+             --max-tokens 20000 used; the request may use"
+        ),
+        "{second}"
     );
-    assert!(tasks.iter().all(|t| t["over_budget"] == true));
-    let skipped = &tasks[1];
-    assert!(
-        skipped["error"]
-            .as_str()
-            .unwrap()
-            .contains("--max-tokens 200"),
-        "{skipped}"
-    );
-    assert_eq!(fake.requests().len(), 2);
-    assert_eq!(report["totals"]["tokens"]["prompt"], 200);
-    assert_eq!(report["totals"]["requests"], 2);
+    for skipped in &tasks[2..] {
+        assert_eq!(skipped["over_budget"], true, "{skipped}");
+        assert!(
+            skipped["error"]
+                .as_str()
+                .unwrap()
+                .contains("the run's token budget is spent (24000 of --max-tokens 20000 used)"),
+            "{skipped}"
+        );
+    }
+    // Each request asked for at most the 20 output tokens reserved.
+    assert!(fake.requests().iter().all(|r| r.body["max_tokens"] == 20));
+    assert_eq!(fake.requests().len(), 4);
+    assert_eq!(report["totals"]["tokens"]["prompt"], 20000);
+    assert_eq!(report["totals"]["requests"], 4);
 }
 
 #[test]
@@ -626,21 +649,33 @@ fn run_commands_need_approval_and_every_decision_is_audited() {
 #[test]
 fn the_built_in_workers_tokens_are_priced_for_the_cost_budget() {
     let repo = foo_repo(4);
-    // $1 a token: each task's 3 turns of 120 tokens cost $360. The second task reaches $600
-    // of $500 after its second turn: it stops there, and no third starts.
-    repo.user_config("[model]\nprice = { prompt = 1000000, completion = 1000000 }\n");
+    // $100 a million tokens: each turn's 6,000 cost $0.60, each task's 3 turns $1.80. A
+    // request reserves its size and its 20 output tokens (under $0.20). The second task's
+    // first request fits in $2.00 and its answer brings the spend to $2.40: it stops there,
+    // and no third starts.
+    repo.user_config("[model]\nprice = { prompt = 100, completion = 100 }\n");
     let agent = rename_agent("foo", "bar");
-    let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
-    let run = llm_run(&repo, &fake, &["src", "-j", "1", "--max-cost", "500"]);
+    let fake = FakeModel::start(move |req, _| Reply::Json(with_usage(agent(req), 5000, 1000)));
+    let args = [
+        "src",
+        "-j",
+        "1",
+        "--max-cost",
+        "2",
+        "--max-output-tokens",
+        "20",
+    ];
+    let run = llm_run(&repo, &fake, &args);
     run.assert_code(1);
     let report = repo.report(&run);
     let s = statuses(&report);
     assert_eq!(count(&s, "merged"), 1, "{s:?}");
     assert_eq!(count(&s, "skipped"), 3, "{s:?}");
     let tasks = report["tasks"].as_array().unwrap();
+    let cost = |t: &Value| t["cost_usd"].as_f64().unwrap();
     let first = tasks.iter().find(|t| t["status"] == "merged").unwrap();
-    assert_eq!(first["cost_usd"], 360.0);
-    assert_eq!(tasks[1]["cost_usd"], 240.0);
-    assert_eq!(report["totals"]["cost_usd"], 600.0);
-    assert!(run.stderr.contains("$600.00 spent"), "{}", run.stderr);
+    assert!((cost(first) - 1.8).abs() < 1e-9, "{first}");
+    assert!((cost(&tasks[1]) - 0.6).abs() < 1e-9, "{}", tasks[1]);
+    assert!((report["totals"]["cost_usd"].as_f64().unwrap() - 2.4).abs() < 1e-9);
+    assert!(run.stderr.contains("$2.40 spent"), "{}", run.stderr);
 }

@@ -19,6 +19,7 @@ mod fake_forge;
 mod fake_model;
 mod first_day;
 mod gateway;
+mod hostile_upstream;
 mod land;
 mod layers;
 mod lent_base;

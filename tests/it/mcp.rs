@@ -281,6 +281,15 @@ fn a_call_may_narrow_what_the_server_allows_never_widen_it() {
         !victim.join("pwned").exists(),
         "a write landed outside the worktree"
     );
+    // It named no `jobs`: it got the run's default (4), held to the server's 2.
+    let run = result["run_id"].as_str().unwrap();
+    let started = repo
+        .run_file(run, "events.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["kind"] == "run_started")
+        .unwrap();
+    assert_eq!(started["jobs"], 2, "{started}");
     let runs = repo.swarm(&["status"]);
     assert_eq!(runs.stdout.lines().count(), 3, "{}", runs.stdout);
 }

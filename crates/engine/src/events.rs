@@ -16,6 +16,17 @@ use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 
+/// What a `model_usage` charge is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageBasis {
+    /// The usage the answer metered.
+    #[default]
+    Metered,
+    /// The request's reservation: the answer's usage could not be trusted.
+    Reservation,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
@@ -87,6 +98,20 @@ pub enum Event {
         completion: u64,
         /// `None` when no price is set for the model.
         cost_usd: Option<f64>,
+        /// What the charge is: the answer's own usage, or (an answer cut off, without a
+        /// usage, too large to read) the request's whole reservation.
+        #[serde(default)]
+        basis: UsageBasis,
+    },
+    /// A request swarm's model gateway did not forward: an operation it does not meter, or a
+    /// request its budget cannot cover.
+    GatewayRefused {
+        task: TaskId,
+        /// `POST /anthropic/v1/files`: the method and the path the agent asked for.
+        request: String,
+        /// The HTTP status the agent got (404, 402, 401…).
+        status: u16,
+        reason: String,
     },
     /// A failed model request that will be tried again.
     ModelRetry {
@@ -243,6 +268,7 @@ impl Event {
             | Event::Approval { task, .. }
             | Event::Merged { task, .. }
             | Event::Excluded { task, .. }
+            | Event::GatewayRefused { task, .. }
             | Event::Conflict { task, .. } => Some(task),
             Event::Warning { task, .. }
             | Event::Network { task, .. }

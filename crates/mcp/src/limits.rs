@@ -85,9 +85,19 @@ impl Limits {
     }
 
     /// `swarm refactor`'s (or `swarm plan`'s) flags and positional arguments for `work`,
-    /// checked; the budgets the call leaves out are the server's.
-    pub(crate) fn command_line(&self, work: &Work) -> Result<(Vec<String>, Vec<String>), String> {
+    /// checked. A limit is a default as well as a cap: what the call leaves out is the
+    /// server's (the budgets), or what the run would get (`default_jobs`, the repository's and
+    /// the user's settings) held to the server's cap.
+    pub(crate) fn command_line(
+        &self,
+        work: &Work,
+        default_jobs: impl FnOnce() -> Result<usize, String>,
+    ) -> Result<(Vec<String>, Vec<String>), String> {
         self.check(work)?;
+        let jobs = match (work.jobs, self.max_jobs) {
+            (None, Some(most)) => Some(default_jobs()?.min(most)),
+            (asked, _) => asked,
+        };
         let mut flags = self.flags();
         let mut value = |name: &str, value: Option<String>| {
             if let Some(value) = value {
@@ -98,7 +108,7 @@ impl Limits {
         value("exec", work.exec.clone());
         value("agent", work.agent.clone());
         value("model", work.model.clone());
-        value("jobs", work.jobs.map(|n| n.to_string()));
+        value("jobs", jobs.map(|n| n.to_string()));
         value("batch", work.batch.map(|n| n.to_string()));
         value("per-process", work.per_process.clone());
         value("verify", work.verify.clone());
@@ -181,9 +191,16 @@ mod tests {
                     .is_err()
             );
         }
-        // The server's budget applies when the call names none.
-        let (flags, positional) = limits.command_line(&work(&|_| {})).unwrap();
+        // The server's limits apply when the call names none: its budget, and its cap on the
+        // jobs a run would get.
+        let (flags, positional) = limits.command_line(&work(&|_| {}), || Ok(16)).unwrap();
         assert!(flags.contains(&"--max-cost=2".to_string()), "{flags:?}");
+        assert!(flags.contains(&"--jobs=4".to_string()), "{flags:?}");
         assert_eq!(positional, ["x"]);
+        let (flags, _) = limits.command_line(&work(&|_| {}), || Ok(2)).unwrap();
+        assert!(flags.contains(&"--jobs=2".to_string()), "{flags:?}");
+        let asked = work(&|w| w.jobs = Some(3));
+        let (flags, _) = limits.command_line(&asked, || unreachable!()).unwrap();
+        assert!(flags.contains(&"--jobs=3".to_string()), "{flags:?}");
     }
 }

@@ -64,7 +64,7 @@ impl Swarm {
         if work.dry_run.is_some() || work.wait_seconds.is_some() {
             return refused("dry_run and wait_seconds are refactor's: a plan runs nothing");
         }
-        let (flags, positional) = match self.limits.command_line(&work) {
+        let (flags, positional) = match self.limits.command_line(&work, || self.default_jobs()) {
             Ok(line) => line,
             Err(why) => return refused(why),
         };
@@ -89,7 +89,8 @@ impl Swarm {
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
     ) -> CallToolResult {
-        let (mut flags, positional) = match self.limits.command_line(&work) {
+        let (mut flags, positional) = match self.limits.command_line(&work, || self.default_jobs())
+        {
             Ok(line) => line,
             Err(why) => return refused(why),
         };
@@ -274,6 +275,11 @@ impl Swarm {
 }
 
 impl Swarm {
+    /// The workers at a time a run of this repository gets when the call does not say.
+    fn default_jobs(&self) -> Result<usize, String> {
+        app::default_jobs(&self.repo).map_err(|e| e.to_string())
+    }
+
     /// Starts `swarm COMMAND` detached; answers with the run id, or with its result if it
     /// ends within `wait` seconds.
     async fn start(

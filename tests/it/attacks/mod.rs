@@ -11,6 +11,7 @@ mod agent_keys;
 mod confinement;
 mod data_loss;
 mod doors;
+mod gateway;
 mod integrity;
 mod jail_host;
 mod limits;

@@ -41,7 +41,7 @@ pub mod env_vars {
 /// What a run emits while it goes, for a front end to show.
 pub mod events {
     pub use crate::events::{
-        CheckRole, ConflictAction, Event, EventSink, NetworkVerdict, Reporter,
+        CheckRole, ConflictAction, Event, EventSink, NetworkVerdict, Reporter, UsageBasis,
     };
 }
 
@@ -111,6 +111,16 @@ pub fn close_scratch() {
 /// The repository at (or above) `cwd`: its work tree and git directories.
 pub fn discover(cwd: &std::path::Path) -> AppResult<RepoInfo> {
     Ok(crate::git::repo::discover(cwd)?)
+}
+
+/// The workers at a time a run of the repository at (or above) `cwd` gets when its command
+/// line does not say: from the environment, the repository's `swarm.toml` and the user's
+/// config, else the default.
+pub fn default_jobs(cwd: &std::path::Path) -> AppResult<usize> {
+    let info = discover(cwd)?;
+    let resolved =
+        crate::settings::Settings::resolve(settings::Layer::default(), None, &info.workdir)?;
+    Ok(resolved.settings.jobs)
 }
 
 /// `text` with every secret swarm knows of (its environment's keys and tokens, in any of

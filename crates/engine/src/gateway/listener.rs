@@ -11,7 +11,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use tokio_util::sync::CancellationToken;
+
 use super::forward::{self, BoundRoute, ListenerState};
+use super::operations::Api;
 use super::{Binding, GATEWAY_PORT, Gateway, Spent};
 use crate::ids::TaskId;
 use swarm_sandbox::door::{self, Door, DoorAddress};
@@ -33,6 +36,8 @@ pub(crate) struct Listener {
     /// What the agent's environment gets: each base URL variable, each placeholder.
     env: Vec<(String, String)>,
     spent: Arc<Mutex<Spent>>,
+    /// Cancelled once a request of the process was refused for the run's budget.
+    short: CancellationToken,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -55,16 +60,20 @@ impl Gateway {
             }
             routes.push(BoundRoute {
                 name: binding.route.name.clone(),
+                api: Api::of(&binding.route.name)
+                    .with_context(|| format!("no API {} in the gateway", binding.route.name))?,
                 upstream: binding.upstream.clone(),
                 swaps,
             });
         }
         let spent = Arc::new(Mutex::new(Spent::default()));
+        let short = CancellationToken::new();
         let state = Arc::new(ListenerState {
             gateway: self.clone(),
             task,
             routes,
             spent: spent.clone(),
+            short: short.clone(),
         });
         let (door, url, server) = match place {
             Place::Jail => {
@@ -112,6 +121,7 @@ impl Gateway {
             door,
             env,
             spent,
+            short,
             server,
         })
     }
@@ -140,6 +150,12 @@ impl Listener {
     /// its credentials.
     pub(crate) fn agent_env(&self) -> &[(String, String)] {
         &self.env
+    }
+
+    /// Cancelled once one of the process's requests was refused for the run's budget: it
+    /// cannot go on, and is stopped.
+    pub(crate) fn short(&self) -> CancellationToken {
+        self.short.clone()
     }
 
     /// What the process's requests spent so far.

@@ -1,20 +1,38 @@
 //! The run's spend, counted from what the model APIs answered (never from what an agent says
-//! about itself), and the budgets (`--max-tokens`, `--max-cost`) enforced on it.
+//! about itself), and the budgets (`--max-tokens`, `--max-cost`) enforced on it the way a
+//! card payment is: authorised before, settled after.
 //!
-//! Every metered answer (the gateway's, and the built-in worker's own requests) is
-//! [`Meter::record`]ed: its tokens, priced by `[model] price` / `[model.prices]`, go to the
-//! run's total and become a `model_usage` event. Once a budget is reached, [`Meter::exhausted`]
-//! says why: the gateway refuses new requests, the scheduler starts no new task, and the
-//! token returned by [`Meter::when_exhausted`] stops the agents still running.
+//! - **Reserve.** Before a model request leaves (the gateway's, the built-in worker's), it
+//!   [`Meter::reserve`]s what it may spend: its input, estimated from its size, and the most
+//!   output it asks for, priced by `[model] price` / `[model.prices]`. A reservation that
+//!   would not fit in the budget even with nothing else in flight is refused, and the run
+//!   is short from then on ([`Meter::exhausted`]: the scheduler starts no new task). One that
+//!   does not fit *yet* waits for requests in flight to settle.
+//! - **Settle.** When the answer ends, its reservation is settled with the usage the answer
+//!   metered ([`Reservation::settle`]); an answer whose usage cannot be trusted (cut off,
+//!   without usage, too large to read) is charged the whole reservation. Each settlement is a
+//!   `model_usage` event.
+//!
+//! So spend plus what is reserved never exceeds a budget when a request is let through, and
+//! the run can end over it only by what its requests in flight used beyond their
+//! reservations (docs/AGENTS.md states the bound).
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio_util::sync::CancellationToken;
-
-use crate::events::{Event, EventSink};
+use crate::events::{Event, EventSink, UsageBasis};
 use crate::ids::TaskId;
 use crate::report::Tokens;
 use crate::settings::{ModelSettings, Settings};
+
+/// The output a request reserves when it names no cap and `[model] max_output_tokens` is
+/// not set (docs/AGENTS.md).
+pub(crate) const DEFAULT_OUTPUT_RESERVATION: u64 = 16_384;
+
+/// The input tokens of a request `bytes` long, as reserved: a token for every 4 bytes of the
+/// request's body (JSON, tools and all), rounded up.
+pub(crate) fn estimated_input(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4).max(1)
+}
 
 /// What has been spent.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -36,19 +54,70 @@ impl Spent {
         self.requests = self.requests.saturating_add(other.requests);
     }
 
+    fn sub(&mut self, other: &Spent) {
+        self.tokens.prompt = self.tokens.prompt.saturating_sub(other.tokens.prompt);
+        self.tokens.completion = self
+            .tokens
+            .completion
+            .saturating_sub(other.tokens.completion);
+        self.requests = self.requests.saturating_sub(other.requests);
+        // Sums of floats drift: nothing in flight is exactly nothing.
+        self.cost_usd = match self.requests {
+            0 => 0.0,
+            _ => (self.cost_usd - other.cost_usd).max(0.0),
+        };
+    }
+
     pub(crate) fn total_tokens(&self) -> u64 {
         self.tokens.prompt.saturating_add(self.tokens.completion)
     }
+}
+
+/// What the run has spent, and what its requests in flight may still spend.
+#[derive(Debug, Default)]
+struct Book {
+    spent: Spent,
+    reserved: Spent,
 }
 
 pub(crate) struct Meter {
     model: ModelSettings,
     max_tokens: Option<u64>,
     max_cost: Option<f64>,
-    spent: Mutex<Spent>,
-    exhausted: CancellationToken,
+    book: Mutex<Book>,
+    /// Woken at each settlement, for the reservations that wait for room.
+    settled: tokio::sync::Notify,
     reason: OnceLock<String>,
     sink: Option<Arc<EventSink>>,
+}
+
+/// A request's place in the budget, from before it is sent until its answer ends. Dropped
+/// without [`Reservation::settle`] or [`Reservation::release`], it is charged whole.
+pub(crate) struct Reservation {
+    meter: Arc<Meter>,
+    task: Option<TaskId>,
+    /// The model asked for.
+    model: String,
+    held: Spent,
+    done: bool,
+}
+
+/// What one answer was charged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Charge {
+    pub tokens: Tokens,
+    /// `None`: no price for the model.
+    pub cost_usd: Option<f64>,
+    pub basis: UsageBasis,
+}
+
+/// Does a reservation fit?
+enum Fit {
+    Now,
+    /// Once requests in flight have settled.
+    Later,
+    /// Not even with nothing in flight: why.
+    Never(String),
 }
 
 impl Meter {
@@ -62,8 +131,11 @@ impl Meter {
             model: settings.model.clone(),
             max_tokens: settings.max_tokens,
             max_cost: settings.max_cost.as_ref().and_then(|c| c.as_f64()),
-            spent: Mutex::new(already),
-            exhausted: CancellationToken::new(),
+            book: Mutex::new(Book {
+                spent: already,
+                reserved: Spent::default(),
+            }),
+            settled: tokio::sync::Notify::new(),
             reason: OnceLock::new(),
             sink,
         });
@@ -71,42 +143,99 @@ impl Meter {
         meter
     }
 
-    /// Records one answer of `model` that used `tokens`, for `task`; returns what it cost
-    /// (`None`: no price for that model).
-    pub(crate) fn record(&self, task: Option<&TaskId>, model: &str, tokens: Tokens) -> Option<f64> {
-        let cost = self.model.price_of(model).map(|p| p.of(&tokens));
-        let total = {
-            let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
-            spent.add(&Spent {
-                tokens,
-                cost_usd: cost.unwrap_or(0.0),
-                requests: 1,
-            });
-            *spent
+    /// Reserves what a request for `model` may spend (`ask`: its estimated input, its most
+    /// output), waiting while requests in flight hold the room it needs; `Err` says why it
+    /// can never fit.
+    pub(crate) async fn reserve(
+        self: &Arc<Self>,
+        task: Option<&TaskId>,
+        model: &str,
+        ask: Tokens,
+    ) -> Result<Reservation, String> {
+        let cost = match self.model.price_of(model) {
+            Some(price) => price.of(&ask),
+            None if self.max_cost.is_some() => {
+                let why = no_price(model);
+                self.exhaust(why.clone());
+                return Err(why);
+            }
+            None => 0.0,
         };
-        if let Some(sink) = &self.sink {
-            sink.emit(Event::ModelUsage {
-                task: task.cloned(),
-                model: model.to_string(),
-                prompt: tokens.prompt,
-                completion: tokens.completion,
-                cost_usd: cost,
-            });
+        let held = Spent {
+            tokens: ask,
+            cost_usd: cost,
+            requests: 1,
+        };
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            {
+                let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
+                match self.fits(&book, &held) {
+                    Fit::Now => {
+                        book.reserved.add(&held);
+                        return Ok(Reservation {
+                            meter: self.clone(),
+                            task: task.cloned(),
+                            model: model.to_string(),
+                            held,
+                            done: false,
+                        });
+                    }
+                    Fit::Never(why) => {
+                        drop(book);
+                        self.exhaust(why.clone());
+                        return Err(why);
+                    }
+                    Fit::Later => {}
+                }
+            }
+            settled.await;
         }
-        if cost.is_none() && self.max_cost.is_some() {
-            self.exhaust(format!(
-                "the run's cost cannot be counted: no price for model `{model}` (set [model] \
-                 price or [model.prices] in your config)"
-            ));
-        }
-        self.check(&total);
-        cost
     }
 
-    /// Everything spent so far.
-    #[cfg(test)]
-    pub(crate) fn spent(&self) -> Spent {
-        *self.spent.lock().unwrap_or_else(|e| e.into_inner())
+    fn fits(&self, book: &Book, held: &Spent) -> Fit {
+        let ask = held.total_tokens();
+        if let Some(budget) = self.max_tokens {
+            let spent = book.spent.total_tokens();
+            if spent.saturating_add(ask) > budget {
+                return Fit::Never(format!(
+                    "the run's token budget cannot cover another request ({spent} of \
+                     --max-tokens {budget} used; the request may use {ask}: its input and the \
+                     most output it asks for)"
+                ));
+            }
+            if spent
+                .saturating_add(book.reserved.total_tokens())
+                .saturating_add(ask)
+                > budget
+            {
+                return Fit::Later;
+            }
+        }
+        if let Some(cap) = self.max_cost {
+            let spent = book.spent.cost_usd;
+            if spent + held.cost_usd > cap {
+                return Fit::Never(format!(
+                    "the run's cost budget cannot cover another request (${spent:.2} of \
+                     --max-cost ${cap:.2} spent; the request may cost ${:.2})",
+                    held.cost_usd
+                ));
+            }
+            if spent + book.reserved.cost_usd + held.cost_usd > cap {
+                return Fit::Later;
+            }
+        }
+        Fit::Now
+    }
+
+    /// The output a request that names no cap reserves: `[model] max_output_tokens`, else
+    /// [`DEFAULT_OUTPUT_RESERVATION`].
+    pub(crate) fn output_cap(&self) -> u64 {
+        self.model
+            .max_output_tokens
+            .map_or(DEFAULT_OUTPUT_RESERVATION, u64::from)
     }
 
     /// Why the run may spend no more, once it may not.
@@ -114,9 +243,71 @@ impl Meter {
         self.reason.get().map(String::as_str)
     }
 
-    /// Cancelled once a budget is reached.
-    pub(crate) fn when_exhausted(&self) -> &CancellationToken {
-        &self.exhausted
+    /// Everything spent so far.
+    #[cfg(test)]
+    pub(crate) fn spent(&self) -> Spent {
+        self.book.lock().unwrap_or_else(|e| e.into_inner()).spent
+    }
+
+    /// Ends `r`: `Some` what its answer metered (the model that answered, if it said, and
+    /// its tokens), `None` for the whole reservation.
+    fn settle(&self, r: &mut Reservation, metered: Option<(Option<String>, Tokens)>) -> Charge {
+        r.done = true;
+        let (model, tokens, basis) = match metered {
+            Some((answered, tokens)) => (
+                answered.unwrap_or_else(|| r.model.clone()),
+                tokens,
+                UsageBasis::Metered,
+            ),
+            None => (r.model.clone(), r.held.tokens, UsageBasis::Reservation),
+        };
+        // The answer may name its model more precisely than the request did.
+        let price = self
+            .model
+            .price_of(&model)
+            .or_else(|| self.model.price_of(&r.model));
+        let cost = price.map(|p| p.of(&tokens));
+        let total = {
+            let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
+            book.reserved.sub(&r.held);
+            book.spent.add(&Spent {
+                tokens,
+                cost_usd: cost.unwrap_or(0.0),
+                requests: 1,
+            });
+            book.spent
+        };
+        if let Some(sink) = &self.sink {
+            sink.emit(Event::ModelUsage {
+                task: r.task.clone(),
+                model: model.clone(),
+                prompt: tokens.prompt,
+                completion: tokens.completion,
+                cost_usd: cost,
+                basis,
+            });
+        }
+        if cost.is_none() && self.max_cost.is_some() {
+            self.exhaust(no_price(&model));
+        }
+        self.check(&total);
+        self.settled.notify_waiters();
+        Charge {
+            tokens,
+            cost_usd: cost,
+            basis,
+        }
+    }
+
+    /// Ends `r` with nothing spent (an error answer, which the APIs do not bill).
+    fn release(&self, r: &mut Reservation) {
+        r.done = true;
+        self.book
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reserved
+            .sub(&r.held);
+        self.settled.notify_waiters();
     }
 
     fn check(&self, spent: &Spent) {
@@ -139,104 +330,49 @@ impl Meter {
     }
 
     fn exhaust(&self, reason: String) {
-        if self.reason.set(reason).is_ok() {
-            self.exhausted.cancel();
+        let _ = self.reason.set(reason);
+    }
+}
+
+fn no_price(model: &str) -> String {
+    format!(
+        "the run's cost cannot be counted: no price for model `{model}` (set [model] price or \
+         [model.prices] in your config)"
+    )
+}
+
+impl Reservation {
+    /// Settles with what the answer metered (`Some`: the model that answered, if it said,
+    /// and its tokens), or charges the whole reservation (`None`: its usage cannot be
+    /// trusted).
+    pub(crate) fn settle(mut self, metered: Option<(Option<String>, Tokens)>) -> Charge {
+        let meter = self.meter.clone();
+        meter.settle(&mut self, metered)
+    }
+
+    /// Gives the room back with nothing spent: the request failed with an error the API
+    /// does not bill.
+    pub(crate) fn release(mut self) {
+        let meter = self.meter.clone();
+        meter.release(&mut self);
+    }
+
+    /// What it holds.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> Tokens {
+        self.held.tokens
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.done {
+            let meter = self.meter.clone();
+            meter.settle(self, None);
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::settings::Layer;
-    use crate::settings::policy::Price;
-
-    fn settings(max_cost: Option<f64>, max_tokens: Option<u64>) -> Settings {
-        let mut layer = Layer::default();
-        layer.run.exec = Some("true".into());
-        layer.run.max_cost = max_cost.and_then(serde_json::Number::from_f64);
-        layer.run.max_tokens = max_tokens;
-        layer.model.prices = Some(
-            [(
-                "claude-".to_string(),
-                Price {
-                    prompt: 3.into(),
-                    completion: 15.into(),
-                },
-            )]
-            .into(),
-        );
-        Settings::from_layer(layer).unwrap()
-    }
-
-    #[test]
-    fn the_cost_budget_trips_on_metered_answers() {
-        let meter = Meter::new(&settings(Some(0.01), None), Spent::default(), None);
-        let tokens = Tokens {
-            prompt: 1000,
-            completion: 100,
-        };
-        // 1000 × $3/M + 100 × $15/M = $0.0045
-        let cost = meter.record(None, "claude-sonnet-4", tokens).unwrap();
-        assert!((cost - 0.0045).abs() < 1e-12);
-        assert_eq!(meter.exhausted(), None);
-        meter.record(None, "claude-sonnet-4", tokens);
-        meter.record(None, "claude-sonnet-4", tokens);
-        assert!(meter.when_exhausted().is_cancelled());
-        assert_eq!(
-            meter.exhausted(),
-            Some("the run's cost budget is spent ($0.01 of --max-cost $0.01)")
-        );
-        assert_eq!(meter.spent().requests, 3);
-    }
-
-    #[test]
-    fn an_unpriced_model_stops_a_run_with_a_cost_budget() {
-        let meter = Meter::new(&settings(Some(5.0), None), Spent::default(), None);
-        assert_eq!(meter.record(None, "gpt-x", Tokens::default()), None);
-        assert!(
-            meter
-                .exhausted()
-                .unwrap()
-                .contains("no price for model `gpt-x`")
-        );
-        // Without a cost budget, it is only not counted.
-        let meter = Meter::new(&settings(None, Some(100)), Spent::default(), None);
-        meter.record(
-            None,
-            "gpt-x",
-            Tokens {
-                prompt: 60,
-                completion: 0,
-            },
-        );
-        assert_eq!(meter.exhausted(), None);
-        meter.record(
-            None,
-            "gpt-x",
-            Tokens {
-                prompt: 40,
-                completion: 0,
-            },
-        );
-        assert!(meter.exhausted().unwrap().contains("token budget"));
-    }
-
-    #[test]
-    fn a_resumed_run_starts_from_what_it_spent() {
-        let already = Spent {
-            cost_usd: 2.0,
-            ..Spent::default()
-        };
-        assert!(
-            Meter::new(&settings(Some(1.0), None), already, None)
-                .exhausted()
-                .is_some()
-        );
-        assert!(
-            Meter::new(&settings(Some(5.0), None), already, None)
-                .exhausted()
-                .is_none()
-        );
-    }
-}
+#[path = "meter_tests.rs"]
+mod tests;

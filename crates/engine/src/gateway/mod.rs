@@ -31,15 +31,18 @@ use std::time::Duration;
 use crate::events::EventSink;
 use crate::settings::agents::{AgentSettings, ApiRoute};
 
+mod answer;
 mod endpoint;
 mod forward;
 mod listener;
 pub(crate) mod meter;
+mod operations;
+mod send;
 pub(crate) mod usage;
 
 pub(crate) use endpoint::Endpoint;
 pub(crate) use listener::{Listener, Place};
-pub(crate) use meter::{Meter, Spent};
+pub(crate) use meter::{Meter, Reservation, Spent};
 
 pub(crate) use swarm_sandbox::proxy::GATEWAY_PORT;
 
@@ -129,11 +132,10 @@ impl Gateway {
         sink: Arc<EventSink>,
         options: GatewayOptions,
     ) -> anyhow::Result<Arc<Self>> {
-        crate::model::client::install_crypto_provider();
-        let mut http = reqwest::Client::builder()
+        // No redirect followed: a 30x goes back to the agent as it came.
+        let mut http = crate::net::client(concat!("swarm-gateway/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(options.connect_timeout)
-            .read_timeout(options.read_timeout)
-            .user_agent(concat!("swarm-gateway/", env!("CARGO_PKG_VERSION")));
+            .read_timeout(options.read_timeout);
         for (name, ip) in swarm_sandbox::proxy::test_resolve() {
             http = http.resolve(&name, std::net::SocketAddr::new(ip, 0));
         }

@@ -415,7 +415,6 @@ impl Shared {
             gateway: None,
             state_views: &[],
             git_view: None,
-            budget: None,
         }
     }
 

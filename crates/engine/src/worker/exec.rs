@@ -253,7 +253,6 @@ async fn run_process(
             }),
         state_views,
         git_view: git.map(|l| &l.view),
-        budget: task.agent.map(|_| task.meter.when_exhausted()),
     };
     // A command's jail ends while swarm goes on with what it left; an agent's state views
     // are read as soon as it returns, so its jail is waited for.

@@ -90,9 +90,6 @@ pub(crate) struct ProcessRequest<'a> {
     pub state_views: &'a [StateView],
     /// A copy-on-write view of the repository's git directory, for the worker's own git.
     pub git_view: Option<&'a StateView>,
-    /// Cancelled when the run's budget is spent: the process is stopped
-    /// ([`Exit::OverBudget`]).
-    pub budget: Option<&'a CancellationToken>,
 }
 
 /// The gateway an agent's process reaches, for which of its APIs.
@@ -111,7 +108,7 @@ pub(crate) enum Exit {
     /// Killed at the idle limit (no output, no file change).
     Idle,
     Cancelled,
-    /// Stopped because the run's budget was spent.
+    /// Stopped because the gateway refused one of its requests for the run's budget.
     OverBudget,
 }
 
@@ -178,7 +175,9 @@ pub(crate) async fn run_until_exit(
             let _ = tail_tx.send(capture(reader, log, &last_activity, started));
         });
     }
-    let (exit, left_in_group) = wait(&mut running, &req, &last_activity, started)
+    // Its gateway's word that a request was refused for the budget (an agent's process).
+    let short = keep.gateway.as_ref().map(Listener::short);
+    let (exit, left_in_group) = wait(&mut running, &req, short.as_ref(), &last_activity, started)
         .await
         .map_err(WorkerError::Process)?;
     running.forget_group();
@@ -224,6 +223,7 @@ pub(crate) async fn run_until_exit(
 async fn wait(
     running: &mut Running,
     req: &ProcessRequest<'_>,
+    short: Option<&CancellationToken>,
     last_activity: &AtomicU64,
     started: Instant,
 ) -> std::io::Result<(Exit, u32)> {
@@ -234,9 +234,10 @@ async fn wait(
             // Leftover background processes of the worker die with it.
             let left = running.left_in_group();
             running.signal(libc::SIGKILL);
-            // The budget ran out while it ran, maybe on its last answer, as it exited: it
-            // was stopped by the budget whichever of the two `select!` saw first.
-            match req.budget.is_some_and(CancellationToken::is_cancelled) {
+            // A request of its was refused for the budget, as it exited: it was stopped by
+            // the budget whichever of the two `select!` saw first. (A process whose
+            // requests were all let through keeps its work, whatever the run spent.)
+            match short.is_some_and(CancellationToken::is_cancelled) {
                 true => (Exit::OverBudget, left),
                 false => (exit_of(status), left),
             }
@@ -253,14 +254,15 @@ async fn wait(
             stop_group(running, grace).await;
             (Exit::Cancelled, 0)
         }
-        () = over_budget(req.budget) => {
+        () = over_budget(short) => {
             stop_group(running, grace).await;
             (Exit::OverBudget, 0)
         }
     })
 }
 
-/// Resolves when the run's budget is spent (never without a budget to watch).
+/// Resolves when the gateway refused a request of the process for the run's budget (never
+/// without a gateway to watch).
 async fn over_budget(budget: Option<&CancellationToken>) {
     match budget {
         Some(token) => token.cancelled().await,

@@ -20,6 +20,8 @@ use super::LlmShared;
 use super::commands::{run_command, run_verify};
 use super::tools::{self, FinishStatus, Outcome, Workspace};
 use crate::events::{Event, EventSink};
+use crate::gateway::Reservation;
+use crate::gateway::meter::estimated_input;
 use crate::ids::TaskId;
 use crate::model::client::{AttemptError, RetryNotice};
 use crate::model::sse::Reply;
@@ -155,13 +157,15 @@ async fn run_loop(
     let mut verify_failure: Option<String> = None;
     let mut cut_off = 0;
     while state.turns < task.max_turns {
-        // The run's budget (`--max-tokens`, `--max-cost`), metered by the run's meter.
-        if let Some(why) = task.shared.meter.exhausted() {
-            return Ok(Verdict::OverBudget(format!("stopped: {why}")));
-        }
+        // The run's budget (`--max-tokens`, `--max-cost`): what the request may spend is
+        // reserved before it is sent.
+        let reservation = match reserve(task, &talk, &definitions).await {
+            Ok(reservation) => reservation,
+            Err(why) => return Ok(Verdict::OverBudget(format!("stopped: {why}"))),
+        };
         state.turns += 1;
         let turn = state.turns;
-        let reply = match ask(task, state, &mut talk, &definitions, turn).await {
+        let reply = match ask(task, state, &mut talk, &definitions, turn, reservation).await {
             Ok(reply) => reply,
             Err(e) => return Ok(Verdict::Failed(format!("the model API failed: {e}"))),
         };
@@ -271,12 +275,79 @@ impl Conversation<'_> {
     }
 }
 
+/// Reserves what the next request may spend: the conversation and the tools as they stand
+/// (shortening only makes them smaller), and the most output it asks for.
+async fn reserve(
+    task: &AgentTask<'_>,
+    talk: &Conversation<'_>,
+    definitions: &Value,
+) -> Result<Reservation, String> {
+    let meter = &task.shared.meter;
+    let size: usize = talk
+        .messages
+        .iter()
+        .map(|m| m.to_string().len())
+        .sum::<usize>()
+        + definitions.to_string().len();
+    let ask = Tokens {
+        prompt: estimated_input(size),
+        completion: meter.output_cap(),
+    };
+    meter
+        .reserve(Some(task.task_id), task.shared.client.model(), ask)
+        .await
+}
+
 /// One request to the model (turn `turn`), the conversation shortened to fit the model's
 /// context window (and shorter again if the server says it does not); its answer joins the
-/// conversation unless it was cut off.
+/// conversation unless it was cut off. Its `reservation` is settled with what the answer
+/// metered; given back when the API refused it (an error it does not bill), charged whole
+/// when the answer broke off.
 async fn ask(
     task: &AgentTask<'_>,
     state: &mut LoopState,
+    talk: &mut Conversation<'_>,
+    definitions: &Value,
+    turn: u32,
+    reservation: Reservation,
+) -> Result<Reply, AttemptError> {
+    let asked = ask_fitting(task, talk, definitions, turn).await;
+    let charge = match &asked {
+        Ok(reply) => reservation.settle(reply.usage.map(|u| {
+            let tokens = Tokens {
+                prompt: u.prompt,
+                completion: u.completion,
+            };
+            (None, tokens)
+        })),
+        Err(
+            AttemptError::Status { .. }
+            | AttemptError::ContextOverflow { .. }
+            | AttemptError::Connect(_)
+            | AttemptError::Invalid(_),
+        ) => {
+            reservation.release();
+            return asked;
+        }
+        Err(
+            AttemptError::Timeout | AttemptError::Interrupted(_) | AttemptError::StaleConnection(_),
+        ) => reservation.settle(None),
+    };
+    state.tokens.prompt += charge.tokens.prompt;
+    state.tokens.completion += charge.tokens.completion;
+    state.requests += 1;
+    state.cost_usd += charge.cost_usd.unwrap_or(0.0);
+    if let Ok(reply) = &asked
+        && !reply.cut_off
+    {
+        talk.push(reply.to_message());
+    }
+    asked
+}
+
+/// [`ask_once`], the conversation shortened to fit (again if the server says it does not).
+async fn ask_fitting(
+    task: &AgentTask<'_>,
     talk: &mut Conversation<'_>,
     definitions: &Value,
     turn: u32,
@@ -289,7 +360,7 @@ async fn ask(
             None => (CONTEXT_CHARS, KEEP_RECENT),
         };
         shorten_old_results(&mut talk.messages, budget, keep_recent);
-        match ask_once(task, state, talk, definitions, turn).await {
+        match ask_once(task, talk, definitions, turn).await {
             Err(AttemptError::ContextOverflow { limit, body }) if overflows < MAX_OVERFLOW => {
                 overflows += 1;
                 let sent: usize = talk.messages.iter().map(|m| m.to_string().len()).sum();
@@ -326,8 +397,7 @@ async fn context_budget(task: &AgentTask<'_>, definitions: &Value) -> Option<usi
 
 async fn ask_once(
     task: &AgentTask<'_>,
-    state: &mut LoopState,
-    talk: &mut Conversation<'_>,
+    talk: &Conversation<'_>,
     definitions: &Value,
     turn: u32,
 ) -> Result<Reply, AttemptError> {
@@ -347,29 +417,10 @@ async fn ask_once(
             reason: n.reason.clone(),
         });
     };
-    let reply = task
-        .shared
+    task.shared
         .client
         .chat(&talk.messages, definitions, turn, &on_retry)
-        .await?;
-    if let Some(usage) = reply.usage {
-        state.tokens.prompt += usage.prompt;
-        state.tokens.completion += usage.completion;
-        state.requests += 1;
-        let tokens = Tokens {
-            prompt: usage.prompt,
-            completion: usage.completion,
-        };
-        let cost = task
-            .shared
-            .meter
-            .record(Some(task.task_id), task.shared.client.model(), tokens);
-        state.cost_usd += cost.unwrap_or(0.0);
-    }
-    if !reply.cut_off {
-        talk.push(reply.to_message());
-    }
-    Ok(reply)
+        .await
 }
 
 /// Runs the tool calls of `reply`, each result joining the conversation; returns what

@@ -106,6 +106,5 @@ fn request<'a>(
         gateway: None,
         state_views: &[],
         git_view: None,
-        budget: None,
     }
 }
