@@ -6,8 +6,8 @@
 //! cargo bench --bench gateway_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--limit 10] [--latency-ms 200] [--rounds 3]
 //! ```
 //!
-//! Each task is an agent making `--requests` calls (curl, failing on any error status), then
-//! a `sed` edit. Three ways, rounds rotating:
+//! Each task is an agent making `--requests` Messages requests (curl, failing on any error
+//! status), then a `sed` edit. Three ways, rounds rotating:
 //!
 //! - **gateway**: `--agent bench` (`api = "anthropic"`): the calls go through swarm's gateway,
 //!   which holds every agent's requests to the upstream together after a 429 and sends them
@@ -31,7 +31,7 @@ mod common;
 
 use common::{git, option};
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
@@ -58,11 +58,7 @@ fn upstream(limit: f64, latency: Duration) -> (u16, Arc<Counts>) {
         for mut stream in listener.incoming().flatten() {
             let (counts, bucket) = (shared.clone(), bucket.clone());
             std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
-                    head.push(byte[0]);
-                }
+                common::read_request(&mut stream);
                 let admitted = {
                     let mut b = bucket.lock().unwrap();
                     let now = Instant::now();
@@ -159,10 +155,11 @@ fn main() {
     let latency = Duration::from_millis(option("--latency-ms", 200));
     let rounds = option("--rounds", 3) as usize;
     let dir = tempfile::tempdir().unwrap();
+    let body = r#"{"model":"bench","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#;
     let calls = |url: &str, extra: &str| {
         format!(
-            "for i in $(seq {requests}); do curl -sSf {extra} -o /dev/null {url} || exit 1; done; \
-             sed -i s/foo/bar/ \"$SWARM_FILE\""
+            "for i in $(seq {requests}); do curl -sSf {extra} -H 'content-type: application/json' \
+             -d '{body}' -o /dev/null {url} || exit 1; done; sed -i s/foo/bar/ \"$SWARM_FILE\""
         )
     };
     let config = dir.path().join("config.toml");

@@ -3,18 +3,20 @@
 //! `--agent` (through the gateway), in the same run.
 //!
 //! ```text
-//! cargo bench --bench proxy_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--latency-ms 500] [--rounds 3]
+//! cargo bench --bench proxy_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--latency-ms 500] [--rounds 3] [--also OLD_SWARM]
 //! ```
 //!
-//! Each task is a fake agent: `--requests` HTTP calls to a local fake API that answers 64 KiB
-//! of JSON with a `usage` after `--latency-ms` (as a model API would), then a `sed` edit.
+//! Each task is a fake agent: `--requests` Messages requests (`POST /v1/messages`, a
+//! `max_tokens` of 100) to a local fake API that answers 64 KiB of JSON with a `usage` after
+//! `--latency-ms` (as a model API would), then a `sed` edit.
 //! With `--network` the calls go straight to 127.0.0.1; with `--allow-domain` they go through
 //! the worker's forwarder and swarm's proxy as a `CONNECT` tunnel (`curl --proxytunnel`, the
 //! way HTTPS clients use it); as `--agent` (an `[agents.bench]` with `api = "anthropic"`) they
 //! go to swarm's gateway with a placeholder key, which puts the real one in, forwards,
-//! streams the answer back and meters it. Rounds rotate between the three; the bench prints
-//! each wall time, the medians and the overheads (target: under 5 % each). See
-//! docs/BENCHMARKS.md for recorded figures.
+//! streams the answer back and meters it. With `--also`, a fourth way: `--agent` through the
+//! gateway of another swarm binary (an older build), for an A/B of the gateway itself.
+//! Rounds rotate between the ways; the bench prints each wall time, the medians and the
+//! overheads (target: under 5 % each). See docs/BENCHMARKS.md for recorded figures.
 
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -27,7 +29,7 @@ mod common;
 
 use common::{git, option};
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
@@ -40,11 +42,7 @@ fn fake_api(latency: Duration) -> u16 {
     std::thread::spawn(move || {
         for mut stream in listener.incoming().flatten() {
             std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
-                    head.push(byte[0]);
-                }
+                common::read_request(&mut stream);
                 std::thread::sleep(latency);
                 let body = format!(
                     "{{\"type\":\"message\",\"model\":\"bench\",\"usage\":{{\"input_tokens\":1000,\
@@ -82,19 +80,23 @@ fn fleet(dir: &Path, tasks: u64, round: usize) -> std::path::PathBuf {
 enum Way<'a> {
     /// `--exec CMD` with these flags (`--network`, `--allow-domain`).
     Exec(&'a str, &'a [&'a str]),
-    /// `--agent bench`, with its API at this port.
-    Agent(u16),
+    /// `--agent bench`, with its API at this port, run by this swarm binary.
+    Agent(u16, &'a str),
 }
 
 fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> Duration {
     let started = Instant::now();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_swarm"));
+    let binary = match way {
+        Way::Agent(_, binary) => binary,
+        Way::Exec(..) => env!("CARGO_BIN_EXE_swarm"),
+    };
+    let mut cmd = Command::new(binary);
     cmd.current_dir(repo)
         .args(["refactor", "bench", "src", "-y", "-j", &jobs.to_string()])
         .env("SWARM_CONFIG", config);
     match way {
         Way::Exec(agent, sandbox) => cmd.args(*sandbox).args(["--exec", agent]),
-        Way::Agent(port) => cmd
+        Way::Agent(port, _) => cmd
             .args(["--agent", "bench"])
             .env("ANTHROPIC_API_KEY", "sk-bench-key-0123456789")
             .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}")),
@@ -124,10 +126,12 @@ fn main() {
     let latency = Duration::from_millis(option("--latency-ms", 500));
     let rounds = option("--rounds", 3) as usize;
     let port = fake_api(latency);
+    let also = std::env::args().skip_while(|a| a != "--also").nth(1);
+    let body = r#"{"model":"bench","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#;
     let calls = |url: &str, extra: &str| {
         format!(
-            "for i in $(seq {requests}); do curl -sSf {extra} -o /dev/null {url} || exit 1; done; \
-             sed -i s/foo/bar/ \"$SWARM_FILE\""
+            "for i in $(seq {requests}); do curl -sSf {extra} -H 'content-type: application/json' \
+             -d '{body}' -o /dev/null {url} || exit 1; done; sed -i s/foo/bar/ \"$SWARM_FILE\""
         )
     };
     let direct = calls(&format!("http://127.0.0.1:{port}/v1/messages"), "");
@@ -150,14 +154,18 @@ fn main() {
         ),
     )
     .unwrap();
-    let ways = [
+    let allow_flags = ["--allow-domain", allow.as_str()];
+    let mut ways = vec![
         ("--network", Way::Exec(&direct, &["--network"])),
+        ("--allow-domain", Way::Exec(&proxied, &allow_flags)),
         (
-            "--allow-domain",
-            Way::Exec(&proxied, &["--allow-domain", &allow]),
+            "--agent (gateway)",
+            Way::Agent(port, env!("CARGO_BIN_EXE_swarm")),
         ),
-        ("--agent (gateway)", Way::Agent(port)),
     ];
+    if let Some(other) = &also {
+        ways.push(("--agent (--also)", Way::Agent(port, other)));
+    }
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); ways.len()];
     for round in 0..rounds {
         for (k, (name, way)) in ways.iter().enumerate() {
@@ -178,4 +186,13 @@ fn main() {
         medians[2],
         (medians[2] / medians[0] - 1.0) * 100.0,
     );
+    if let Some(other) = medians.get(3) {
+        println!(
+            "--agent through the gateway of {}: {other:.2} s ({:+.1} %); this build's against it: \
+             {:+.1} %",
+            also.as_deref().unwrap_or(""),
+            (other / medians[0] - 1.0) * 100.0,
+            (medians[2] / other - 1.0) * 100.0,
+        );
+    }
 }

@@ -24,6 +24,30 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Reads one HTTP request from `stream`, its head and its body (`Content-Length`), so that
+/// the answer is not cut by a reset for unread bytes when the fake closes the connection.
+#[allow(dead_code)]
+pub fn read_request(stream: &mut impl std::io::Read) {
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+        head.push(byte[0]);
+    }
+    let length = String::from_utf8_lossy(&head)
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<u64>().ok())?
+        })
+        .unwrap_or(0);
+    let _ = std::io::copy(
+        &mut std::io::Read::by_ref(stream).take(length),
+        &mut std::io::sink(),
+    );
+}
+
 /// The number after `name` on the command line, else `default`.
 #[allow(dead_code)]
 pub fn option(name: &str, default: u64) -> u64 {

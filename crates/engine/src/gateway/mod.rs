@@ -11,12 +11,16 @@
 //!
 //! - **Keys.** The agent gets, under each variable that held a credential in swarm's
 //!   environment, a random placeholder of its process; the listener swaps it for the real
-//!   value in the request's credential headers (and query), and refuses a request that does
-//!   not carry it. The real key is never in the jail: not in its environment, a file, or a
-//!   command line.
-//! - **Metering.** Each answer's usage ([`usage`]) is recorded by the run's [`Meter`]: the
-//!   report's tokens and cost are these, never what the agent prints about itself.
-//! - **Budgets.** Once the meter is exhausted, a request is answered `402` with the reason.
+//!   value where the API takes its key (its credential headers; the query for Gemini), and
+//!   refuses a request that does not carry it. The real key is never in the jail: not in its
+//!   environment, a file, or a command line.
+//! - **An allow-list.** Only the operations of its APIs that it can meter, or that spend
+//!   nothing, are forwarded ([`operations`]); no redirect is followed (`crate::net`).
+//! - **Metering and budgets.** Each model request reserves what it may spend before it
+//!   leaves, and is settled at the usage its answer metered ([`usage`]), or at the whole
+//!   reservation when that usage cannot be trusted ([`Meter`]): the report's tokens and cost
+//!   are these, never what the agent prints about itself. A request the budget cannot cover
+//!   is answered `402` with the reason, and its agent is stopped.
 //! - **Rate limits.** One [`Endpoint`] per upstream for the whole run: a 429, 503 or 529
 //!   halves the requests in flight to it and holds every worker's next request until the
 //!   `retry-after` (or a backoff) has passed; the request is sent again by the gateway.

@@ -51,7 +51,7 @@ pub(crate) struct ExecTask<'a> {
     /// and the gateway of its model requests.
     pub agent: Option<AgentRun<'a>>,
     pub cancel: &'a CancellationToken,
-    /// The run's meter: its agent is stopped once a budget is spent.
+    /// The run's meter: why an agent was stopped for the budget.
     pub meter: &'a Meter,
     /// Extra context for this attempt (e.g. the conflict a retry must avoid).
     pub context: Option<&'a str>,
