@@ -52,7 +52,6 @@ pub(super) fn stream_back(
         reader: UsageReader::new(&content_type, dialect),
         reservation: Some(reservation),
         billed: status.is_success(),
-        ended: false,
         spent: state.spent.clone(),
     });
     let flow = Flow {
@@ -73,9 +72,6 @@ pub(super) fn stream_back(
             }
             Some(Err(e)) => Some((Err(std::io::Error::other(e)), None)),
             None => {
-                if let Some(m) = &mut flow.metering {
-                    m.ended = true;
-                }
                 let Flow { redactor, .. } = flow;
                 let rest: StreamRedactor<'static> = redactor;
                 Some((Ok(Frame::data(Bytes::from(rest.finish()))), None))
@@ -104,14 +100,15 @@ struct Flow<S> {
 }
 
 /// Reads a model answer's usage as it passes; settles its reservation when dropped: at the
-/// end of the answer, or when the agent stopped reading or the upstream broke off.
+/// end of the answer, or when the agent stopped reading or the upstream broke off. The usage
+/// counts if the answer said it was whole (its dialect's last event, a whole JSON body),
+/// whether or not the connection then ended cleanly: an agent may hang up as soon as it has
+/// the last event (Codex does).
 struct Metering {
     reader: UsageReader,
     reservation: Option<Reservation>,
     /// A 2xx answer (an error answer is not billed by the APIs).
     billed: bool,
-    /// The upstream's body ended as it should (not cut by an error or the agent).
-    ended: bool,
     /// What the listener's process spent.
     spent: Arc<Mutex<Spent>>,
 }
@@ -122,10 +119,7 @@ impl Drop for Metering {
             return;
         };
         let reader = std::mem::replace(&mut self.reader, UsageReader::new("", Dialect::Chat));
-        let metered = match self.ended {
-            true => reader.finish().map(|a| (a.model, a.tokens)),
-            false => None,
-        };
+        let metered = reader.finish().map(|a| (a.model, a.tokens));
         let charge = match (metered, self.billed) {
             (metered @ Some(_), _) | (metered @ None, true) => reservation.settle(metered),
             (None, false) => return reservation.release(),
