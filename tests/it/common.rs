@@ -215,6 +215,18 @@ impl TestRepo {
         Run::from(self.swarm_cmd().args(args).output().unwrap())
     }
 
+    /// `swarm` as an unprivileged user: in a user namespace where this process's user (root,
+    /// where the tests run as root) is uid 1000, with no capability, so permissions hold for
+    /// swarm as they do for a user's own runs (root's would override a worker's `chmod 000`).
+    pub fn swarm_unprivileged_cmd(&self) -> Command {
+        let mut cmd = Command::new("unshare");
+        hermetic(&mut cmd, &self.home);
+        cmd.current_dir(&self.path)
+            .args(["--user", "--map-user=1000", "--map-group=1000", "--"])
+            .arg(env!("CARGO_BIN_EXE_swarm"));
+        cmd
+    }
+
     /// Branches under swarm/.
     pub fn swarm_branches(&self) -> Vec<String> {
         self.lines(&["branch", "--list", "swarm/*", "--format=%(refname:short)"])

@@ -244,15 +244,21 @@ pub(crate) fn discard_owned(common_dir: &Path, path: &Path) -> anyhow::Result<bo
     remove_owned(common_dir, path)
 }
 
-/// Removes everything in the trash; how many entries went.
-pub(crate) fn empty_trash(common_dir: &Path) -> usize {
+/// Removes everything in the trash: how many entries went, else why the first of those that
+/// could not be removed is left.
+pub(crate) fn empty_trash(common_dir: &Path) -> anyhow::Result<usize> {
     let Ok(entries) = std::fs::read_dir(trash_dir(common_dir)) else {
-        return 0;
+        return Ok(0);
     };
-    entries
-        .flatten()
-        .filter(|e| remove_owned(common_dir, &e.path()).is_ok_and(|removed| removed))
-        .count()
+    let (mut removed, mut left) = (0, None);
+    for entry in entries.flatten() {
+        match remove_owned(common_dir, &entry.path()) {
+            Ok(true) => removed += 1,
+            Ok(false) => {}
+            Err(e) => left = left.or(Some(e)),
+        }
+    }
+    left.map_or(Ok(removed), Err)
 }
 
 /// Empties the trash (if anything is in it) in a process of its own, started from swarm's
@@ -276,7 +282,7 @@ pub(crate) fn empty_trash_later(common_dir: &Path) {
     });
     if let Err(e) = started {
         tracing::debug!("cannot empty the trash in the background ({e}); emptying it now");
-        empty_trash(common_dir);
+        let _ = empty_trash(common_dir);
     }
 }
 
@@ -367,7 +373,7 @@ mod tests {
         assert!(discard_owned(&common, &worktree).unwrap());
         assert!(!worktree.exists());
         assert_eq!(std::fs::read_dir(trash_dir(&common)).unwrap().count(), 1);
-        assert_eq!(empty_trash(&common), 1);
+        assert_eq!(empty_trash(&common).unwrap(), 1);
         assert_eq!(std::fs::read_dir(trash_dir(&common)).unwrap().count(), 0);
         // A trash that is a link elsewhere is not used: the directory is removed in place.
         let elsewhere = dir.path().join("elsewhere");

@@ -8,6 +8,7 @@
 //! machine running the tests.
 
 mod agent_keys;
+mod cleanup;
 mod confinement;
 mod data_loss;
 mod doors;

@@ -16,7 +16,7 @@ pub fn start_process() -> Option<std::process::ExitCode> {
     }
     // The process a run started to empty the trash after it (`state::empty_trash_later`).
     if let Some(common_dir) = std::env::var_os(crate::env_vars::SWARM_EMPTY_TRASH) {
-        crate::state::empty_trash(std::path::Path::new(&common_dir));
+        let _ = crate::state::empty_trash(std::path::Path::new(&common_dir));
         return Some(std::process::ExitCode::SUCCESS);
     }
     // libgit2 re-hashes every object it reads to check it, which git itself does not do

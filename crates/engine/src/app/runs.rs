@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use anyhow::Context as _;
+
 use super::error::{AppError, AppResult, Busy};
 use crate::git::{finish, repo, worktree};
 use crate::ids::{RunId, RunSelector};
@@ -224,8 +226,9 @@ pub fn clean(cwd: &Path, target: CleanTarget) -> AppResult<Cleaned> {
             records += 1;
         }
     }
-    // What runs moved aside for a process of their own to delete, if it has not yet.
-    state::empty_trash(common);
+    // What runs moved aside for a process of their own to delete, if it has not yet; what
+    // cannot be removed is said, not passed over.
+    state::empty_trash(common).context("swarm clean could not remove everything")?;
     if let (0, 0, 0, Some(id)) = (records, worktrees, deleted, &run_id) {
         return Err(AppError::NothingToClean(id.clone()));
     }

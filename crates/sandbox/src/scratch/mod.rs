@@ -147,9 +147,9 @@ pub fn path(prefix: &str) -> io::Result<PathBuf> {
 pub fn close() {
     crate::janitor::drain();
     if let Some(Ok(root)) = ROOT.get() {
-        let _ = std::fs::remove_dir_all(&root.path);
+        let _ = crate::files::remove_no_follow(&root.path);
         if let (Ok(doors), Some(name)) = (doors(), root.path.file_name()) {
-            let _ = std::fs::remove_dir_all(doors.join(name));
+            let _ = crate::files::remove_no_follow(&doors.join(name));
         }
     }
 }
@@ -168,7 +168,7 @@ pub fn sweep(tmp: &Path) -> usize {
         .map(|entry| entry.path())
         .filter(|path| Some(path) != mine)
         .filter(|path| is_stale(path, uid))
-        .filter(|path| std::fs::remove_dir_all(path).is_ok())
+        .filter(|path| crate::files::remove_no_follow(path).is_ok())
         .count();
     sweep_doors(tmp, uid);
     swept
@@ -191,7 +191,7 @@ fn sweep_doors(tmp: &Path, uid: u32) {
         if is_scratch_name(&name.to_string_lossy())
             && std::fs::symlink_metadata(tmp.join(&name)).is_err()
         {
-            let _ = std::fs::remove_dir_all(entry.path());
+            let _ = crate::files::remove_no_follow(&entry.path());
         }
     }
 }

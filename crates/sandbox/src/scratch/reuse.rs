@@ -90,7 +90,7 @@ impl Drop for ScratchDir {
                 return;
             }
         }
-        let _ = std::fs::remove_dir_all(&self.path);
+        let _ = crate::files::remove_no_follow(&self.path);
     }
 }
 
@@ -113,7 +113,7 @@ fn emptied(dir: &ScratchDir) -> io::Result<bool> {
                 // a link as a link.
                 true => {
                     if crate::janitor::retire(&entry.path(), &super::graveyard()?).is_err() {
-                        std::fs::remove_dir_all(entry.path())?;
+                        crate::files::remove_no_follow(&entry.path())?;
                     }
                 }
                 false => std::fs::remove_file(entry.path())?,

@@ -169,7 +169,7 @@ fn clear(
                 // kept whole
             } else if overlay::is_opaque(&entry.path()) {
                 if !retired(&entry.path()) {
-                    std::fs::remove_dir_all(entry.path())?;
+                    swarm_sandbox::files::remove_no_follow(&entry.path())?;
                 }
             } else {
                 clear(&entry.path(), graveyard, rel, tree, ignored)?;
