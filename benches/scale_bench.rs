@@ -7,6 +7,8 @@
 //! cargo bench --bench scale_bench -- codemod [--repo DIR] [--tool CMD] [--jobs 2]
 //! ```
 //!
+//! Each takes `--swarm PATH` to run another build of swarm (an A/B) instead of this one.
+//!
 //! `large`: one-file `sed` tasks on a repository of `--files` files; prints, per worktree
 //! mode and form of the command (`--forms`: `file` runs `sed` once per task on
 //! `"$SWARM_FILE"`, `list` once for several tasks on `$SWARM_FILES`), the wall time, CPU time, swarm's own peak memory and the overhead per task
@@ -60,8 +62,13 @@ fn shape(files: usize, dirs: usize, tasks: usize) -> Shape {
     }
 }
 
+/// The swarm binary run: this build's, or `--swarm PATH` (another build, for an A/B).
+fn swarm_bin() -> String {
+    option_str("--swarm", env!("CARGO_BIN_EXE_swarm"))
+}
+
 fn swarm(repo: &Path, jobs: usize, mode: &str, exec: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_swarm"));
+    let mut cmd = Command::new(swarm_bin());
     cmd.current_dir(repo)
         .args([
             "refactor",
@@ -453,9 +460,16 @@ fn codemod() {
         let repo = root.path().join(format!("per-process-{per_process}"));
         clone(&origin, &repo);
         let base = git(&repo, &["rev-parse", "HEAD"]);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_swarm"));
+        let mut cmd = Command::new(swarm_bin());
         cmd.current_dir(&repo)
-            .args(["refactor", "bench: codemod", "-y", "-j", &jobs.to_string()])
+            .args([
+                "refactor",
+                "bench: codemod",
+                ".",
+                "-y",
+                "-j",
+                &jobs.to_string(),
+            ])
             .args(["--per-process", per_process])
             .args(["--exec", &format!("{tool} $SWARM_FILES")])
             .env("GIT_AUTHOR_NAME", "bench")

@@ -330,7 +330,15 @@ pub(crate) async fn run(args: RefactorArgs) -> AppResult<i32> {
         return Ok(exit::SUCCESS);
     };
     let interactive = super::confirm::interactive();
-    if interactive && !args.yes && !confirm(&ready, ready.file_count, &ready.skipped)? {
+    // Every tracked file is what a person confirms on a terminal, or asks for with `.`; a
+    // script that forgot its pathspecs is stopped.
+    let everything = args.planning.pathspecs.is_empty() && args.planning.grep.is_none();
+    if everything && (!interactive || args.yes) {
+        return Err(AppError::NoPathspec {
+            files: ready.file_count,
+        });
+    }
+    if interactive && !args.yes && !confirm(&ready, everything, &ready.skipped)? {
         eprintln!("swarm: nothing done");
         return Ok(exit::SUCCESS);
     }
@@ -445,14 +453,19 @@ async fn review_then_merge(
     super::resume::run_continuing(continuing, RunMode::MergeOnly, json, events).await
 }
 
-fn confirm(ready: &Ready, files: usize, skipped: &str) -> AppResult<bool> {
+fn confirm(ready: &Ready, everything: bool, skipped: &str) -> AppResult<bool> {
     let plan = &ready.plan;
     let mut err = std::io::stderr().lock();
     writeln!(
         err,
-        "swarm will run {} task(s) over {files} file(s) with {} worker(s) at a time,\n\
+        "swarm will run {} task(s) over {} file(s){} with {} worker(s) at a time,\n\
          running:",
         plan.tasks.len(),
+        ready.file_count,
+        match everything {
+            true => " (no pathspec: every tracked file)",
+            false => "",
+        },
         ready.settings.jobs,
     )?;
     for line in super::confirm::command_lines(&ready.settings) {

@@ -28,10 +28,13 @@ if [ -n "${INPUT_ARGS:-}" ]; then
   args+=("${extra[@]}")
 fi
 args+=(-- "$INPUT_INSTRUCTION")
-# Pathspecs, one per line.
+# Pathspecs, one per line; none is every tracked file (the input's documented default),
+# which swarm wants said with `.`.
+specs=0
 if [ -n "${INPUT_PATHSPECS:-}" ]; then
   while IFS= read -r spec; do
-    [ -n "$spec" ] && args+=("$spec")
+    [ -n "$spec" ] && args+=("$spec") && specs=$((specs + 1))
   done <<< "$INPUT_PATHSPECS"
 fi
+[ "$specs" -gt 0 ] || args+=(.)
 exec "${SWARM_BIN:-swarm}" "${args[@]}"

@@ -226,7 +226,7 @@ fn the_land_script_opens_a_pull_request_per_group() {
     use crate::fake_forge::{FakeForge, Kind};
     let repo = TestRepo::with_files(&[("src/a.txt", "foo\n"), ("docs/b.txt", "foo\n")]);
     repo.bare_remote();
-    let run = repo.swarm(&["refactor", "foo to bar", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "foo to bar", ".", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     let forge = FakeForge::start(Kind::GitHub, "ghs_actiontoken");
     let summary = repo.home.join("summary");

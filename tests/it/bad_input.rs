@@ -52,7 +52,7 @@ fn not_a_repository() {
     );
     let run = Run::from(
         cmd.current_dir(dir.path())
-            .args(["refactor", "x", "--exec", "true"])
+            .args(["refactor", "x", ".", "--exec", "true"])
             .output()
             .unwrap(),
     );
@@ -68,7 +68,7 @@ fn bare_repository() {
     crate::common::hermetic(&mut cmd, &repo.home);
     let run = Run::from(
         cmd.current_dir(&bare)
-            .args(["refactor", "x", "--exec", "true"])
+            .args(["refactor", "x", ".", "--exec", "true"])
             .output()
             .unwrap(),
     );
@@ -80,7 +80,7 @@ fn bare_repository() {
 fn unborn_head() {
     let repo = TestRepo::empty();
     repo.write("a.txt", "foo\n");
-    let run = repo.swarm(&["refactor", "x", "--exec", "true"]);
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", "true"]);
     assert_refused(&run, "the repository has no commits yet", "commit");
     assert!(!repo.swarm_dir().exists());
 }
@@ -91,7 +91,7 @@ fn detached_head_without_into() {
     repo.git(&["checkout", "-q", "--detach"]);
     refuses(
         &repo,
-        &["refactor", "x", "--exec", "true"],
+        &["refactor", "x", ".", "--exec", "true"],
         "HEAD is detached",
         "--into",
     );
@@ -103,7 +103,7 @@ fn uncommitted_changes_to_task_files() {
     repo.write("a.txt", "my precious local edit\n");
     refuses(
         &repo,
-        &["refactor", "x", "--exec", SED_FOO_BAR],
+        &["refactor", "x", ".", "--exec", SED_FOO_BAR],
         "the working tree has uncommitted changes in a.txt",
         "--into <new-branch>",
     );
@@ -112,7 +112,7 @@ fn uncommitted_changes_to_task_files() {
     repo.git(&["add", "a.txt"]);
     refuses(
         &repo,
-        &["refactor", "x", "--exec", SED_FOO_BAR],
+        &["refactor", "x", ".", "--exec", SED_FOO_BAR],
         "the working tree has uncommitted changes in a.txt",
         "stash",
     );
@@ -177,7 +177,15 @@ fn every_kind_of_uncommitted_change_to_a_task_file_is_refused() {
 fn unknown_base() {
     refuses(
         &repo(),
-        &["refactor", "x", "--base", "no-such-rev", "--exec", "true"],
+        &[
+            "refactor",
+            "x",
+            ".",
+            "--base",
+            "no-such-rev",
+            "--exec",
+            "true",
+        ],
         "unknown revision 'no-such-rev' for --base",
         "git log",
     );
@@ -187,7 +195,7 @@ fn unknown_base() {
 fn invalid_regex() {
     refuses(
         &repo(),
-        &["refactor", "x", "--grep", "foo(", "--exec", "true"],
+        &["refactor", "x", ".", "--grep", "foo(", "--exec", "true"],
         "invalid --grep regular expression",
         "escape",
     );
@@ -207,7 +215,7 @@ fn invalid_pathspec() {
 fn zero_jobs() {
     refuses(
         &repo(),
-        &["refactor", "x", "-j", "0", "--exec", "true"],
+        &["refactor", "x", ".", "-j", "0", "--exec", "true"],
         "--jobs must be at least 1",
         "-j 1",
     );
@@ -221,7 +229,7 @@ fn into_a_branch_checked_out_in_another_worktree() {
     repo.git(&["worktree", "add", "-q", wt.to_str().unwrap(), "other"]);
     refuses(
         &repo,
-        &["refactor", "x", "--into", "other", "--exec", "true"],
+        &["refactor", "x", ".", "--into", "other", "--exec", "true"],
         "branch 'other' is checked out in another worktree",
         "run swarm in that worktree",
     );
@@ -231,7 +239,7 @@ fn into_a_branch_checked_out_in_another_worktree() {
 fn no_worker_command() {
     refuses(
         &repo(),
-        &["refactor", "x"],
+        &["refactor", "x", "."],
         "no worker: neither --exec nor --model",
         "--exec",
     );
@@ -244,7 +252,7 @@ fn invalid_settings_file() {
     repo.commit_all("settings");
     refuses(
         &repo,
-        &["refactor", "x", "--exec", "true"],
+        &["refactor", "x", ".", "--exec", "true"],
         "invalid settings in",
         "[run]",
     );
@@ -253,7 +261,15 @@ fn invalid_settings_file() {
 #[test]
 fn bad_flag_values_are_usage_errors() {
     let repo = repo();
-    let run = repo.swarm(&["refactor", "x", "--on-conflict", "maybe", "--exec", "true"]);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        ".",
+        "--on-conflict",
+        "maybe",
+        "--exec",
+        "true",
+    ]);
     run.assert_code(2);
     assert!(run.stderr.contains("retry, skip, fail"), "{}", run.stderr);
 }
@@ -298,7 +314,15 @@ fn repair_without_verify_or_model() {
     let repo = repo();
     refuses(
         &repo,
-        &["refactor", "x", "-y", "--exec", SED_FOO_BAR, "--repair"],
+        &[
+            "refactor",
+            "x",
+            ".",
+            "-y",
+            "--exec",
+            SED_FOO_BAR,
+            "--repair",
+        ],
         "--repair needs --verify",
         "--verify CMD",
     );
@@ -307,6 +331,7 @@ fn repair_without_verify_or_model() {
         &[
             "refactor",
             "x",
+            ".",
             "-y",
             "--exec",
             SED_FOO_BAR,
@@ -322,6 +347,7 @@ fn repair_without_verify_or_model() {
         &[
             "refactor",
             "x",
+            ".",
             "-y",
             "--exec",
             SED_FOO_BAR,
@@ -337,7 +363,15 @@ fn repair_without_verify_or_model() {
 fn review_off_a_terminal() {
     refuses(
         &repo(),
-        &["refactor", "x", "-y", "--exec", SED_FOO_BAR, "--review"],
+        &[
+            "refactor",
+            "x",
+            ".",
+            "-y",
+            "--exec",
+            SED_FOO_BAR,
+            "--review",
+        ],
         "--review asks about each task on a terminal",
         "--dry-run",
     );
@@ -350,6 +384,7 @@ fn a_domain_to_allow_that_is_not_one() {
         &[
             "refactor",
             "x",
+            ".",
             "--allow-domain",
             "http://x.com/",
             "--exec",
@@ -368,6 +403,7 @@ fn per_process_values_and_workers_it_cannot_serve() {
         &[
             "refactor",
             "x",
+            ".",
             "-y",
             "--exec",
             "true",
@@ -380,7 +416,16 @@ fn per_process_values_and_workers_it_cannot_serve() {
     // The built-in worker has no process to share; --repair repairs one task at a time.
     refuses(
         &repo,
-        &["refactor", "x", "-y", "--model", "m", "--per-process", "3"],
+        &[
+            "refactor",
+            "x",
+            ".",
+            "-y",
+            "--model",
+            "m",
+            "--per-process",
+            "3",
+        ],
         "--per-process 3: the built-in worker runs one conversation per task",
         "--per-process 1, or auto",
     );
@@ -389,6 +434,7 @@ fn per_process_values_and_workers_it_cannot_serve() {
         &[
             "refactor",
             "x",
+            ".",
             "-y",
             "--exec",
             "true",
@@ -403,7 +449,15 @@ fn per_process_values_and_workers_it_cannot_serve() {
         "--per-process 2: --repair",
         "--per-process 1, or auto",
     );
-    let run = repo.swarm(&["refactor", "x", "--exec", "true", "--per-process", "many"]);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        ".",
+        "--exec",
+        "true",
+        "--per-process",
+        "many",
+    ]);
     run.assert_code(2);
     assert!(
         run.stderr.contains("neither a number of tasks nor auto"),
@@ -416,7 +470,7 @@ fn per_process_values_and_workers_it_cannot_serve() {
     repo.commit_all("settings");
     refuses(
         &repo,
-        &["refactor", "x", "--exec", "true"],
+        &["refactor", "x", ".", "--exec", "true"],
         "invalid settings in",
         "per_process",
     );
@@ -446,8 +500,105 @@ fn a_wrong_type_in_the_settings_file_names_the_line_and_key() {
     repo.commit_all("settings");
     refuses(
         &repo,
-        &["refactor", "x", "--exec", "true"],
+        &["refactor", "x", ".", "--exec", "true"],
         "swarm.toml: line 3, `jobs = \"eight\"`: invalid type: string \"eight\"",
         "[run]",
+    );
+}
+
+#[test]
+fn runs_that_would_be_half_done_without_a_word_are_refused() {
+    let repo = TestRepo::with_files(&[
+        ("httpx/a.py", "foo\n"),
+        ("httpx/b.py", "foo\n"),
+        ("docs/read me.txt", "foo\n"),
+    ]);
+    let refused = |args: &[&str], says: &[&str]| {
+        let run = repo.swarm(args);
+        run.assert_code(2);
+        for s in says {
+            assert!(run.stderr.contains(s), "{args:?}: {s:?} in {}", run.stderr);
+        }
+        assert!(
+            !repo.swarm_dir().join("runs").exists(),
+            "{args:?} started a run"
+        );
+    };
+    // The instruction forgotten: it names tracked files, and no pathspec was given.
+    refused(
+        &["refactor", "httpx/*.py", "-y", "--exec", SED_FOO_BAR],
+        &[
+            "the instruction 'httpx/*.py' names 2 tracked file(s)",
+            "hint: the instruction comes first, then the pathspecs",
+        ],
+    );
+    // No pathspec at all, off a terminal: every tracked file is asked for with `.`.
+    refused(
+        &["refactor", "rename foo", "--exec", SED_FOO_BAR],
+        &[
+            "no pathspec: the run would work on every tracked file (3 file(s))",
+            "pass `.`",
+        ],
+    );
+    refused(
+        &["refactor", "rename foo", "-y", "--exec", SED_FOO_BAR],
+        &["pass `.`"],
+    );
+    // --batch with a command that names only the first file.
+    refused(
+        &[
+            "refactor",
+            "x",
+            ".",
+            "--batch",
+            "2",
+            "-y",
+            "--exec",
+            SED_FOO_BAR,
+        ],
+        &[
+            "files, but the command names only $SWARM_FILE",
+            "\"$SWARM_FILES\"",
+        ],
+    );
+    // An unquoted list, and a name the shell would split.
+    refused(
+        &[
+            "refactor",
+            "x",
+            ".",
+            "-y",
+            "--exec",
+            "sed -i s/foo/bar/ $SWARM_FILES",
+        ],
+        &[
+            "expands $SWARM_FILES unquoted",
+            "\"docs/read me.txt\"",
+            "xargs -d",
+        ],
+    );
+    // The forms that say what they mean run over every file.
+    let list = r#"printf '%s\n' "$SWARM_FILES" | xargs -d '\n' sed -i s/foo/bar/"#;
+    let run = repo.swarm(&["refactor", "x", ".", "--batch", "2", "-y", "--exec", list]);
+    run.assert_code(0);
+    for file in ["httpx/a.py", "httpx/b.py", "docs/read me.txt"] {
+        assert_eq!(
+            repo.git(&["show", &format!("HEAD:{file}")]),
+            "bar",
+            "{file}"
+        );
+    }
+    // On a terminal, a run with no pathspec says so before it asks.
+    let asked = crate::common::swarm_on_a_terminal(
+        &repo,
+        &["refactor", "rename", "--exec", SED_FOO_BAR],
+        "n\n",
+    );
+    assert!(
+        asked
+            .stdout
+            .contains("3 file(s) (no pathspec: every tracked file)"),
+        "{}",
+        asked.stdout
     );
 }

@@ -17,7 +17,7 @@ fn github_actions_gets_groups_annotations_a_summary_and_outputs() {
             .env("CI", "true")
             .env("GITHUB_STEP_SUMMARY", &summary)
             .env("GITHUB_OUTPUT", &outputs)
-            .args(["refactor", "x", "-y", "--exec", FAIL_ON_B])
+            .args(["refactor", "x", ".", "-y", "--exec", FAIL_ON_B])
             .output()
             .unwrap(),
     );
@@ -98,6 +98,7 @@ fn events_stream_to_a_file_as_json_lines() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "-y",
         "--exec",
         SED_FOO_BAR,
@@ -127,6 +128,7 @@ fn events_to_a_path_that_cannot_be_written_is_bad_input() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "-y",
         "--exec",
         SED_FOO_BAR,
@@ -176,7 +178,7 @@ fn worker_output_cannot_forge_workflow_commands_or_drive_the_terminal() {
         repo.swarm_cmd()
             .env("GITHUB_ACTIONS", "true")
             .env("GITHUB_STEP_SUMMARY", &summary)
-            .args(["refactor", "x", "-y", "--exec", hostile])
+            .args(["refactor", "x", ".", "-y", "--exec", hostile])
             .output()
             .unwrap(),
     );

@@ -57,7 +57,7 @@ fn status_lists_runs_and_shows_tasks() {
 #[test]
 fn report_json_on_stdout_matches_the_schema() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
-    let run = repo.swarm(&["refactor", "x", "--json", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--json", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     for key in [
@@ -191,6 +191,7 @@ fn clean_all_recovers_leftovers_of_a_killed_run() {
         .args([
             "refactor",
             "x",
+            ".",
             "-j",
             "2",
             "--sandbox",
@@ -248,7 +249,7 @@ fn sigint_stops_workers_cleans_up_and_keeps_merged_progress() {
     let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; [ "$SWARM_FILE" = a.txt ] || exec sleep 60"#;
     let child = repo
         .swarm_cmd()
-        .args(["refactor", "x", "-j", "3", "--exec", exec])
+        .args(["refactor", "x", ".", "-j", "3", "--exec", exec])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -326,7 +327,7 @@ fn dry_run_merges_nothing_and_merge_merges_later() {
             .collect::<Vec<_>>()
     };
     let refs_before = refs();
-    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--dry-run", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     // Nothing moved but the task branches; the diffs are shown; those branches wait.
     assert_eq!(refs(), refs_before);
@@ -381,7 +382,7 @@ fn swarm_failing_itself_exits_3() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
     std::fs::write(repo.swarm_dir(), "not a directory\n").unwrap();
     let main = repo.git(&["rev-parse", "main"]);
-    let run = repo.swarm(&["refactor", "x", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", SED_FOO_BAR]);
     run.assert_code(3);
     assert!(run.stderr.contains("error: "), "{}", run.stderr);
     assert_eq!(repo.git(&["rev-parse", "main"]), main);
@@ -473,9 +474,9 @@ fn completions_and_man_page() {
         .unwrap();
     assert_eq!(unknown.status.code(), Some(2));
     // --color reaches --help, and the help lists every exit code.
-    let help = swarm(&["--color", "always", "refactor", "--help"]);
+    let help = swarm(&["--color", "always", "refactor", "--help", "."]);
     assert!(help.contains("\x1b["), "{help}");
-    assert!(!swarm(&["refactor", "--help"]).contains("\x1b["));
+    assert!(!swarm(&["refactor", "--help", "."]).contains("\x1b["));
     assert!(help.contains("3 swarm itself failed"), "{help}");
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_swarm"))
         .args(["completions", "tcsh"])
@@ -488,7 +489,7 @@ fn completions_and_man_page() {
 #[test]
 fn quiet_is_quiet_on_resume_merge_and_run() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
-    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--dry-run", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     let merged = repo.swarm(&["merge", &run.run_id(), "-q"]);
     merged.assert_code(0);
@@ -524,6 +525,7 @@ fn a_missing_exec_program_is_refused_before_the_run() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "-y",
         "--exec",
         "rufff check --fix \"$SWARM_FILE\"",
@@ -545,7 +547,7 @@ fn a_missing_exec_program_is_refused_before_the_run() {
         "cd . && sed -i s/foo/bar/ a.txt",
         "./fix.sh || true",
     ] {
-        let run = repo.swarm(&["refactor", "x", "-y", "--dry-run", "--exec", exec]);
+        let run = repo.swarm(&["refactor", "x", ".", "-y", "--dry-run", "--exec", exec]);
         assert_ne!(run.code, 2, "{exec}: {}", run.stderr);
     }
 }
@@ -631,7 +633,7 @@ fn diff_stat_is_gits() {
 #[test]
 fn a_dry_runs_diff_shows_its_tasks_and_merge_is_offered_only_for_something() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
-    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--dry-run", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     assert!(
         run.stderr.contains("2 finished, not merged"),
@@ -648,7 +650,7 @@ fn a_dry_runs_diff_shows_its_tasks_and_merge_is_offered_only_for_something() {
     assert!(diff.stdout.contains(" a.txt | 2 +-"), "{}", diff.stdout);
     assert!(diff.stdout.contains(" b.txt | 2 +-"), "{}", diff.stdout);
 
-    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", "exit 1"]);
+    let run = repo.swarm(&["refactor", "x", ".", "--dry-run", "--exec", "exit 1"]);
     run.assert_code(1);
     assert!(!run.stderr.contains("swarm merge"), "{}", run.stderr);
     assert!(run.stderr.contains("nothing to merge"), "{}", run.stderr);
@@ -675,7 +677,10 @@ fn with_closed_pipes(repo: &TestRepo, args: &[&str]) -> i32 {
 fn closed_output_pipes_neither_stop_a_run_nor_fail_a_command() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
     let worker = format!("sleep 0.3; echo working; {SED_FOO_BAR}");
-    let code = with_closed_pipes(&repo, &["refactor", "x", "-y", "--json", "--exec", &worker]);
+    let code = with_closed_pipes(
+        &repo,
+        &["refactor", "x", ".", "-y", "--json", "--exec", &worker],
+    );
     assert_eq!(code, 0);
     assert_eq!(repo.read("a.txt"), "bar\n");
     assert_eq!(repo.read("b.txt"), "bar\n");

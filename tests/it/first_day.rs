@@ -224,6 +224,7 @@ fn codemods_that_exit_1_on_success_are_named_and_can_be_let_through() {
     let run = repo.swarm(&[
         "refactor",
         "up",
+        ".",
         "-y",
         "--ok-exit-codes",
         "0,256",

@@ -69,6 +69,7 @@ fn the_cost_budget_counts_what_the_api_answered_not_what_the_agent_says() {
     let args = [
         "refactor",
         "x",
+        ".",
         "--agent",
         "priced",
         "-j",
@@ -154,6 +155,7 @@ fn a_request_the_budget_cannot_cover_stops_its_agent_and_finished_work_is_kept()
     let args = [
         "refactor",
         "x",
+        ".",
         "--agent",
         "priced",
         "-j",
@@ -267,6 +269,7 @@ fn budgets_need_spend_that_can_be_metered_and_priced() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "--agent",
         "priced",
         "--max-cost",
@@ -294,6 +297,7 @@ fn budgets_need_spend_that_can_be_metered_and_priced() {
         &[
             "refactor",
             "x",
+            ".",
             "--agent",
             "priced",
             "--max-cost",
@@ -315,7 +319,7 @@ fn rate_limits_are_waited_out_by_the_gateway_for_every_agent() {
     let run = with_api(
         &repo,
         &fake,
-        &["refactor", "x", "--agent", "priced", "-j", "4", "-y"],
+        &["refactor", "x", ".", "--agent", "priced", "-j", "4", "-y"],
     );
     run.assert_code(0);
     let report = repo.report(&run);
@@ -349,7 +353,7 @@ fn agents_reach_a_model_server_on_the_hosts_loopback_under_the_default_sandbox()
                 "ANTHROPIC_BASE_URL",
                 format!("http://localhost:{}", fake.port),
             )
-            .args(["refactor", "x", "--agent", "priced", "-y"])
+            .args(["refactor", "x", ".", "--agent", "priced", "-y"])
             .output()
             .unwrap(),
     );

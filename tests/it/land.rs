@@ -57,7 +57,7 @@ fn refactored() -> Landed {
     files.push(("untouched.txt".into(), "nothing here\n".into()));
     let repo = TestRepo::with_files(&files);
     let remote = repo.bare_remote();
-    let run = repo.swarm(&["refactor", "rename foo to bar", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "rename foo to bar", ".", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     let report = repo.report(&run);
     Landed {
@@ -556,7 +556,7 @@ fn bad_land_input_is_refused_with_exit_2_and_changes_nothing() {
 
     // No CODEOWNERS: the hint names the other ways to split.
     let plain = TestRepo::with_files(&[("a.txt", "foo\n")]);
-    let run = plain.swarm(&["refactor", "x", "--exec", SED_FOO_BAR]);
+    let run = plain.swarm(&["refactor", "x", ".", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     let land = plain.swarm(&["land", &run.run_id()]);
     land.assert_code(2);

@@ -526,7 +526,7 @@ fn no_model_or_no_key_is_refused() {
     let repo = foo_repo(1);
     let run = Run::from(
         repo.swarm_cmd()
-            .args(["refactor", "x", "--model", "gpt-4.1-mini"])
+            .args(["refactor", "x", ".", "--model", "gpt-4.1-mini"])
             .output()
             .unwrap(),
     );
@@ -548,7 +548,15 @@ fn no_model_or_no_key_is_refused() {
     let fake = FakeModel::start(move |req, _| Reply::Json(agent(req)));
     let run = Run::from(
         repo.swarm_cmd()
-            .args(["refactor", "x", "--model", "local", "--base-url", &fake.url])
+            .args([
+                "refactor",
+                "x",
+                ".",
+                "--model",
+                "local",
+                "--base-url",
+                &fake.url,
+            ])
             .output()
             .unwrap(),
     );

@@ -196,7 +196,7 @@ fn merging_overlaps_the_workers_still_running() {
         ("slow.txt", "foo\n"),
     ]);
     let exec = r#"[ "$SWARM_FILE" = slow.txt ] && sleep 2; sed -i s/foo/bar/ "$SWARM_FILE""#;
-    let run = repo.swarm(&["refactor", "x", "-j", "3", "--exec", exec]);
+    let run = repo.swarm(&["refactor", "x", ".", "-j", "3", "--exec", exec]);
     run.assert_code(0);
     let kinds: Vec<(String, String)> = repo
         .events(&run)

@@ -119,7 +119,7 @@ fn spaced_and_non_utf8_names_are_handled() {
     let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
     std::fs::write(repo.path.join(latin1), "foo\n").unwrap();
     repo.commit_all("names");
-    let run = repo.swarm(&["refactor", "x", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     assert_eq!(repo.read("with space/a b.txt"), "bar\n");
     assert_eq!(std::fs::read(repo.path.join(latin1)).unwrap(), b"bar\n");
@@ -146,7 +146,7 @@ fn batch_groups_files_into_tasks() {
     let repo = TestRepo::with_files(&files);
     let base = repo.git(&["rev-parse", "HEAD"]);
     let exec = r#"for f in $SWARM_FILES; do sed -i s/foo/bar/ "$f"; done"#;
-    let run = repo.swarm(&["refactor", "x", "--batch", "2", "--exec", exec]);
+    let run = repo.swarm(&["refactor", "x", ".", "--batch", "2", "--exec", exec]);
     run.assert_code(0);
     let merges = repo.lines(&[
         "rev-list",
@@ -218,8 +218,8 @@ fn pathspecs_are_relative_to_the_current_directory() {
 #[test]
 fn task_ids_are_deterministic() {
     let repo = TestRepo::with_files(&[("a.txt", "x\n"), ("b.txt", "y\n")]);
-    let one = repo.swarm(&["refactor", "x", "--exec", "true"]);
-    let two = repo.swarm(&["refactor", "x", "--exec", "true"]);
+    let one = repo.swarm(&["refactor", "x", ".", "--exec", "true"]);
+    let two = repo.swarm(&["refactor", "x", ".", "--exec", "true"]);
     let ids = |run: &crate::common::Run| -> Vec<String> {
         repo.report(run)["tasks"]
             .as_array()

@@ -22,7 +22,7 @@ fn worker(tag: &str) -> String {
 
 fn start(repo: &TestRepo, tag: &str) -> Child {
     repo.swarm_cmd()
-        .args(["refactor", "x", "-j", "4", "--exec", &worker(tag)])
+        .args(["refactor", "x", ".", "-j", "4", "--exec", &worker(tag)])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -293,7 +293,7 @@ fn resume_failed_continues_from_the_target_the_run_moved() {
         r#"test -e '{}' && test "$SWARM_FILE" = b.txt && exit 1; sed -i s/foo/bar/ "$SWARM_FILE""#,
         marker.display()
     );
-    let first = repo.swarm(&["refactor", "x", "--exec", &exec]);
+    let first = repo.swarm(&["refactor", "x", ".", "--exec", &exec]);
     first.assert_code(1);
     let id = first.run_id();
     let partial = repo.git(&["rev-parse", "main"]);
@@ -409,7 +409,7 @@ fn a_checkout_update_cut_off_by_kill_9_is_undone_by_clean() {
 #[test]
 fn a_run_killed_before_its_first_report_says_what_to_do() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
-    let run = repo.swarm(&["refactor", "x", "--dry-run", "--exec", "true"]);
+    let run = repo.swarm(&["refactor", "x", ".", "--dry-run", "--exec", "true"]);
     run.assert_code(0);
     let id = run.run_id();
     std::fs::remove_file(repo.swarm_dir().join("runs").join(&id).join("report.json")).unwrap();

@@ -91,7 +91,7 @@ fn merged_tree_equals_the_edit_applied_to_every_file() {
 fn tasks_without_changes_get_no_merge() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "nothing\n")]);
     let base = repo.git(&["rev-parse", "HEAD"]);
-    let run = repo.swarm(&["refactor", "x", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     assert_eq!(
         repo.lines(&["rev-list", "--merges", &format!("{base}..main")])
@@ -113,7 +113,7 @@ fn tasks_without_changes_get_no_merge() {
 fn nothing_to_change_leaves_the_branch_alone() {
     let repo = TestRepo::with_files(&[("a.txt", "x\n")]);
     let head = repo.git(&["rev-parse", "HEAD"]);
-    repo.swarm(&["refactor", "x", "--exec", "true"])
+    repo.swarm(&["refactor", "x", ".", "--exec", "true"])
         .assert_code(0);
     assert_eq!(repo.git(&["rev-parse", "HEAD"]), head);
     repo.assert_clean_after_run();
@@ -125,7 +125,15 @@ fn into_a_new_branch_leaves_the_current_one_and_local_changes_alone() {
     let head = repo.git(&["rev-parse", "HEAD"]);
     // A dirty tree is fine when the result goes elsewhere.
     repo.write("a.txt", "local edit\n");
-    let run = repo.swarm(&["refactor", "x", "--into", "feature", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        ".",
+        "--into",
+        "feature",
+        "--exec",
+        SED_FOO_BAR,
+    ]);
     run.assert_code(0);
     assert_eq!(repo.git(&["rev-parse", "main"]), head);
     assert_eq!(repo.read("a.txt"), "local edit\n");
@@ -160,7 +168,7 @@ fn base_older_than_the_target() {
     let base = repo.git(&["rev-parse", "HEAD"]);
     repo.write("c.txt", "later\n");
     let later = repo.commit_all("later");
-    repo.swarm(&["refactor", "x", "--base", &base, "--exec", SED_FOO_BAR])
+    repo.swarm(&["refactor", "x", ".", "--base", &base, "--exec", SED_FOO_BAR])
         .assert_code(0);
     // The first merge's first parent is the target's tip, not the base.
     let merges = repo.lines(&[
@@ -177,7 +185,16 @@ fn base_older_than_the_target() {
 #[test]
 fn keep_leaves_worktrees_and_branches_until_clean() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
-    let run = repo.swarm(&["refactor", "x", "-j", "2", "--keep", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        ".",
+        "-j",
+        "2",
+        "--keep",
+        "--exec",
+        SED_FOO_BAR,
+    ]);
     run.assert_code(0);
     assert_eq!(repo.worktrees().len(), 3);
     assert_eq!(repo.swarm_branches().len(), 2);

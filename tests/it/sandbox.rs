@@ -57,7 +57,15 @@ fn leftovers(repo: &TestRepo) -> Vec<String> {
 fn confined_workers_write_only_their_worktree_and_have_no_network() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
     let (port, accepted) = listener();
-    let run = repo.swarm(&["refactor", "x", "-j", "2", "--exec", &attempts(&repo, port)]);
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        ".",
+        "-j",
+        "2",
+        "--exec",
+        &attempts(&repo, port),
+    ]);
     // The printed lines make the workers' output non-empty; each wrote only its own file.
     run.assert_code(0);
     let out = outputs(&repo, &run);
@@ -90,6 +98,7 @@ fn the_same_attempts_succeed_without_the_sandbox() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "-j",
         "2",
         "--sandbox",
@@ -114,6 +123,7 @@ fn network_can_be_allowed() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "--network",
         "--exec",
         &attempts(&repo, port),
@@ -135,6 +145,7 @@ fn verify_commands_are_confined_too() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "--verify",
         &verify,
         "--exec",
@@ -170,7 +181,7 @@ else
 fi"#,
         home = home.display()
     );
-    let run = repo.swarm(&["refactor", "x", "--exec", &worker]);
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", &worker]);
     run.assert_code(1);
     let report = repo.report(&run);
     let a = crate::common::task_of(&report, "a.txt");

@@ -41,7 +41,7 @@ fn mixed_run(repo: &TestRepo, extra: &[&str]) -> crate::common::Run {
   c.txt) ;;
   *) sed -i s/foo/bar/ "$SWARM_FILE" ;;
 esac"#;
-    let mut args = vec!["refactor", "x"];
+    let mut args = vec!["refactor", "x", "."];
     args.extend_from_slice(&ONE_BY_ONE);
     args.extend_from_slice(&["--exec", exec]);
     args.extend_from_slice(extra);
@@ -101,6 +101,7 @@ fn an_error_and_its_hint() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "-y",
         "--ok-exit-codes",
         "0,256",
@@ -137,7 +138,7 @@ fn the_plain_log_of_retries_and_a_split() {
   if [ "$f" = b.txt ]; then echo "$f: cannot parse" >&2; exit 2; fi
   sed -i s/foo/bar/ "$f"
 done"#;
-    let mut args = vec!["refactor", "x", "--per-process", "3"];
+    let mut args = vec!["refactor", "x", ".", "--per-process", "3"];
     args.extend_from_slice(&ONE_BY_ONE);
     args.extend_from_slice(&["--exec", exec]);
     let run = repo.swarm(&args);
@@ -182,7 +183,7 @@ fn the_github_step_summary() {
     let exec = r#"if [ "$SWARM_FILE" = b.txt ]; then echo "b broke" >&2; exit 3; fi
 sed -i s/foo/bar/ "$SWARM_FILE""#;
     let run = crate::common::Run::from(
-        cmd.args(["refactor", "x", "-j", "1", "-y", "--exec", exec])
+        cmd.args(["refactor", "x", ".", "-j", "1", "-y", "--exec", exec])
             .output()
             .unwrap(),
     );
@@ -202,7 +203,7 @@ fn the_main_errors_and_their_hints() {
     };
     show(
         "refactor x (no worker)",
-        repo.swarm(&["refactor", "x", "-y"]),
+        repo.swarm(&["refactor", "x", ".", "-y"]),
         2,
     );
     show(
@@ -210,6 +211,7 @@ fn the_main_errors_and_their_hints() {
         repo.swarm(&[
             "refactor",
             "x",
+            ".",
             "-y",
             "--exec",
             "no-such-codemod \"$SWARM_FILE\"",
@@ -224,7 +226,7 @@ fn the_main_errors_and_their_hints() {
     );
     show(
         "refactor x -j 0",
-        repo.swarm(&["refactor", "x", "-j", "0", "--exec", "true"]),
+        repo.swarm(&["refactor", "x", ".", "-j", "0", "--exec", "true"]),
         2,
     );
     let mut cmd = repo.swarm_cmd();
@@ -232,7 +234,7 @@ fn the_main_errors_and_their_hints() {
     show(
         "refactor x (not a repository)",
         crate::common::Run::from(
-            cmd.args(["refactor", "x", "--exec", "true"])
+            cmd.args(["refactor", "x", ".", "--exec", "true"])
                 .output()
                 .unwrap(),
         ),
@@ -241,7 +243,7 @@ fn the_main_errors_and_their_hints() {
     repo.write("a.txt", "edited by hand\n");
     show(
         "refactor x (uncommitted change)",
-        repo.swarm(&["refactor", "x", "-y", "--exec", SED_FOO_BAR]),
+        repo.swarm(&["refactor", "x", ".", "-y", "--exec", SED_FOO_BAR]),
         2,
     );
     assert_text!("errors", said);
@@ -254,7 +256,7 @@ fn the_help() {
     let help = repo.swarm(&["--help"]);
     help.assert_code(0);
     assert_text!("help", help.stdout);
-    let help = repo.swarm(&["refactor", "--help"]);
+    let help = repo.swarm(&["refactor", "--help", "."]);
     help.assert_code(0);
     assert_text!("help_refactor", help.stdout);
 }

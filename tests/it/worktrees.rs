@@ -241,7 +241,7 @@ fn a_view_is_clean_for_git_at_once() {
 #[test]
 fn worktrees_are_moved_aside_at_the_end_and_deleted_after() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
-    repo.swarm(&["refactor", "x", "--exec", SED_FOO_BAR])
+    repo.swarm(&["refactor", "x", ".", "--exec", SED_FOO_BAR])
         .assert_code(0);
     repo.assert_clean_after_run();
     let trash = repo.swarm_dir().join("trash");
@@ -316,6 +316,7 @@ fn each_worker_s_git_is_on_its_own_task_branch() {
         let run = repo.swarm(&[
             "refactor",
             "say head",
+            ".",
             "-j",
             "1",
             "--worktrees",

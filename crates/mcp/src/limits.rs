@@ -137,6 +137,11 @@ impl Limits {
         }
         let mut positional = vec![work.instruction.clone()];
         positional.extend(work.pathspecs.iter().cloned());
+        // No pathspec is every tracked file (the tool's documented default), which swarm
+        // wants said with `.`.
+        if work.pathspecs.is_empty() {
+            positional.push(".".into());
+        }
         Ok((flags, positional))
     }
 }
@@ -196,7 +201,7 @@ mod tests {
         let (flags, positional) = limits.command_line(&work(&|_| {}), || Ok(16)).unwrap();
         assert!(flags.contains(&"--max-cost=2".to_string()), "{flags:?}");
         assert!(flags.contains(&"--jobs=4".to_string()), "{flags:?}");
-        assert_eq!(positional, ["x"]);
+        assert_eq!(positional, ["x", "."]);
         let (flags, _) = limits.command_line(&work(&|_| {}), || Ok(2)).unwrap();
         assert!(flags.contains(&"--jobs=2".to_string()), "{flags:?}");
         let asked = work(&|w| w.jobs = Some(3));

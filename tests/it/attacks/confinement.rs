@@ -62,7 +62,7 @@ fi
 sleep 0.2; {SED_FOO_BAR}"#,
         beat = beat.display()
     );
-    let run = repo.swarm(&["refactor", "x", "-j", "1", "--exec", &exec]);
+    let run = repo.swarm(&["refactor", "x", ".", "-j", "1", "--exec", &exec]);
     run.assert_code(0);
     for f in ["a.txt", "b.txt", "c.txt"] {
         assert_eq!(repo.read(f), "bar\n", "{f}");
@@ -88,7 +88,7 @@ fn spawn_swarm(repo: &TestRepo, exec: &str) -> Swarm {
     let stderr = std::fs::File::create(repo.root().join("stderr.txt")).unwrap();
     Swarm(
         repo.swarm_cmd()
-            .args(["refactor", "x", "-j", "2", "--exec", exec])
+            .args(["refactor", "x", ".", "-j", "2", "--exec", exec])
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -158,7 +158,7 @@ ls /proc | grep -qx "$(cat {pid})" && echo VISIBLE
     );
     let child = repo
         .swarm_cmd()
-        .args(["refactor", "x", "-j", "1", "--exec", &exec])
+        .args(["refactor", "x", ".", "-j", "1", "--exec", &exec])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -219,7 +219,7 @@ fn workers_get_no_secret_variables_and_secrets_are_redacted() {
         "DB_PASSWORD",
         "PLAIN_SETTING",
     ]);
-    let run = with_secrets(&repo, &["refactor", "x", "--exec", &exec]);
+    let run = with_secrets(&repo, &["refactor", "x", ".", "--exec", &exec]);
     run.assert_code(0);
     let tail = repo.report(&run)["tasks"][0]["output_tail"]
         .as_str()
@@ -235,7 +235,7 @@ fn workers_get_no_secret_variables_and_secrets_are_redacted() {
     repo.write("a.txt", "foo\n");
     repo.commit_all("again");
     let echo = "echo \"token: $GITHUB_TOKEN\"; echo \"$GITHUB_TOKEN\" >&2; sed -i s/foo/bar/ \"$SWARM_FILE\"";
-    let run = with_secrets(&repo, &["refactor", "x", "--json", "--exec", echo]);
+    let run = with_secrets(&repo, &["refactor", "x", ".", "--json", "--exec", echo]);
     run.assert_code(0);
     let tail = repo.report(&run)["tasks"][0]["output_tail"]
         .as_str()
@@ -280,7 +280,7 @@ fn credential_stores_are_hidden_from_workers() {
         .map(|s| format!("cat \"$HOME/{s}\" 2>/dev/null; ls \"$HOME/.ssh\" 2>/dev/null;"))
         .collect::<String>()
         + SED_FOO_BAR;
-    let run = repo.swarm(&["refactor", "x", "--exec", &cat_all]);
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", &cat_all]);
     run.assert_code(0);
     let tail = repo.report(&run)["tasks"][0]["output_tail"]
         .as_str()
@@ -338,7 +338,7 @@ fn the_repositorys_swarm_toml_cannot_weaken_the_sandbox() {
     let planter = format!(
         "if [ \"$SWARM_FILE\" = a.txt ]; then printf '%s' '{plant}' > swarm.toml; fi; {SED_FOO_BAR}"
     );
-    repo.swarm(&["refactor", "x", "--scope", "any", "--exec", &planter])
+    repo.swarm(&["refactor", "x", ".", "--scope", "any", "--exec", &planter])
         .assert_code(0);
     assert!(repo.read("swarm.toml").contains("mode = \"off\""));
     repo.write("a.txt", "foo\n");
@@ -474,7 +474,7 @@ fn a_secret_a_worker_writes_into_a_file_is_not_committed() {
     let exec = format!(
         "if [ \"$SWARM_FILE\" = a.txt ]; then echo \"token=$GITHUB_TOKEN\" >> a.txt; fi; {SED_FOO_BAR}"
     );
-    let run = with_secrets(&repo, &["refactor", "x", "--exec", &exec]);
+    let run = with_secrets(&repo, &["refactor", "x", ".", "--exec", &exec]);
     run.assert_code(1);
     let report = repo.report(&run);
     let a = crate::common::task_of(&report, "a.txt");
@@ -522,6 +522,7 @@ esac; {SED_FOO_BAR}"#
         &[
             "refactor",
             "x",
+            ".",
             "--scope",
             "any",
             "--sandbox",

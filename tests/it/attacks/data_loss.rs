@@ -6,7 +6,7 @@ use crate::common::{SED_FOO_BAR, TestRepo};
 
 fn repo_with_a_run() -> (TestRepo, String) {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
-    let run = repo.swarm(&["refactor", "x", "--keep", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--keep", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     (repo, run.run_id())
 }
@@ -221,7 +221,7 @@ fn resume_refuses_a_report_that_does_not_list_the_plans_tasks() {
         "test -e '{}' && test \"$SWARM_FILE\" = b.txt && exit 1; {SED_FOO_BAR}",
         marker.display()
     );
-    let run = repo.swarm(&["refactor", "x", "--exec", &worker]);
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", &worker]);
     run.assert_code(1);
     let id = run.run_id();
     let path = repo.swarm_dir().join("runs").join(&id).join("report.json");

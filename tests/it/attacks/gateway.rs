@@ -43,7 +43,7 @@ fn run_probe(repo: &TestRepo, env: &[(&str, String)], args: &[&str]) -> Run {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.args(["refactor", "x", "--agent", "probe", "-y"])
+    cmd.args(["refactor", "x", ".", "--agent", "probe", "-y"])
         .args(args);
     Run::from(cmd.output().unwrap())
 }
@@ -358,6 +358,7 @@ fn an_endpoint_with_a_user_name_or_password_is_never_sent_a_key() {
             .args([
                 "refactor",
                 "x",
+                ".",
                 "--model",
                 "m",
                 "--base-url",

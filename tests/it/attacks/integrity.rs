@@ -30,7 +30,7 @@ fn a_held_index_lock_leaves_everything_as_it_was() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
     std::fs::write(repo.path.join(".git/index.lock"), "").unwrap();
     let before = checkout_state(&repo);
-    let run = repo.swarm(&["refactor", "x", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", SED_FOO_BAR]);
     run.assert_code(1);
     assert_unchanged(&repo, &before);
     let report = repo.report(&run);
@@ -63,7 +63,7 @@ fn a_failure_half_way_through_the_update_is_undone() {
     let before = checkout_state(&repo);
     let exec =
         format!("{SED_FOO_BAR}; if [ \"$SWARM_FILE\" = b.txt ]; then echo new > new.txt; fi");
-    let run = repo.swarm(&["refactor", "x", "--scope", "any", "--exec", &exec]);
+    let run = repo.swarm(&["refactor", "x", ".", "--scope", "any", "--exec", &exec]);
     run.assert_code(1);
     assert!(run.stderr.contains("new.txt"), "{}", run.stderr);
     assert_unchanged(&repo, &before);
@@ -80,7 +80,7 @@ fn a_full_disk_while_writing_the_result_leaves_everything_as_it_was() {
         "{SED_FOO_BAR}; if [ \"$SWARM_FILE\" = a.txt ]; then head -c 524288 /dev/zero | tr '\\\\0' y >> a.txt; fi"
     );
     let script = format!(
-        "mount -t tmpfs -o size=96k tmpfs .git/swarm/runs && exec {} refactor x --json --exec '{}'",
+        "mount -t tmpfs -o size=96k tmpfs .git/swarm/runs && exec {} refactor x . --json --exec '{}'",
         env!("CARGO_BIN_EXE_swarm"),
         exec.replace('\'', "'\\''")
     );
@@ -117,6 +117,7 @@ fn the_hint_merges_when_the_target_moved_during_the_run() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "-j",
         "1",
         "--sandbox",
@@ -138,7 +139,7 @@ fn a_sparse_checkout_is_updated_as_git_would() {
     let repo = TestRepo::with_files(&[("src/a.txt", "foo\n"), ("other/o.txt", "foo\n")]);
     repo.git(&["sparse-checkout", "set", "src"]);
     assert!(!repo.path.join("other").exists());
-    let run = repo.swarm(&["refactor", "x", "--exec", SED_FOO_BAR]);
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", SED_FOO_BAR]);
     run.assert_code(0);
     assert_eq!(repo.read("src/a.txt"), "bar\n");
     assert!(
@@ -262,6 +263,7 @@ fn a_task_file_edited_during_the_run_to_the_same_size_and_time_is_kept() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "-j",
         "1",
         "--sandbox",

@@ -74,6 +74,7 @@ fn a_reused_jail_keeps_nothing_of_the_task_before() {
         let (run, hosts) = run_watching_hosts(repo.swarm_cmd().args([
             "refactor",
             "x",
+            ".",
             "-j",
             "1",
             "--worktrees",
@@ -133,7 +134,7 @@ fn without_jail_hosts_each_task_has_a_jail_of_its_own() {
     let out = repo.writable_dir();
     let (run, hosts) = run_watching_hosts(
         repo.swarm_cmd()
-            .args(["refactor", "x", "-j", "1", "--exec", &exec(&out)])
+            .args(["refactor", "x", ".", "-j", "1", "--exec", &exec(&out)])
             .env("SWARM_NO_JAIL_HOSTS", "1"),
     );
     run.assert_code(0);
@@ -168,6 +169,7 @@ fn a_reused_tmpdir_and_git_view_keep_nothing_of_the_task_before() {
     let run = repo.swarm(&[
         "refactor",
         "x",
+        ".",
         "-j",
         "1",
         "--worktrees",

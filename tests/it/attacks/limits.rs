@@ -18,6 +18,7 @@ fn endless_answers_are_cut_off_with_a_clear_error() {
         cmd.args([
             "refactor",
             "x",
+            ".",
             "--model",
             "m",
             "--base-url",

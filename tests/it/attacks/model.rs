@@ -54,7 +54,7 @@ fn the_allow_list_cannot_be_bypassed_through_the_shell() {
         "grep -c foo a.py".to_string(),
     ];
     let fake = FakeModel::start(runner(attacks.clone()));
-    llm_run(&repo, Some(&fake.url), &[]).assert_code(0);
+    llm_run(&repo, Some(&fake.url), &["."]).assert_code(0);
     let results = fake.requests()[1].tool_results();
     assert_eq!(results.len(), attacks.len());
     for (attack, result) in attacks.iter().zip(&results).take(attacks.len() - 1) {
@@ -179,7 +179,7 @@ fn a_server_echoing_the_key_does_not_make_swarm_print_it() {
     let fake = FakeModel::start(|_, _| {
         Reply::Status(401, vec![], format!("{{\"error\": \"invalid key {KEY}\"}}"))
     });
-    let run = llm_run(&repo, Some(&fake.url), &["--json"]);
+    let run = llm_run(&repo, Some(&fake.url), &[".", "--json"]);
     run.assert_code(1);
     assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
     assert!(

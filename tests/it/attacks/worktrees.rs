@@ -14,7 +14,7 @@ fn a_link_in_place_of_a_workers_own_file_is_not_written_through() {
         r#"if [ "$SWARM_FILE" = a.txt ]; then rm a.txt; ln -s {} a.txt; else {SED_FOO_BAR}; fi"#,
         victim.display()
     );
-    let run = repo.swarm(&["refactor", "x", "-j", "1", "--exec", &exec]);
+    let run = repo.swarm(&["refactor", "x", ".", "-j", "1", "--exec", &exec]);
     run.assert_code(0);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     let report = repo.report(&run);
@@ -71,6 +71,7 @@ fn a_log_link_planted_in_the_task_directory_is_not_followed() {
         let run = repo.swarm(&[
             "refactor",
             "x",
+            ".",
             "--sandbox",
             sandbox,
             "--verify",
@@ -103,7 +104,7 @@ fn a_result_file_that_is_a_fifo_or_a_link_is_ignored() {
         r#"if [ "$SWARM_FILE" = a.txt ]; then mkfifo "$SWARM_RESULT_FILE"; else ln -s {} "$SWARM_RESULT_FILE"; fi; {SED_FOO_BAR}"#,
         secret.display()
     );
-    let run = repo.swarm(&["refactor", "x", "--timeout", "30", "--exec", &exec]);
+    let run = repo.swarm(&["refactor", "x", ".", "--timeout", "30", "--exec", &exec]);
     run.assert_code(0);
     assert_eq!(repo.read("a.txt"), "bar\n");
     assert_eq!(repo.read("b.txt"), "bar\n");
@@ -198,38 +199,41 @@ esac"#
 
 #[test]
 fn a_worker_that_moves_head_and_creates_a_branch_is_named_and_keeps_its_work() {
-    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")]);
-    // Task b (in the middle, -j 1) branches off and commits there.
-    let exec = format!(
-        r#"if [ "$SWARM_FILE" = b.txt ]; then git checkout -q -b evil && echo evil >> b.txt && git commit -qam evil; else {SED_FOO_BAR}; fi"#
-    );
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        "-j",
-        "1",
-        "--sandbox",
-        "off",
-        "--exec",
-        &exec,
-    ]);
-    run.assert_code(1);
-    let report = repo.report(&run);
-    let b = task_of(&report, "b.txt");
-    assert_eq!(b["status"], "failed");
-    assert!(b["error"].as_str().unwrap().contains("moved HEAD"), "{b}");
-    // Its work is on its branch, kept like any failed task's.
-    assert_eq!(b["branch_kept"], true);
-    let branch = b["branch"].as_str().unwrap();
-    assert_eq!(repo.git(&["show", &format!("{branch}:b.txt")]), "foo\nevil");
-    // The warning about the branch is on task b, and only there.
-    let events = repo.events(&run);
-    let warnings: Vec<&serde_json::Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "warning" && e["message"].as_str().unwrap().contains("evil"))
-        .collect();
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert_eq!(warnings[0]["task"], b["id"]);
-    assert_eq!(repo.read("a.txt"), "bar\n");
-    assert_eq!(repo.read("c.txt"), "bar\n");
+    // Under the default sandbox (its git a copy-on-write view) and without it, the same.
+    for sandbox in [&[][..], &["--sandbox", "off"][..]] {
+        let repo =
+            TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")]);
+        // Task b (in the middle, -j 1) branches off and commits there.
+        let exec = format!(
+            r#"if [ "$SWARM_FILE" = b.txt ]; then git checkout -q -b evil && echo evil >> b.txt && git commit -qam evil; else {SED_FOO_BAR}; fi"#
+        );
+        let mut args = vec!["refactor", "x", ".", "-j", "1", "--exec", &exec];
+        args.extend(sandbox);
+        let run = repo.swarm(&args);
+        run.assert_code(1);
+        let report = repo.report(&run);
+        let b = task_of(&report, "b.txt");
+        assert_eq!(b["status"], "failed", "{sandbox:?}");
+        assert!(b["error"].as_str().unwrap().contains("moved HEAD"), "{b}");
+        // Its work is on its branch, kept like any failed task's, and `swarm diff` shows it.
+        assert_eq!(b["branch_kept"], true, "{sandbox:?}: {b}");
+        let branch = b["branch"].as_str().unwrap();
+        assert_eq!(repo.git(&["show", &format!("{branch}:b.txt")]), "foo\nevil");
+        let diff = repo.swarm(&["diff", &run.run_id(), b["id"].as_str().unwrap()]);
+        assert!(
+            diff.stdout.contains("+evil"),
+            "{sandbox:?}: {}",
+            diff.stdout
+        );
+        // The warning about the branch is on task b, and only there.
+        let events = repo.events(&run);
+        let warnings: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["kind"] == "warning" && e["message"].as_str().unwrap().contains("evil"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{sandbox:?}: {warnings:?}");
+        assert_eq!(warnings[0]["task"], b["id"]);
+        assert_eq!(repo.read("a.txt"), "bar\n");
+        assert_eq!(repo.read("c.txt"), "bar\n");
+    }
 }

@@ -194,6 +194,42 @@ pub(crate) async fn sandbox(policy: &SandboxPolicy) -> AppResult<()> {
     sandbox::probe(policy).await.map_err(AppError::Sandbox)
 }
 
+/// The files of each task reach the worker's command as they are: a command that names only
+/// `$SWARM_FILE` (the task's first file) gets no task of several files, and one that expands
+/// a file variable outside double quotes gets no file name the shell would split or glob.
+pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> AppResult<()> {
+    use crate::worker::file_vars::{file_vars, splits_unquoted};
+    let command = match (&settings.agent, &settings.exec) {
+        (Some(agent), _) => agent.exec.as_str(),
+        (None, Some(exec)) => exec.as_str(),
+        // The built-in worker reads its files itself.
+        (None, None) => return Ok(()),
+    };
+    let vars = file_vars(command);
+    if vars.file.named
+        && !vars.files.named
+        && let Some(task) = tasks.iter().find(|t| t.files.len() > 1)
+    {
+        return Err(AppError::FirstFileOnly {
+            task: task.id.to_string(),
+            files: task.files.len(),
+        });
+    }
+    for (used, var) in [(vars.file, "SWARM_FILE"), (vars.files, "SWARM_FILES")] {
+        let splits = tasks
+            .iter()
+            .flat_map(|t| &t.files)
+            .find(|f| splits_unquoted(f.as_bytes()));
+        if let (true, Some(file)) = (used.unquoted, splits) {
+            return Err(AppError::UnquotedFileVar {
+                var,
+                file: file.display(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The checked-out target can take the result at the end: no merge (or rebase…) in
 /// progress, and no uncommitted changes in the files the run may change (any file with
 /// `--scope any`).

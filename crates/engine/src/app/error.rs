@@ -45,6 +45,29 @@ pub enum AppError {
     /// The program an `--exec` command starts with is not on PATH.
     #[error("`{0}`, the program --exec starts with, is not found on PATH")]
     ExecNotFound(String),
+    /// A task of several files (`--batch`, `--split llm`) for a command that names only
+    /// `$SWARM_FILE`, which holds the first.
+    #[error(
+        "task {task} has {files} files, but the command names only $SWARM_FILE, which holds \
+         the first: the others would be reported `no change`"
+    )]
+    FirstFileOnly { task: String, files: usize },
+    /// A command that expands a file variable unquoted, for a file name the shell would split
+    /// or glob.
+    #[error(
+        "the command expands ${var} unquoted, and {file:?} holds a blank or a glob character: \
+         the shell would split or expand it"
+    )]
+    UnquotedFileVar { var: &'static str, file: String },
+    /// No pathspec, and the instruction names tracked files: the instruction forgotten.
+    #[error(
+        "no pathspec, and the instruction '{instruction}' names {matches} tracked file(s): the \
+         run would work on every tracked file"
+    )]
+    InstructionIsAPathspec { instruction: String, matches: usize },
+    /// No pathspec (and no --grep): every tracked file, which a script must ask for.
+    #[error("no pathspec: the run would work on every tracked file ({files} file(s))")]
+    NoPathspec { files: usize },
     /// `swarm man NAME` of no command.
     #[error("no command '{name}' (the commands: {known})")]
     NoSuchCommand { name: String, known: String },

@@ -155,6 +155,7 @@ pub async fn prepare(
         ),
     };
     repo::check_filters(&repo, tasks.iter().flat_map(|t| &t.files))?;
+    checks::files_reach_the_command(&settings, &tasks)?;
     if req.purpose == Purpose::Run {
         checks::checkout(&repo, &into, &tasks, settings.scope)?;
     }
@@ -190,6 +191,9 @@ fn select(
         .transpose()?;
     let pathspec = Pathspec::new(&req.pathspecs, &info.prefix)?;
     let base_tree = repo.find_commit(base)?.tree()?;
+    if req.pathspecs.is_empty() {
+        instruction_is_not_a_pathspec(req, info, repo, &base_tree)?;
+    }
     Ok(plan::select_files(
         repo,
         &base_tree,
@@ -198,6 +202,34 @@ fn select(
             grep: grep.as_ref(),
         },
     )?)
+}
+
+/// Without pathspecs, the instruction read as one must name no tracked file: `swarm
+/// refactor 'src/*.py' --exec …` forgot its instruction, and would work on every file.
+fn instruction_is_not_a_pathspec(
+    req: &PrepareRequest,
+    info: &RepoInfo,
+    repo: &git2::Repository,
+    base_tree: &git2::Tree<'_>,
+) -> AppResult<()> {
+    let Ok(pathspec) = Pathspec::new(std::slice::from_ref(&req.instruction), &info.prefix) else {
+        return Ok(());
+    };
+    let named = plan::select_files(
+        repo,
+        base_tree,
+        &SelectOptions {
+            pathspec: &pathspec,
+            grep: None,
+        },
+    )?;
+    match named.files.len() + named.skipped.len() {
+        0 => Ok(()),
+        matches => Err(AppError::InstructionIsAPathspec {
+            instruction: req.instruction.clone(),
+            matches,
+        }),
+    }
 }
 
 fn new_plan(

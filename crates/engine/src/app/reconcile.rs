@@ -229,6 +229,7 @@ async fn check_for_continuing(
     if !merge_only || repairs || settings.verify_merged.is_some() {
         super::agents::installed(settings)?;
         super::checks::budgets(settings)?;
+        checks::agent_endpoints(settings)?;
         checks::sandbox(&settings.sandbox).await?;
     }
     Ok(api_key)

@@ -166,7 +166,9 @@ pub async fn prepare(
     let api_key = checks::worker(&settings)?;
     super::agents::installed(&settings)?;
     super::checks::budgets(&settings)?;
+    checks::agent_endpoints(&settings)?;
     repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
+    checks::files_reach_the_command(&settings, &plan.tasks)?;
     checks::sandbox(&settings.sandbox).await?;
     let into = IntoTarget {
         branch: plan.into.clone(),

@@ -3,7 +3,9 @@
 //! task branch's (where the worktree's commit goes on top), as a worker's commits do with the
 //! sandbox off, and every object they need is copied into the repository by its content,
 //! checked against its id. Everything else the worker's git wrote stays in its layers and
-//! goes with them; other branches it made are named, a moved HEAD fails the task.
+//! goes with them; other branches it made are named. A moved HEAD is reported: the task then
+//! fails, with what the worker left in its worktree (committed elsewhere or not) committed on
+//! its task branch, as with the sandbox off.
 
 use std::io::Read as _;
 use std::os::unix::fs::FileTypeExt as _;
@@ -25,13 +27,13 @@ pub(crate) struct Adopted {
     pub tip: Option<Oid>,
     /// Branches (and other refs) the worker made or changed besides its own: not kept.
     pub other_refs: Vec<String>,
+    /// Where the worker moved HEAD (another branch, a commit), if it did.
+    pub moved_head: Option<String>,
 }
 
 /// Why the worker's git work cannot be kept; the task fails with it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum NotAdopted {
-    #[error("the worker moved HEAD away from its task branch (to {0})")]
-    MovedHead(String),
     #[error("the worker deleted its task branch")]
     DeletedBranch,
     #[error("the worker's git holds a broken object or ref: {0}")]
@@ -49,18 +51,22 @@ pub(crate) fn adopt(
     start: Oid,
 ) -> Result<Adopted, NotAdopted> {
     let wanted = format!("ref: refs/heads/{branch}");
-    match read_small(&layers.admin.join("HEAD")) {
-        Entry::Missing => {}
-        Entry::File(text) if text.trim() == wanted => {}
+    let moved_head = match read_small(&layers.admin.join("HEAD")) {
+        Entry::Missing => None,
+        Entry::File(text) if text.trim() == wanted => None,
         Entry::File(text) => {
             let text = text.trim();
-            let now = text.strip_prefix("ref: refs/heads/").unwrap_or(text);
-            return Err(NotAdopted::MovedHead(now.chars().take(100).collect()));
+            let now = match text.strip_prefix("ref: refs/heads/") {
+                Some(other) => other.to_string(),
+                None => format!("detached at {}", text.chars().take(10).collect::<String>()),
+            };
+            Some(now.chars().take(100).collect())
         }
-        Entry::Gone | Entry::Other => return Err(NotAdopted::MovedHead("nothing".into())),
-    }
+        Entry::Gone | Entry::Other => Some("nothing".into()),
+    };
     let mut adopted = Adopted {
         other_refs: other_refs(layers.refs, branch),
+        moved_head,
         ..Adopted::default()
     };
     let tip = match read_small(&layers.refs.join("heads").join(branch)) {

@@ -219,19 +219,28 @@ async fn attempt_task(
         return Ok(());
     }
     // The common case: the worker's git wrote nothing, and its layer waits for the jail's end.
+    let mut moved_head = None;
     if let Some(layer) = ended.git.take_if(|layer| !layer.untouched()) {
         finish(ended.jail.take()).await;
-        if let Err(why) = adopt_git(shared, &task.id, layer, &branch, a.start).await? {
-            tokio::task::spawn_blocking(move || slot.release()).await??;
-            a.status = TaskStatus::Failed;
-            a.error = Some(why);
-            return Ok(());
+        match adopt_git(shared, &task.id, layer, &branch, a.start).await? {
+            Ok(moved) => moved_head = moved,
+            Err(why) => {
+                tokio::task::spawn_blocking(move || slot.release()).await??;
+                a.status = TaskStatus::Failed;
+                a.error = Some(why);
+                return Ok(());
+            }
         }
     }
     step(shared, &task.id, "committing");
     let left = (ended, std::mem::take(&mut result.check_wrote));
     let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start, left).await? {
-        Ok(c) => c,
+        // HEAD moved in the worker's view of git: its work is committed on the task branch
+        // all the same, and the task fails, as with the sandbox off.
+        Ok(c) => crate::git::commit::Committed {
+            moved_head: c.moved_head.or(moved_head),
+            ..c
+        },
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),
         Err(e) => {
             if let CommitError::RewroteBranch(tip) = e {
@@ -428,17 +437,18 @@ fn hold_while_committing(shared: &Shared, slot: &Slot, permit: Permit) -> Option
 }
 
 /// Keeps the commits the worker made with its own git on its task branch (and says which other
-/// refs it made, which are not kept); `Err` when they cannot be kept.
+/// refs it made, which are not kept); where it moved HEAD, if it did; `Err` when its commits
+/// cannot be kept.
 async fn adopt_git(
     shared: &Arc<Shared>,
     task: &TaskId,
     layer: GitLayer,
     branch: &str,
     start: Oid,
-) -> anyhow::Result<Result<(), String>> {
+) -> anyhow::Result<Result<Option<String>, String>> {
     // The common case: the worker's git wrote nothing (no repository to open for it).
     if layer.untouched() {
-        return Ok(Ok(()));
+        return Ok(Ok(None));
     }
     let (common, branch) = (shared.common_dir.clone(), branch.to_string());
     let adopted = tokio::task::spawn_blocking(move || {
@@ -463,7 +473,7 @@ async fn adopt_git(
                     ),
                 );
             }
-            Ok(Ok(()))
+            Ok(Ok(adopted.moved_head))
         }
         Err(e @ crate::git::adopt::NotAdopted::Git(_)) => {
             Err(e).context("cannot keep the worker's own commits")

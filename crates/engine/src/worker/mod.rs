@@ -11,6 +11,7 @@ pub(crate) mod diagnose;
 mod direct;
 mod error;
 pub(crate) mod exec;
+pub(crate) mod file_vars;
 mod launch;
 pub(crate) mod llm;
 pub(crate) mod process;
