@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench scale_bench -- large   [--files 27000] [--dirs 300] [--tasks 1000] [--jobs 2] [--modes overlay,pool] [--forms file,list] [--rounds 1]
-//! cargo bench --bench scale_bench -- startup [--files 5000] [--dirs 50] [--jobs 16] [--modes overlay,pool]
+//! cargo bench --bench scale_bench -- startup [--files 5000] [--dirs 50] [--jobs 16] [--modes overlay,pool] [--reuse-base]
 //! cargo bench --bench scale_bench -- codemod [--repo DIR] [--tool CMD] [--jobs 2]
 //! ```
 //!
@@ -334,12 +334,33 @@ fn startup() {
     let tasks = 2 * jobs;
     let root = tempfile::tempdir().unwrap();
     let origin = generate(root.path(), &shape(files, dirs, tasks));
+    // `--reuse-base`: a first run (whose workers change nothing) leaves the base checkout
+    // for the one measured, as a user's second run finds it.
+    let reuse = std::env::args().any(|a| a == "--reuse-base");
     for mode in modes() {
         let repo = root.path().join(&mode);
         clone(&origin, &repo);
+        let with_reuse = |cmd: &mut Command| {
+            if reuse {
+                cmd.arg("--reuse-base");
+            }
+        };
+        if reuse {
+            let mut first = swarm(&repo, jobs, &mode, "true");
+            with_reuse(&mut first);
+            let out = first.output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::remove_dir_all(repo.join(".git/swarm/runs")).unwrap();
+        }
         let exec = format!("sleep 2; {SED}");
         let began = SystemTime::now();
-        let mut child = swarm(&repo, jobs, &mode, &exec)
+        let mut measured = swarm(&repo, jobs, &mode, &exec);
+        with_reuse(&mut measured);
+        let mut child = measured
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

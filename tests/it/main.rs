@@ -22,7 +22,7 @@ mod gateway;
 mod hostile_upstream;
 mod land;
 mod layers;
-mod lent_base;
+mod live_checkout;
 mod llm;
 mod llm_server;
 mod mcp;

@@ -68,12 +68,6 @@ pub(crate) enum CommitError {
         "the worker changed {0}, which has the attribute filter={1}; swarm cannot run filter drivers, so it does not commit it"
     )]
     Filtered(RepoPath, String),
-    /// A file the worker changed was written in the user's checkout during the run, which
-    /// lent it to the base checkout (`worktree::link`): the worker may have read the edit.
-    #[error(
-        "{0} changed in your checkout while the task ran; the run's base checkout shares your unchanged files (hard links), so the worker may have read your edit: commit or stash it and run again"
-    )]
-    ChangedInCheckout(RepoPath),
     #[error(transparent)]
     Git(#[from] git2::Error),
 }

@@ -79,18 +79,6 @@ impl StatData {
         }
     }
 
-    pub(crate) fn of_stat(st: &rustix::fs::Stat) -> Self {
-        Self {
-            ctime: index_time(st.st_ctime, st.st_ctime_nsec as i64),
-            mtime: index_time(st.st_mtime, st.st_mtime_nsec as i64),
-            dev: st.st_dev as u32,
-            ino: st.st_ino as u32,
-            uid: st.st_uid,
-            gid: st.st_gid,
-            size: st.st_size as u32,
-        }
-    }
-
     /// Gives `entry` this stat data (truncated to the index's 32-bit fields, as git does).
     pub(crate) fn set(&self, entry: &mut IndexEntry) {
         entry.ctime = self.ctime;

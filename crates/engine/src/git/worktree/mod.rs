@@ -45,7 +45,6 @@ mod files;
 pub(crate) mod ignore;
 mod kept;
 mod lease;
-mod link;
 mod open;
 mod parallel;
 pub(crate) mod view;
@@ -75,9 +74,6 @@ struct BaseCheckout {
     name: String,
     path: PathBuf,
     commit: Oid,
-    /// When it was whole: no file of it is written later, but one your checkout lent it
-    /// ([`link`]) and you wrote in place.
-    made: std::time::SystemTime,
     /// The lock on the checkout kept between runs, if this is it ([`kept`]).
     _kept: Option<std::fs::File>,
 }
@@ -113,11 +109,9 @@ pub(crate) struct WorktreePool {
 #[derive(Debug, Clone, Copy)]
 enum Threads {
     One,
-    /// The base checkout kept between runs, which every overlay worktree waits for.
+    /// A base checkout (the run's own, or the one kept between runs), which every overlay
+    /// worktree waits for.
     Several,
-    /// The run's own base checkout: as `Several`, with files lent by the user's checkout
-    /// ([`link`]).
-    Lent,
 }
 
 /// An overlay worktree registered, waiting for the base checkout's index.
@@ -505,9 +499,6 @@ impl WorktreePool {
     /// Checks out HEAD in a new worktree in full, and copies in `[worktree] copy`.
     fn populate(&self, name: &str, path: &Path, threads: Threads) -> anyhow::Result<()> {
         let writable = [path.to_path_buf(), self.admin_dir(name)];
-        if let Threads::Lent = threads {
-            return self.populate_lent(name, path, &writable);
-        }
         sandbox::confined(&writable, || {
             let wt = open_worktree(&self.common_dir, name, path)?;
             match threads {
@@ -518,7 +509,7 @@ impl WorktreePool {
                     wt.checkout_head(Some(&mut checkout))
                         .with_context(|| format!("cannot check out worktree {}", path.display()))?;
                 }
-                Threads::Several | Threads::Lent => {
+                Threads::Several => {
                     let tree = wt.head()?.peel_to_tree()?.id();
                     let open = || open_worktree(&self.common_dir, name, path);
                     parallel::check_out(&open, tree, path, &self.admin_dir(name).join("index"))?;

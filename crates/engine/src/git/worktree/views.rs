@@ -2,15 +2,14 @@
 //! (registered, given the base's index, reset between tasks).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use git2::{Oid, Repository};
 
 use super::{
-    BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, git_failure, ignore, link,
-    open_worktree, parallel, view,
+    BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, git_failure, ignore, open_worktree,
+    view,
 };
 use crate::git::commit::{self, CommitError, Committed};
 use crate::repo_path::RepoPath;
@@ -41,7 +40,9 @@ impl WorktreePool {
             Some((name, path, lock)) => (name, path, Some(lock)),
             None => {
                 let (name, path) = self.register(repo, Head::Detached(start))?;
-                self.populate(&name, &path, Threads::Lent)?;
+                // Every file written here, from the base commit: nothing is shared with your
+                // checkout, so nothing you write during the run reaches a task.
+                self.populate(&name, &path, Threads::Several)?;
                 (name, path, None)
             }
         };
@@ -51,54 +52,14 @@ impl WorktreePool {
             name,
             path,
             commit: start,
-            made: std::time::SystemTime::now(),
             _kept: kept,
         });
         *base = Some(made.clone());
         Ok(made)
     }
 
-    /// The run's base checkout in the new worktree `name`: the user's own files linked
-    /// where git's index vouches for them ([`link`]), the rest checked out. The checkout and
-    /// the index are written confined to `writable`; the links (which Landlock cannot let a
-    /// thread confined there make from outside) through folders opened without following
-    /// a link.
-    pub(super) fn populate_lent(
-        &self,
-        name: &str,
-        path: &Path,
-        writable: &[PathBuf],
-    ) -> anyhow::Result<()> {
-        let open = || open_worktree(&self.common_dir, name, path);
-        let tree = open()?.head()?.peel_to_tree()?.id();
-        let Some(split) = link::split(&open()?, tree, &self.user_workdir, path) else {
-            return self.populate(name, path, Threads::Several);
-        };
-        let threads = parallel::threads();
-        sandbox::confined(writable, || {
-            parallel::check_out_paths(&open, tree, &split.rest, threads)
-        })
-        .with_context(|| format!("cannot check out {}", path.display()))?;
-        let linked = link::link_all(&self.user_workdir, path, &split.linkable)
-            .context("cannot take back a link to a file that changed")?;
-        tracing::debug!(
-            "base checkout: {} files linked from your checkout, {} written",
-            linked.stats.len(),
-            split.rest.len() + linked.failed.len()
-        );
-        sandbox::confined(writable, || {
-            parallel::check_out_paths(&open, tree, &linked.failed, threads)
-                .with_context(|| format!("cannot check out {}", path.display()))?;
-            let index = self.admin_dir(name).join("index");
-            // The links' stat data, taken as each was checked: not read again.
-            parallel::write_index(&open()?, tree, path, &index, &linked.stats)?;
-            self.copy_in(path)
-        })
-    }
-
     /// [`Self::commit`] of the overlay worktree `slot`, whose changes are in `view`'s upper
-    /// layer; a change to a file the base checkout got from your checkout, which you wrote
-    /// in place during the run, fails it.
+    /// layer.
     pub(super) fn commit_in_view(
         &self,
         slot: &Slot,
@@ -124,10 +85,7 @@ impl WorktreePool {
                 })
             })
             .map_err(git_failure)??;
-        match base.written_since_made(&committed.changes) {
-            Some(path) => Err(CommitError::ChangedInCheckout(path)),
-            None => Ok(committed),
-        }
+        Ok(committed)
     }
 
     /// A new overlay worktree on `branch_ref`: registered with git (no files but its `.git`)
@@ -234,20 +192,5 @@ impl WorktreePool {
         slot.with_repo(&self.common_dir, |repo| {
             Ok(crate::git::point_head(repo, branch_ref)?)
         })
-    }
-}
-
-impl BaseCheckout {
-    /// The first of `changes` whose file in the base checkout was written after it was made.
-    fn written_since_made(&self, changes: &[crate::git::TreeChange]) -> Option<RepoPath> {
-        changes
-            .iter()
-            .filter(|c| c.old.is_some())
-            .find(|c| {
-                std::fs::symlink_metadata(self.path.join(c.path.as_path()))
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|written| written > self.made)
-            })
-            .map(|c| c.path.clone())
     }
 }
