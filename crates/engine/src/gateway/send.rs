@@ -20,7 +20,7 @@ impl Gateway {
     ) -> Result<(reqwest::Response, Option<Permit>), Refusal> {
         let endpoint = self.endpoint(&req.url);
         let started = tokio::time::Instant::now();
-        let (mut attempt, mut stale_resent) = (0u32, false);
+        let (mut attempt, mut stale_resends) = (0u32, 0);
         loop {
             let permit = endpoint.ready().await;
             let sent = self
@@ -43,8 +43,8 @@ impl Gateway {
                     },
                     Some(answer),
                 ),
-                Err(e) if client::stale(&e) && !stale_resent => {
-                    stale_resent = true;
+                Err(e) if client::stale(&e) && stale_resends < client::STALE_RESENDS => {
+                    stale_resends += 1;
                     continue;
                 }
                 Err(e) => (client::classify(e), None),

@@ -265,7 +265,7 @@ impl ChatClient {
             body["stream_options"] = json!({"include_usage": true});
         }
         let mut attempt = 0;
-        let mut stale_resent = false;
+        let mut stale_resends = 0;
         loop {
             let result = {
                 let _permit = self.limit.acquire().await;
@@ -278,9 +278,9 @@ impl ChatClient {
                 }
                 Err(e) => e,
             };
-            // Not a failure of the server's: sent again at once, once, without counting.
-            if matches!(error, AttemptError::StaleConnection(_)) && !stale_resent {
-                stale_resent = true;
+            // Not a failure of the server's: sent again at once, without counting.
+            if matches!(error, AttemptError::StaleConnection(_)) && stale_resends < STALE_RESENDS {
+                stale_resends += 1;
                 continue;
             }
             let Decision::Retry { after, throttled } = decide(&error, attempt) else {
@@ -377,6 +377,11 @@ impl ChatClient {
         }
     }
 }
+
+/// How many times one request is sent again at once, uncounted, after finding its pooled
+/// connection closed. More than one: the pool may hold several connections a server closed
+/// (one was still being given back when the next request opened another).
+pub(crate) const STALE_RESENDS: u32 = 3;
 
 /// How long the server asked to wait: `retry-after-ms`, else `retry-after` in seconds (at
 /// most five minutes).
