@@ -10,7 +10,7 @@ use crate::exit;
 use swarm_engine::app::AppResult;
 use swarm_engine::app::ids::RunSelector;
 use swarm_engine::app::land::{
-    By, ForgeChoice, ForgeKind, LandOutcome, LandRecord, LandRequest, Stage,
+    By, Destination, ForgeChoice, ForgeKind, LandOutcome, LandRecord, LandRequest, Stage,
 };
 
 /// Turn a finished run into branches and pull requests: one per group of its tasks, by
@@ -84,12 +84,14 @@ pub(crate) async fn run(args: LandArgs) -> AppResult<i32> {
         by: args.by,
         dry_run: args.dry_run,
         verify_merged: args.verify_merged,
-        push: args.push,
-        forge: args.forge,
-        forge_repo: args.forge_repo,
-        forge_api: args.forge_api,
-        target: args.target,
-        max_open: args.max_open,
+        destination: Destination {
+            push: args.push,
+            forge: args.forge,
+            forge_repo: args.forge_repo,
+            forge_api: args.forge_api,
+            target: args.target,
+            max_open: args.max_open,
+        },
     };
     let cancel = CancellationToken::new();
     {

@@ -118,3 +118,47 @@ fn no_source_file_is_over_600_lines_outside_its_tests() {
     assert!(seen > 100, "only {seen} files: are the paths right?");
     assert!(long.is_empty(), "over 600 lines:\n{}", long.join("\n"));
 }
+
+/// The engine's modules, read from their sources: no loop between sibling modules at any
+/// level (`orchestrator::task` ↔ `orchestrator::watch`, `git` ↔ `worker`), and nothing below
+/// `app` uses `app` (the use cases sit on top of the domain, never the other way).
+#[test]
+fn the_engines_modules_have_no_loops_and_nothing_below_app_uses_it() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/engine/src");
+    let refs = crate::module_graph::Crate::read(&src).references();
+    let mut problems = Vec::new();
+    for r in &refs {
+        if r.to.first().map(String::as_str) == Some("app")
+            && r.from.first().map(String::as_str) != Some("app")
+            && !r.from.is_empty()
+        {
+            let line = format!("below app, uses app: {}", r.seen);
+            if !problems.contains(&line) {
+                problems.push(line);
+            }
+        }
+    }
+    for (parent, edges) in crate::module_graph::sibling_edges(&refs) {
+        for cycle in crate::module_graph::cycles(&edges) {
+            let mut steps = Vec::new();
+            for (i, a) in cycle.iter().enumerate() {
+                let b = &cycle[(i + 1) % cycle.len()];
+                steps.push(format!(
+                    "    {a} -> {b} ({})",
+                    edges[&(a.clone(), b.clone())]
+                ));
+            }
+            problems.push(format!(
+                "a loop in {}:\n{}",
+                ["crate".to_string()]
+                    .iter()
+                    .chain(&parent)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("::"),
+                steps.join("\n")
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -27,6 +27,7 @@ mod llm;
 mod llm_server;
 mod mcp;
 mod merging;
+mod module_graph;
 mod network;
 mod per_process;
 mod planner;

@@ -64,10 +64,15 @@ pub(crate) fn host_is_local(url: &Url) -> bool {
 
 /// A client for requests that carry a credential: it follows no redirect.
 pub(crate) fn client(user_agent: &'static str) -> reqwest::ClientBuilder {
-    crate::model::client::install_crypto_provider();
+    install_crypto_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(user_agent)
+}
+
+/// rustls needs a process-wide crypto provider; swarm uses ring's.
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// What a client that follows no redirect says of a 30x: where it pointed.

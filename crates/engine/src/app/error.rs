@@ -24,7 +24,7 @@ pub enum AppError {
     #[error(transparent)]
     Remote(#[from] RemoteError),
     #[error(transparent)]
-    Land(#[from] crate::land::LandError),
+    Land(crate::land::LandError),
     #[error("no swarm run '{0}' in this repository")]
     NoSuchRun(String),
     #[error("'{selector}' matches {count} runs")]
@@ -162,6 +162,16 @@ impl From<PlanError> for AppError {
             PlanError::Git(e) => AppError::Internal(e.into()),
             PlanError::Internal(e) => AppError::Internal(e),
             other => AppError::Plan(other),
+        }
+    }
+}
+
+impl From<crate::land::LandError> for AppError {
+    fn from(e: crate::land::LandError) -> Self {
+        match e {
+            crate::land::LandError::Internal(e) => AppError::Internal(e),
+            crate::land::LandError::Remote(e) => AppError::Remote(e),
+            other => AppError::Land(other),
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod agents;
 pub(crate) mod checks;
 pub mod diff;
 pub mod error;
+pub mod land;
 pub mod prepare;
 mod process;
 pub mod reconcile;
@@ -42,15 +43,6 @@ pub mod env_vars {
 pub mod events {
     pub use crate::events::{
         CheckRole, ConflictAction, Event, EventSink, NetworkVerdict, Reporter, UsageBasis,
-    };
-}
-
-/// `swarm land`: a finished run as one branch and one pull request per group of its tasks.
-pub mod land {
-    pub use crate::land::forge::{ForgeError, ForgeKind, PrState, PullRequest};
-    pub use crate::land::record::{ForgePlace, GroupCheck, LandGroup, LandRecord, Stage};
-    pub use crate::land::{
-        By, ForgeChoice, LandError, LandOutcome, LandRequest, land, load_record,
     };
 }
 

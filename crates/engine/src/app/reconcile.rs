@@ -16,7 +16,7 @@ use crate::ids::{RunId, RunSelector};
 use crate::orchestrator::{self, Continuation, RunMode, RunRequest, result_branch};
 use crate::plan::{self, Plan};
 use crate::report::{Report, RunState, TaskStatus};
-use crate::settings::{Layer, OnConflict, PlanSource, Settings, SettingsError};
+use crate::settings::{Layer, OnConflict, PlanSource, Resolved, Settings, SettingsError};
 use crate::state::{self, RunDir};
 
 /// What continuing gave.
@@ -75,6 +75,19 @@ impl Overrides {
     }
 }
 
+/// A run's plan, and the settings it runs with again: `layer` (the command line's) over the
+/// plan's own, over this machine's.
+pub(crate) fn run_settings(
+    info: &RepoInfo,
+    run_dir: &RunDir,
+    layer: Layer,
+) -> AppResult<(Plan, Resolved)> {
+    let plan: Plan = state::read_json(&run_dir.plan())?;
+    let own = (plan.settings.clone(), PlanSource::Own);
+    let resolved = Settings::resolve(layer, Some(own), &info.workdir)?;
+    Ok((plan, resolved))
+}
+
 pub async fn continue_run(
     cwd: &Path,
     wanted: &RunSelector,
@@ -91,9 +104,7 @@ pub async fn continue_run(
         _ => Busy::Resume,
     };
     let (lock, recovered) = runs::recover_killed(&info, &id, busy)?;
-    let plan: Plan = state::read_json(&run_dir.plan())?;
-    let own = (plan.settings.clone(), PlanSource::Own);
-    let resolved = Settings::resolve(overrides.layer()?, Some(own), &info.workdir)?;
+    let (plan, resolved) = run_settings(&info, &run_dir, overrides.layer()?)?;
     let (settings, warnings) = (resolved.settings, resolved.warnings);
     if !run_dir.report().exists() {
         return Err(AppError::NeverStarted(id));

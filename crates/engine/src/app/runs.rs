@@ -114,7 +114,7 @@ pub fn show(cwd: &Path, wanted: &RunSelector) -> AppResult<Report> {
 }
 
 /// Puts right what a swarm process killed while it held run `id` left: locks on the run's
-/// branches, a final update of the checkout cut off half way ([`crate::git::interrupted`]).
+/// branches, a final update of the checkout cut off half way ([`crate::git::checkout::interrupted`]).
 /// Takes the run's lock for it, and gives it to the caller with what it did (no lock: the
 /// run has no records).
 pub(crate) fn recover_killed(
@@ -122,7 +122,7 @@ pub(crate) fn recover_killed(
     id: &RunId,
     doing: Busy,
 ) -> AppResult<(Option<state::RunLock>, Vec<String>)> {
-    use crate::git::interrupted;
+    use crate::git::checkout::interrupted;
     let run_dir = RunDir::new(&info.common_dir, id);
     let Some(lock) = (match run_dir.path.is_dir() {
         true => state::RunLock::try_acquire(&run_dir)?,

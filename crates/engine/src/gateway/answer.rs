@@ -11,7 +11,7 @@ use hyper::body::Frame;
 use hyper::header::{self, HeaderValue};
 
 use super::Spent;
-use super::forward::{Body, ListenerState, NOT_FORWARDED, Refusal, error_response, refuse};
+use super::exchange::{Body, ListenerState, NOT_FORWARDED, Refusal, error_response, refuse};
 use super::meter::Reservation;
 use super::operations::Dialect;
 use super::usage::UsageReader;

@@ -5,79 +5,27 @@
 //! itself, with the reason, and is a `gateway_refused` event.
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt as _, Limited};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
+use super::exchange::{
+    Body, ListenerState, NOT_FORWARDED, Outgoing, Refusal, error_response, full, refuse,
+};
 use super::meter::{Reservation, estimated_input};
-use super::operations::{Api, Dialect, Operation};
-use super::{Gateway, Spent};
+use super::operations::{Dialect, Operation};
 use crate::events::Event;
-use crate::ids::TaskId;
 use crate::report::Tokens;
 
 /// The largest request body the gateway takes (a model request with images is a few MiB).
 const REQUEST_CAP: usize = 64 * 1024 * 1024;
 /// Headers that carry a credential: where placeholders are swapped for real values.
 const CREDENTIAL_HEADERS: &[&str] = &["authorization", "x-api-key", "x-goog-api-key", "api-key"];
-/// Hop-by-hop headers (RFC 9110), and those the gateway sets itself.
-pub(super) const NOT_FORWARDED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    // Answers must come uncompressed, so their usage can be read.
-    "accept-encoding",
-];
-
-pub(super) type Body = BoxBody<Bytes, std::io::Error>;
-
-/// What one listener serves.
-pub(super) struct ListenerState {
-    pub(super) gateway: Arc<Gateway>,
-    pub(super) task: TaskId,
-    pub(super) routes: Vec<BoundRoute>,
-    pub(super) spent: Arc<Mutex<Spent>>,
-    /// Cancelled when a request of this process was refused for the run's budget: the
-    /// process cannot go on, and is stopped.
-    pub(super) short: CancellationToken,
-}
-
-/// An API served to the process: its path, where it goes, the placeholders to swap.
-pub(super) struct BoundRoute {
-    pub(super) name: String,
-    pub(super) api: Api,
-    pub(super) upstream: String,
-    /// `(placeholder, real value)`.
-    pub(super) swaps: Vec<(String, String)>,
-}
-
-/// A request the gateway answers itself.
-pub(super) struct Refusal {
-    status: StatusCode,
-    message: String,
-}
-
-pub(super) fn refuse(status: StatusCode, message: impl Into<String>) -> Refusal {
-    Refusal {
-        status,
-        message: message.into(),
-    }
-}
-
 pub(super) async fn handle(
     state: Arc<ListenerState>,
     req: Request<Incoming>,
@@ -98,44 +46,6 @@ pub(super) async fn handle(
             error_response(refusal)
         }
     })
-}
-
-/// The answer of a refused request, in a shape every API client reads (`error.message`).
-pub(super) fn error_response(refusal: Refusal) -> Response<Body> {
-    let body = serde_json::json!({
-        "type": "error",
-        "error": {
-            "type": "swarm_gateway",
-            "code": refusal.status.as_u16(),
-            "message": crate::secrets::redact(&refusal.message),
-        },
-    });
-    let mut response = Response::new(full(body.to_string()));
-    *response.status_mut() = refusal.status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn full(text: String) -> Body {
-    Full::new(Bytes::from(text))
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// A request as it goes upstream.
-pub(super) struct Outgoing {
-    pub(super) method: reqwest::Method,
-    pub(super) url: reqwest::Url,
-    pub(super) headers: HeaderMap,
-    pub(super) body: Bytes,
-    pub(super) operation: Operation,
-    /// The model asked for, for the price when the answer does not name it.
-    pub(super) model: String,
-    /// The most output it asks for, if it says.
-    pub(super) max_output: Option<u64>,
 }
 
 async fn forward(state: &ListenerState, req: Request<Incoming>) -> Result<Response<Body>, Refusal> {

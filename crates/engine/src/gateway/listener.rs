@@ -13,7 +13,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use tokio_util::sync::CancellationToken;
 
-use super::forward::{self, BoundRoute, ListenerState};
+use super::exchange::{BoundRoute, ListenerState};
+use super::forward;
 use super::operations::Api;
 use super::{Binding, GATEWAY_PORT, Gateway, Spent};
 use crate::ids::TaskId;

@@ -37,6 +37,7 @@ use crate::settings::agents::{AgentSettings, ApiRoute};
 
 mod answer;
 mod endpoint;
+mod exchange;
 mod forward;
 mod listener;
 pub(crate) mod meter;

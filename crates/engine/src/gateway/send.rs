@@ -2,7 +2,7 @@
 //! to the same upstream, and retrying as the built-in client does.
 
 use super::Gateway;
-use super::forward::{Outgoing, Refusal, refuse};
+use super::exchange::{Outgoing, Refusal, refuse};
 use crate::events::Event;
 use crate::ids::TaskId;
 use crate::model::client::{self, AttemptError, Decision};

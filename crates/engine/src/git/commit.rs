@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, Oid, Repository, Status, StatusOptions};
 
-use super::worktree::ignore::LazyIgnore;
-use super::worktree::view::upper_changes;
+use super::ignore::LazyIgnore;
+use super::view::upper_changes;
 use crate::repo_path::RepoPath;
 use swarm_sandbox::overlay;
 

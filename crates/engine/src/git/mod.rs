@@ -6,19 +6,20 @@
 //!   commits a confined worker made with its own git.
 //! - [`merge`]: the merge train, in memory, onto the integration branch.
 //! - [`finish`]: moving the target branch once, and cleanup; [`checkout`]: the user's
-//!   checkout moving with it, all or nothing.
-//! - [`interrupted`]: what a run killed with `kill -9` left (locks, a checkout half updated).
+//!   checkout moving with it, all or nothing, and what a run killed with `kill -9` half way
+//!   through it left ([`checkout::interrupted`]).
 //! - [`shard`]: shard records, and `git fetch`/`git push` (the only git processes).
 
 pub(crate) mod adopt;
 pub(crate) mod checkout;
 pub(crate) mod commit;
 pub(crate) mod finish;
-pub(crate) mod interrupted;
+pub(crate) mod ignore;
 pub(crate) mod merge;
 pub(crate) mod repo;
 pub(crate) mod shard;
 pub(crate) mod stat;
+pub(crate) mod view;
 pub(crate) mod worktree;
 
 use git2::{Oid, Repository, Signature};

@@ -15,6 +15,10 @@
 //! Every step is recorded in `land.json` ([`record`]) as soon as it is done, and each is
 //! looked up before it is done again (the remote's branch, the forge's request for the
 //! branch), so a land cut off anywhere duplicates nothing when run again.
+//!
+//! This is the domain: it takes a run's report, its repository and resolved settings, and
+//! answers [`LandError`]. Finding the run, holding its lock and resolving its settings is the
+//! use case's, `crate::app::land`, as for every other command.
 
 mod body;
 mod build;
@@ -23,25 +27,19 @@ mod group;
 mod owners;
 pub(crate) mod record;
 mod remote;
-mod rollout;
-mod verify;
+pub(crate) mod rollout;
+pub(crate) mod verify;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use git2::{Oid, Repository};
-use tokio_util::sync::CancellationToken;
 
 use forge::ForgeKind;
 pub use group::By;
 use record::{LandGroup, LandRecord};
 
-use crate::app::error::{AppError, AppResult, Busy};
-use crate::app::runs;
-use crate::git::repo;
-use crate::ids::{RunBranch, RunId, RunSelector};
+use crate::ids::RunId;
 use crate::report::{Report, RunState};
-use crate::state::{RunDir, RunLock};
 
 /// Which forge `--forge` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,14 +49,10 @@ pub enum ForgeChoice {
     Kind(ForgeKind),
 }
 
-/// What `swarm land` was asked.
-#[derive(Debug, Clone)]
-pub struct LandRequest {
-    pub cwd: PathBuf,
-    pub run: RunSelector,
-    pub by: Option<By>,
-    pub dry_run: bool,
-    pub verify_merged: Option<String>,
+/// Where the groups go, as `--push`, `--forge`, `--forge-repo`, `--forge-api`, `--target` and
+/// `--max-open` ask: nowhere (branches only), a remote, or a remote and requests on its forge.
+#[derive(Debug, Clone, Default)]
+pub struct Destination {
     pub push: Option<String>,
     pub forge: Option<ForgeChoice>,
     pub forge_repo: Option<String>,
@@ -67,17 +61,8 @@ pub struct LandRequest {
     pub max_open: Option<usize>,
 }
 
-/// What `swarm land` did.
-#[derive(Debug)]
-pub struct LandOutcome {
-    pub record: LandRecord,
-    pub report: Report,
-    /// Said along the way (CODEOWNERS lines skipped, reviewers not requested).
-    pub warnings: Vec<String>,
-    /// Groups held back this time, and why (exit 1).
-    pub problems: Vec<String>,
-    pub dry_run: bool,
-}
+/// Shorthand for what landing's steps return.
+pub(crate) type LandResult<T> = Result<T, LandError>;
 
 /// Input `swarm land` refuses (exit 2), before it changes anything.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +106,24 @@ pub enum LandError {
     NoToken { forge: &'static str, vars: String },
     #[error("remote '{0}' names no default branch for the requests to go into")]
     NoTarget(String),
+    /// The remote, asked by `git` (fetch, push, its branches).
+    #[error(transparent)]
+    Remote(#[from] crate::git::shard::RemoteError),
+    /// swarm's own failure on the way (git, the disk, the forge's answer): exit 3.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<git2::Error> for LandError {
+    fn from(e: git2::Error) -> Self {
+        LandError::Internal(e.into())
+    }
+}
+
+impl From<std::io::Error> for LandError {
+    fn from(e: std::io::Error) -> Self {
+        LandError::Internal(e.into())
+    }
 }
 
 impl LandError {
@@ -148,104 +151,13 @@ impl LandError {
             LandError::InsecureApi { .. } => "pass --forge-api https://…".into(),
             LandError::NoToken { vars, .. } => format!("set {vars}"),
             LandError::NoTarget(_) => "pass --target BRANCH".into(),
+            LandError::Remote(_) | LandError::Internal(_) => return None,
         })
     }
 }
 
-/// The run's land record, if `swarm land` ran on it (for `swarm status`).
-pub fn load_record(cwd: &std::path::Path, wanted: &RunSelector) -> AppResult<Option<LandRecord>> {
-    let info = repo::discover(cwd)?;
-    let id = runs::resolve(&info.common_dir, wanted)?;
-    Ok(record::load(&RunDir::new(&info.common_dir, &id))?)
-}
-
-/// Lands run `req.run` as `req` asks; `progress` is told of each step as it is done.
-pub async fn land(
-    req: LandRequest,
-    cancel: CancellationToken,
-    progress: &(dyn Fn(String) + Send + Sync),
-) -> AppResult<LandOutcome> {
-    check_flags(&req)?;
-    let info = repo::discover(&req.cwd)?;
-    let id = runs::resolve(&info.common_dir, &req.run)?;
-    let run_dir = RunDir::new(&info.common_dir, &id);
-    let Some(_lock) = RunLock::try_acquire(&run_dir)? else {
-        return Err(AppError::RunBusy {
-            run: id,
-            doing: Busy::Land,
-        });
-    };
-    let report = run_dir.load_report()?;
-    let result = finished_result(&report)?;
-    let existing = record::load(&run_dir)?;
-    let repo = info.open()?;
-    let mut warnings = Vec::new();
-    let mut record = plan(
-        &repo,
-        &report,
-        result,
-        &req,
-        existing.as_ref(),
-        &mut warnings,
-    )?;
-    let settings = match (&req.verify_merged, req.dry_run) {
-        (Some(_), false) => Some(run_settings(&info, &run_dir, &mut warnings).await?),
-        _ => None,
-    };
-    let target = rollout::target(&req, &repo, &info.workdir)?;
-    if req.dry_run {
-        return Ok(LandOutcome {
-            record,
-            report,
-            warnings,
-            problems: Vec::new(),
-            dry_run: true,
-        });
-    }
-    if let Some((_, place)) = target.as_ref().and_then(|t| t.forge.as_ref()) {
-        record.forge = Some(place.clone());
-    }
-    write_branches(&repo, &record)?;
-    record::save(&run_dir, &record)?;
-    let pool = std::sync::Arc::new(crate::git::worktree::WorktreePool::new(
-        &info.common_dir,
-        &id,
-        settings
-            .as_ref()
-            .map(|s| s.worktree.copy.clone())
-            .unwrap_or_default(),
-        &info.workdir,
-    ));
-    let context = rollout::Context {
-        workdir: &info.workdir,
-        report: &report,
-        run_dir: &run_dir,
-        cancel: &cancel,
-        progress,
-        verify: req.verify_merged.as_deref().zip(settings.as_ref()),
-        pool: pool.clone(),
-    };
-    let problems = rollout::run(&context, target.as_ref(), &mut record, &mut warnings).await;
-    // The checks' worktrees, and the branch they were checked out on.
-    let (common_dir, verify) = (info.common_dir.clone(), id.branch(&RunBranch::Verify));
-    tokio::task::spawn_blocking(move || {
-        pool.remove_all();
-        crate::git::finish::delete_branches(&common_dir, &[verify]);
-        crate::state::empty_trash_later(&common_dir);
-    })
-    .await
-    .map_err(anyhow::Error::from)?;
-    let problems = problems?;
-    Ok(LandOutcome {
-        record,
-        report,
-        warnings,
-        problems,
-        dry_run: false,
-    })
-}
-
-fn check_flags(req: &LandRequest) -> Result<(), LandError> {
+/// Refuses options that need others (`--forge` without `--push`…), before anything is done.
+pub(crate) fn check_flags(req: &Destination) -> LandResult<()> {
     if req.forge.is_some() && req.push.is_none() {
         return Err(LandError::NeedsPush("forge"));
     }
@@ -267,7 +179,7 @@ fn check_flags(req: &LandRequest) -> Result<(), LandError> {
 }
 
 /// The result of a finished run that merged something.
-fn finished_result(report: &Report) -> Result<Oid, LandError> {
+pub(crate) fn finished_result(report: &Report) -> Result<Oid, LandError> {
     let state = match report.state {
         RunState::Finished => None,
         RunState::Running | RunState::Interrupted => Some("interrupted"),
@@ -285,29 +197,29 @@ fn finished_result(report: &Report) -> Result<Oid, LandError> {
 }
 
 /// The groups of the run and their branches (built, not written), with what an earlier land
-/// did to each.
-fn plan(
+/// did to each; `by` as asked, else as before, else by CODEOWNERS.
+pub(crate) fn plan(
     repo: &Repository,
     report: &Report,
     result: Oid,
-    req: &LandRequest,
+    by: Option<By>,
     existing: Option<&LandRecord>,
     warnings: &mut Vec<String>,
-) -> AppResult<LandRecord> {
+) -> LandResult<LandRecord> {
     let run = report.run_id.clone();
     let was = existing.map(|r| r.by.parse::<By>());
-    let by = match (req.by, was) {
+    let by = match (by, was) {
         (Some(by), _) => by,
         (None, Some(Ok(by))) => by,
         (None, _) => By::CodeOwners,
     };
     if let Some(existing) = existing.filter(|r| r.published()) {
         if existing.result != result {
-            return Err(LandError::ResultMoved { run }.into());
+            return Err(LandError::ResultMoved { run });
         }
         if existing.by != by.to_string() {
             let (was, now) = (existing.by.clone(), by.to_string());
-            return Err(LandError::GroupedOtherwise { run, was, now }.into());
+            return Err(LandError::GroupedOtherwise { run, was, now });
         }
     }
     let merges =
@@ -327,14 +239,15 @@ fn plan(
             "its result changes {} outside any task merge",
             first.display()
         );
-        return Err(LandError::History { run, why }.into());
+        return Err(LandError::History { run, why });
     }
     let mut record = LandRecord::new(run.clone(), by.to_string(), report.into_start, result);
     record.forge = existing.and_then(|r| r.forge.clone());
     for p in planned {
         let commit = build::build(repo, report.into_start, &merges, &p.merges)?;
         if let Err(why) = build::check(repo, report.into_start, result, commit, &p.files)? {
-            return Err(anyhow::anyhow!("group {}'s branch is wrong: {why}", p.name).into());
+            let wrong = anyhow::anyhow!("group {}'s branch is wrong: {why}", p.name);
+            return Err(wrong.into());
         }
         let before = existing.and_then(|r| {
             r.groups
@@ -363,7 +276,7 @@ fn code_owners(
     repo: &Repository,
     at: Oid,
     warnings: &mut Vec<String>,
-) -> AppResult<owners::CodeOwners> {
+) -> LandResult<owners::CodeOwners> {
     let tree = repo.find_commit(at)?.tree()?;
     for location in owners::LOCATIONS {
         let Ok(entry) = tree.get_path(std::path::Path::new(location)) else {
@@ -378,27 +291,11 @@ fn code_owners(
     }
     Err(LandError::NoCodeOwners {
         at: format!("commit {}", crate::ids::short(&at)),
-    }
-    .into())
-}
-
-/// The settings the run's own checks ran with (its plan's, then this machine's).
-async fn run_settings(
-    info: &repo::RepoInfo,
-    run_dir: &RunDir,
-    warnings: &mut Vec<String>,
-) -> AppResult<crate::settings::Settings> {
-    use crate::settings::{Layer, PlanSource, Settings};
-    let plan: crate::plan::Plan = crate::state::read_json(&run_dir.plan())?;
-    let own = (plan.settings.clone(), PlanSource::Own);
-    let resolved = Settings::resolve(Layer::default(), Some(own), &info.workdir)?;
-    warnings.extend(resolved.warnings);
-    crate::app::checks::sandbox(&resolved.settings.sandbox).await?;
-    Ok(resolved.settings)
+    })
 }
 
 /// Points `swarm/<RUN>/land/<group>` at each group's branch.
-fn write_branches(repo: &Repository, record: &LandRecord) -> AppResult<()> {
+pub(crate) fn write_branches(repo: &Repository, record: &LandRecord) -> LandResult<()> {
     for group in &record.groups {
         repo.reference(
             &format!("refs/heads/{}", group.branch),

@@ -14,22 +14,21 @@ use super::forge::{
     self, Forge, ForgeError, ForgeKind, NewRequest, PrState, PullRequest, RemoteUrl, Token,
 };
 use super::record::{self, ForgePlace, LandRecord};
-use super::{ForgeChoice, LandError, LandRequest, remote};
-use crate::app::error::{AppError, AppResult};
+use super::{Destination, ForgeChoice, LandError, LandResult, remote};
 use crate::git::worktree::WorktreePool;
 use crate::report::Report;
 use crate::settings::Settings;
 use crate::state::RunDir;
 
 /// Where the groups go: the remote, and the forge when requests are opened.
-pub(super) struct Target {
+pub(crate) struct Target {
     pub remote: String,
     pub forge: Option<(Forge, ForgePlace)>,
     pub max_open: Option<usize>,
 }
 
 /// What every step needs.
-pub(super) struct Context<'a> {
+pub(crate) struct Context<'a> {
     pub workdir: &'a Path,
     pub report: &'a Report,
     pub run_dir: &'a RunDir,
@@ -41,11 +40,11 @@ pub(super) struct Context<'a> {
 }
 
 /// The target `req` asks for, resolved and checked before anything is changed.
-pub(super) fn target(
-    req: &LandRequest,
+pub(crate) fn target(
+    req: &Destination,
     repo: &Repository,
     workdir: &Path,
-) -> AppResult<Option<Target>> {
+) -> LandResult<Option<Target>> {
     let Some(remote) = req.push.clone() else {
         return Ok(None);
     };
@@ -82,8 +81,7 @@ pub(super) fn target(
         return Err(match &req.forge_repo {
             Some(_) => LandError::BadForgeRepo(path),
             None => LandError::NoForgeRepo { remote, url },
-        }
-        .into());
+        });
     }
     let api = forge::api_base(
         kind,
@@ -94,8 +92,7 @@ pub(super) fn target(
         return Err(LandError::InsecureApi {
             forge: kind.name(),
             url: api,
-        }
-        .into());
+        });
     }
     let token = Token::from_env(kind).map_err(|vars| LandError::NoToken {
         forge: kind.name(),
@@ -138,12 +135,12 @@ fn repository_path(kind: ForgeKind, path: &str) -> bool {
 }
 
 /// Checks, pushes and opens what `target` asks for; the problems that held groups back.
-pub(super) async fn run(
+pub(crate) async fn run(
     cx: &Context<'_>,
     target: Option<&Target>,
     record: &mut LandRecord,
     warnings: &mut Vec<String>,
-) -> AppResult<Vec<String>> {
+) -> LandResult<Vec<String>> {
     let mut problems = Vec::new();
     let Some(target) = target else {
         for i in 0..record.groups.len() {
@@ -197,7 +194,7 @@ pub(super) async fn run(
 }
 
 /// Reads the state of every request not merged yet.
-async fn refresh(cx: &Context<'_>, forge: &Forge, record: &mut LandRecord) -> Result<(), AppError> {
+async fn refresh(cx: &Context<'_>, forge: &Forge, record: &mut LandRecord) -> LandResult<()> {
     for i in 0..record.groups.len() {
         let Some(pull) = record.groups[i].request.clone() else {
             continue;
@@ -231,7 +228,7 @@ async fn checked(
     record: &mut LandRecord,
     i: usize,
     problems: &mut Vec<String>,
-) -> AppResult<bool> {
+) -> LandResult<bool> {
     let Some((command, settings)) = cx.verify else {
         return Ok(true);
     };
@@ -282,7 +279,7 @@ fn pushed(
     record: &mut LandRecord,
     i: usize,
     problems: &mut Vec<String>,
-) -> AppResult<bool> {
+) -> LandResult<bool> {
     let group = &record.groups[i];
     let outcome = match out_there.get(&group.branch) {
         Some(tip) if *tip == group.commit => Ok(()),

@@ -13,7 +13,8 @@ use crate::git::worktree::{Lease, WorktreePool};
 use crate::ids::{RunBranch, RunId};
 use crate::settings::Settings;
 use crate::state::RunDir;
-use crate::worker::process::{self, Exit, ProcessRequest, Program};
+use crate::worker::own::{OwnCommands, SetUp};
+use crate::worker::process::{self, Exit};
 
 /// What checks the groups of one run.
 pub(crate) struct Checker<'a> {
@@ -65,45 +66,22 @@ impl Checker<'_> {
         command: &str,
         log: &std::path::Path,
     ) -> anyhow::Result<Option<Exit>> {
-        if let Some(setup) = self.settings.worktree.setup.as_deref()
-            && lease.fresh
-        {
+        let own = OwnCommands {
+            settings: self.settings,
+            cancel: self.cancel,
+        };
+        if lease.fresh {
             let setup_log = self.run_dir.path.join(format!("{}-setup.log", lease.name));
-            let ran = process::run(self.request(setup, lease, &setup_log)).await?;
-            match ran.exit {
-                Exit::Code(0) => {}
-                Exit::Cancelled => return Ok(None),
-                other => anyhow::bail!(
-                    "worktree setup `{setup}` failed ({other:?}); see {}",
-                    setup_log.display()
-                ),
+            match own
+                .set_up(&lease.path, lease.view.as_ref(), &setup_log, None)
+                .await?
+            {
+                SetUp::Ready => {}
+                SetUp::Stopped(_) => return Ok(None),
+                SetUp::Failed { why, .. } => anyhow::bail!(why),
             }
         }
-        let ran = process::run(self.request(command, lease, log)).await?;
-        Ok(Some(ran.exit))
-    }
-
-    fn request<'a>(
-        &'a self,
-        command: &'a str,
-        lease: &'a Lease,
-        log: &'a std::path::Path,
-    ) -> ProcessRequest<'a> {
-        ProcessRequest {
-            program: Program::Shell(command),
-            cwd: &lease.path,
-            env: Vec::new(),
-            log,
-            timeout: self.settings.timeout(),
-            idle_timeout: Some(self.settings.idle_timeout()),
-            sandbox: Some(&self.settings.sandbox),
-            also_writable: &[],
-            view: lease.view.as_ref(),
-            on_access: None,
-            cancel: self.cancel,
-            gateway: None,
-            state_views: &[],
-            git_view: None,
-        }
+        let request = own.request(command, &lease.path, lease.view.as_ref(), log, None);
+        Ok(Some(process::run(request).await?.exit))
     }
 }

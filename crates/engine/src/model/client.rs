@@ -481,11 +481,6 @@ fn without_url(e: &reqwest::Error) -> String {
     text
 }
 
-/// rustls needs a process-wide crypto provider; swarm uses ring's.
-pub(crate) fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,11 +21,9 @@ use std::time::Instant;
 use anyhow::Context as _;
 use git2::Oid;
 
-use super::Shared;
-use super::task::{
-    Attempt, commit_attempt, commit_message, outcome, start_attempt, step, warn, work,
-};
+use super::task::{Attempt, commit_attempt, commit_message, outcome, start_attempt, work};
 use super::watch::{warn_about_checkout, warn_about_new_branches};
+use super::{Shared, step, warn};
 use crate::env_vars;
 use crate::git::TreeChange;
 use crate::git::commit::{self, CommitError};
@@ -212,7 +210,7 @@ async fn attempt_group(
     let worktree = slot.path.clone();
     // On an error the lease gives the worktree back (its next task resets it).
     let mut result = work(shared, tasks[0], &files, &mut slot, None).await?;
-    super::task::finish(result.ended.jail.take()).await;
+    super::worker_run::finish(result.ended.jail.take()).await;
     let unshared = |error: String| Unshared {
         error,
         log: result.log.clone(),
@@ -281,7 +279,11 @@ async fn attempt_group(
 
 /// The attempts of a process that was interrupted, or stopped by the run's budget: its
 /// spend is counted once.
-fn stopped(shared: &Shared, tasks: &[TaskIdx], result: &super::task::WorkerResult) -> Vec<Attempt> {
+fn stopped(
+    shared: &Shared,
+    tasks: &[TaskIdx],
+    result: &super::worker_run::WorkerResult,
+) -> Vec<Attempt> {
     tasks
         .iter()
         .enumerate()

@@ -399,22 +399,15 @@ impl Shared {
         view: Option<&'a swarm_sandbox::overlay::OverlayView>,
         log: &'a std::path::Path,
     ) -> crate::worker::process::ProcessRequest<'a> {
-        let settings = &self.settings;
-        crate::worker::process::ProcessRequest {
-            program: crate::worker::process::Program::Shell(command),
-            cwd,
-            env: Vec::new(),
-            log,
-            timeout: settings.timeout(),
-            idle_timeout: Some(settings.idle_timeout()),
-            sandbox: Some(&settings.sandbox),
-            also_writable: &[],
-            view,
-            on_access: Some(self.on_access(task)),
+        let on_access = Some(self.on_access(task));
+        self.own_commands()
+            .request(command, cwd, view, log, on_access)
+    }
+
+    fn own_commands(&self) -> crate::worker::own::OwnCommands<'_> {
+        crate::worker::own::OwnCommands {
+            settings: &self.settings,
             cancel: &self.cancel,
-            gateway: None,
-            state_views: &[],
-            git_view: None,
         }
     }
 
@@ -496,4 +489,19 @@ impl Shared {
             agent_bindings,
         })
     }
+}
+
+/// A coarse step of a running task, for the live view.
+fn step(shared: &Shared, task: &TaskId, step: &str) {
+    shared.sink.emit(Event::TaskStep {
+        task: task.clone(),
+        step: step.to_string(),
+    });
+}
+
+fn warn(shared: &Shared, task: &TaskId, message: String) {
+    shared.sink.emit(Event::Warning {
+        task: Some(task.clone()),
+        message,
+    });
 }

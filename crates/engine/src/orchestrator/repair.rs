@@ -15,7 +15,8 @@ use anyhow::Context as _;
 use git2::Oid;
 
 use super::Shared;
-use super::task::{Attempt, Resolved, step};
+use super::step;
+use super::task::{Attempt, Resolved};
 use super::worker_run::{Place, check_writes, run_agent, set_up};
 use crate::events::Event;
 use crate::git::worktree::{self, Slot};

@@ -8,7 +8,6 @@ use crate::report::{Reported, Tokens};
 use crate::settings::Scope;
 use crate::worker::Verdict;
 use crate::worker::diagnose;
-use crate::worker::process::JailEnd;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,10 +17,10 @@ use swarm_sandbox::git_view::GitLayer;
 use anyhow::Context as _;
 use git2::Oid;
 
-use super::Shared;
 use super::permits::Permit;
 use super::watch::{warn_about_checkout, warn_about_new_branches};
-use super::worker_run::{Place, check_writes, run_worker, set_up};
+use super::worker_run::{Ended, Place, WorkerResult, check_writes, finish, run_worker, set_up};
+use super::{Shared, step, warn};
 use crate::events::Event;
 use crate::git::TreeChange;
 use crate::repo_path::RepoPath;
@@ -101,56 +100,6 @@ impl Attempt {
 pub(super) struct Resolved {
     pub(super) tree: Oid,
     pub(super) on: Oid,
-}
-
-/// What a worker reports, whichever kind it is.
-pub(super) struct WorkerResult {
-    pub(super) verdict: Verdict,
-    pub(super) summary: Option<String>,
-    pub(super) output_tail: Option<String>,
-    /// The log `output_tail` is the end of.
-    pub(super) log: Option<PathBuf>,
-    /// What its model answers cost (metered).
-    pub(super) cost_usd: f64,
-    pub(super) tokens: Tokens,
-    pub(super) turns: u32,
-    /// Model answers metered.
-    pub(super) requests: u32,
-    /// What an `--agent` said of its own spend.
-    pub(super) reported: Option<Reported>,
-    /// What the worker's process left: its jail, its git's writes.
-    pub(super) ended: Ended,
-    /// Paths `--verify` alone wrote (its caches, its build output): not the task's change.
-    pub(super) check_wrote: BTreeSet<RepoPath>,
-}
-
-/// What a worker's process left that must go before its worktree is given back. Fields drop
-/// in order: the jail is finished (blocking) before the git layer is let go.
-#[derive(Default)]
-pub(super) struct Ended {
-    /// The jail of an `--exec` command, maybe still unmounting: finished before the
-    /// worktree's view, or `git`, is used again.
-    pub(super) jail: Option<JailEnd>,
-    /// What the worker's own git wrote, in its views (commits to adopt).
-    pub(super) git: Option<GitLayer>,
-}
-
-impl WorkerResult {
-    fn just(verdict: Verdict, output_tail: Option<String>) -> Self {
-        Self {
-            verdict,
-            summary: None,
-            output_tail,
-            log: None,
-            cost_usd: 0.0,
-            tokens: Tokens::default(),
-            turns: 0,
-            requests: 0,
-            reported: None,
-            ended: Ended::default(),
-            check_wrote: BTreeSet::new(),
-        }
-    }
 }
 
 /// Runs one attempt of one task in a pooled worktree, its worker holding `permit` (given
@@ -327,21 +276,6 @@ impl Attempt {
     }
 }
 
-/// A coarse step of a running task, for the live view.
-pub(super) fn step(shared: &Shared, task: &TaskId, step: &str) {
-    shared.sink.emit(Event::TaskStep {
-        task: task.clone(),
-        step: step.to_string(),
-    });
-}
-
-pub(super) fn warn(shared: &Shared, task: &TaskId, message: String) {
-    shared.sink.emit(Event::Warning {
-        task: Some(task.clone()),
-        message,
-    });
-}
-
 /// A worktree for an attempt at `tasks` (several: one process for them all), with `branch`
 /// at its start commit; says so in events.
 pub(super) async fn start_attempt(
@@ -506,13 +440,6 @@ pub(super) async fn commit_attempt(
     .await?;
     released?;
     Ok(committed)
-}
-
-/// Waits for a worker's jail to be gone, if it is not yet.
-pub(super) async fn finish(jail: Option<JailEnd>) {
-    if let Some(jail) = jail {
-        jail.finish().await;
-    }
 }
 
 /// The message of task `task`'s commit.

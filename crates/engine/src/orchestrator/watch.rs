@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::Shared;
-use super::task::warn;
+use super::{Shared, warn};
 use crate::git::finish;
 use crate::ids::TaskId;
 use crate::repo_path::RepoPath;

@@ -2,12 +2,13 @@
 //! `--exec` command (its `--verify`, and with `--repair` the model on a failing check), or
 //! the built-in agent; what each ran and spent as a [`WorkerResult`].
 
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use super::task::{Ended, WorkerResult, step, warn};
-use super::{Shared, WorkerKind};
+use super::{Shared, WorkerKind, step, warn};
 use crate::git::worktree::Slot;
 use crate::ids::{TaskId, TaskIdx};
 use crate::repo_path::RepoPath;
@@ -16,11 +17,71 @@ use crate::settings::Scope;
 use crate::worker::Verdict;
 use crate::worker::check_writes::CheckWrites;
 use crate::worker::exec::{self, AgentRun, ExecTask};
+use crate::worker::llm::AgentTask;
 use crate::worker::llm::LlmShared;
-use crate::worker::llm::agent::{self, AgentTask};
-use crate::worker::process::{self, Exit};
+use crate::worker::llm::agent;
+use crate::worker::own::SetUp;
+use crate::worker::process::{self, Exit, JailEnd};
 use swarm_sandbox::git_view::GitDirs;
+use swarm_sandbox::git_view::GitLayer;
 use swarm_sandbox::overlay::OverlayView;
+
+/// What a worker reports, whichever kind it is.
+pub(super) struct WorkerResult {
+    pub(super) verdict: Verdict,
+    pub(super) summary: Option<String>,
+    pub(super) output_tail: Option<String>,
+    /// The log `output_tail` is the end of.
+    pub(super) log: Option<PathBuf>,
+    /// What its model answers cost (metered).
+    pub(super) cost_usd: f64,
+    pub(super) tokens: Tokens,
+    pub(super) turns: u32,
+    /// Model answers metered.
+    pub(super) requests: u32,
+    /// What an `--agent` said of its own spend.
+    pub(super) reported: Option<Reported>,
+    /// What the worker's process left: its jail, its git's writes.
+    pub(super) ended: Ended,
+    /// Paths `--verify` alone wrote (its caches, its build output): not the task's change.
+    pub(super) check_wrote: BTreeSet<RepoPath>,
+}
+
+/// What a worker's process left that must go before its worktree is given back. Fields drop
+/// in order: the jail is finished (blocking) before the git layer is let go.
+#[derive(Default)]
+pub(super) struct Ended {
+    /// The jail of an `--exec` command, maybe still unmounting: finished before the
+    /// worktree's view, or `git`, is used again.
+    pub(super) jail: Option<JailEnd>,
+    /// What the worker's own git wrote, in its views (commits to adopt).
+    pub(super) git: Option<GitLayer>,
+}
+
+impl WorkerResult {
+    pub(super) fn just(verdict: Verdict, output_tail: Option<String>) -> Self {
+        Self {
+            verdict,
+            summary: None,
+            output_tail,
+            log: None,
+            cost_usd: 0.0,
+            tokens: Tokens::default(),
+            turns: 0,
+            requests: 0,
+            reported: None,
+            ended: Ended::default(),
+            check_wrote: BTreeSet::new(),
+        }
+    }
+}
+
+/// Waits for a worker's jail to be gone, if it is not yet.
+pub(super) async fn finish(jail: Option<JailEnd>) {
+    if let Some(jail) = jail {
+        jail.finish().await;
+    }
+}
 
 /// Runs `[worktree] setup` in a worktree that has not had it yet. `Some` (the verdict and the
 /// output tail) when it did not succeed.
@@ -29,32 +90,29 @@ pub(super) async fn set_up(
     task: Option<&TaskId>,
     slot: &mut Slot,
 ) -> anyhow::Result<Option<(Verdict, String)>> {
-    let Some(setup) = shared.settings.worktree.setup.as_deref() else {
-        return Ok(None);
-    };
     if slot.set_up {
         return Ok(None);
     }
     let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
-    let ran = process::run(shared.shell(setup, task, &slot.path, slot.view.as_ref(), &log)).await?;
-    Ok(match ran.exit {
-        Exit::Code(0) => {
-            slot.set_up = true;
-            None
-        }
-        Exit::Cancelled => Some((Verdict::Interrupted, String::new())),
-        Exit::OverBudget => Some((
-            Verdict::OverBudget("stopped: the run's budget is spent".into()),
-            String::new(),
-        )),
-        other => Some((
-            Verdict::Failed(format!(
-                "worktree setup `{setup}` failed ({other:?}); see {}",
-                log.display()
+    let on_access = Some(shared.on_access(task));
+    let own = shared.own_commands();
+    Ok(
+        match own
+            .set_up(&slot.path, slot.view.as_ref(), &log, on_access)
+            .await?
+        {
+            SetUp::Ready => {
+                slot.set_up = true;
+                None
+            }
+            SetUp::Stopped(Exit::OverBudget) => Some((
+                Verdict::OverBudget("stopped: the run's budget is spent".into()),
+                String::new(),
             )),
-            ran.output_tail,
-        )),
-    })
+            SetUp::Stopped(_) => Some((Verdict::Interrupted, String::new())),
+            SetUp::Failed { why, tail } => Some((Verdict::Failed(why), tail)),
+        },
+    )
 }
 
 /// Where a worker runs: its worktree, the overlay view mounted there, the repository
@@ -189,7 +247,7 @@ async fn verify_then_repair(
 ) -> anyhow::Result<WorkerResult> {
     let task = shared.plan.task(idx);
     // The check's jail mounts the same view: the command's must be gone first.
-    super::task::finish(result.ended.jail.take()).await;
+    finish(result.ended.jail.take()).await;
     let check = verify_exec(shared, &task.id, verify, place, task_dir);
     let Some((verdict, tail)) = CheckWrites::maybe_around(place.checks, check).await? else {
         return Ok(result);

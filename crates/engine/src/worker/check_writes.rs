@@ -10,13 +10,10 @@
 //! did to it after.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
+use crate::git::worktree::Listing;
 use crate::repo_path::RepoPath;
-
-/// Lists the paths a worktree holds that its start does not (written, made or deleted).
-/// Blocking.
-pub(crate) type Listing = Arc<dyn Fn() -> anyhow::Result<BTreeSet<RepoPath>> + Send + Sync>;
 
 /// The paths checks alone wrote in one worktree, over one task's attempt.
 pub(crate) struct CheckWrites {
@@ -73,6 +70,7 @@ impl CheckWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn only_what_appears_during_a_check_is_the_checks() {

@@ -12,8 +12,8 @@ mod direct;
 mod error;
 pub(crate) mod exec;
 pub(crate) mod file_vars;
-mod launch;
 pub(crate) mod llm;
+pub(crate) mod own;
 pub(crate) mod process;
 
 pub(crate) use direct::is_shell_word;

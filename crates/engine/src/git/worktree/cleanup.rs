@@ -40,7 +40,7 @@ fn remove_layers_where(common_dir: &Path, select: &dyn Fn(&str) -> bool) -> anyh
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if is_slot_name(&name) && select(&name) {
-            super::view::remove_layers(common_dir, &entry.path())?;
+            crate::git::view::remove_layers(common_dir, &entry.path())?;
         }
     }
     Ok(())

@@ -34,20 +34,22 @@ use git2::build::CheckoutBuilder;
 use git2::{Oid, Repository, WorktreeAddOptions};
 
 use super::commit::{self, CommitError, Committed};
+use super::view;
 use crate::ids::{RunBranch, RunId};
 use crate::repo_path::RepoPath;
 use crate::state;
-use crate::worker::check_writes::Listing;
 use swarm_sandbox as sandbox;
+
+/// Lists the paths a worktree holds that its start does not (written, made or deleted).
+/// Blocking.
+pub(crate) type Listing = Arc<dyn Fn() -> anyhow::Result<BTreeSet<RepoPath>> + Send + Sync>;
 
 mod cleanup;
 mod files;
-pub(crate) mod ignore;
 mod kept;
 mod lease;
 mod open;
 mod parallel;
-pub(crate) mod view;
 mod views;
 
 pub(crate) use cleanup::{remove_run_worktrees, remove_run_worktrees_except, remove_worktree};

@@ -7,11 +7,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use git2::{Oid, Repository};
 
-use super::{
-    BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, git_failure, ignore, open_worktree,
-    view,
-};
+use super::{BaseCheckout, Head, NewView, Slot, Threads, WorktreePool, git_failure, open_worktree};
 use crate::git::commit::{self, CommitError, Committed};
+use crate::git::{ignore, view};
 use crate::repo_path::RepoPath;
 use crate::state;
 use swarm_sandbox as sandbox;

@@ -11,27 +11,20 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use super::LlmShared;
+use super::AgentTask;
 use super::commands::{run_command, run_verify};
 use super::tools::{self, FinishStatus, Outcome, Workspace};
-use crate::events::{Event, EventSink};
+use crate::events::Event;
 use crate::gateway::Reservation;
 use crate::gateway::meter::estimated_input;
-use crate::ids::TaskId;
 use crate::model::client::{AttemptError, RetryNotice};
 use crate::model::sse::Reply;
-use crate::repo_path::RepoPath;
 use crate::report::Tokens;
-use crate::settings::RunToolPolicy;
 use crate::worker::Verdict;
 use crate::worker::check_writes::CheckWrites;
-use swarm_sandbox::SandboxPolicy;
-use swarm_sandbox::proxy::OnAccess;
 
 /// Characters of conversation above which old tool results are shortened, when the model's
 /// context window is not known.
@@ -48,30 +41,6 @@ const KEEP_RECENT: usize = 6;
 /// Tool results kept for the report, and their size.
 const TAIL_RESULTS: usize = 12;
 const TAIL_CHARS: usize = 8000;
-
-pub(crate) struct AgentTask<'a> {
-    pub shared: &'a LlmShared,
-    pub events: &'a EventSink,
-    pub instruction: &'a str,
-    pub task_id: &'a TaskId,
-    pub files: &'a [RepoPath],
-    pub worktree: &'a Path,
-    pub task_dir: &'a Path,
-    pub scope_task: bool,
-    pub max_turns: u32,
-    pub verify: Option<&'a str>,
-    /// Notes what `verify` alone writes, which is not the task's change.
-    pub checks: Option<&'a CheckWrites>,
-    pub timeout: Duration,
-    pub idle_timeout: Duration,
-    pub sandbox: &'a SandboxPolicy,
-    /// Told of the connections its commands ask the allow-list proxy for.
-    pub on_access: Option<OnAccess>,
-    pub run_tool: &'a RunToolPolicy,
-    pub cancel: &'a CancellationToken,
-    /// Extra context for this attempt (e.g. the conflict a retry must avoid).
-    pub context: Option<&'a str>,
-}
 
 #[derive(Debug)]
 pub(crate) struct AgentOutcome {

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::agent::AgentTask;
+use super::AgentTask;
 use super::approval::{self, Approval};
 use super::tools::Outcome;
 use crate::events::Event;

@@ -10,11 +10,21 @@ mod commands;
 pub(crate) mod prompt;
 pub(crate) mod tools;
 
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
+use crate::events::EventSink;
 use crate::gateway::Meter;
+use crate::ids::TaskId;
 use crate::model::{client, limit};
-use crate::settings::{ApiKey, Settings};
+use crate::repo_path::RepoPath;
+use crate::settings::{ApiKey, RunToolPolicy, Settings};
+use crate::worker::check_writes::CheckWrites;
+use swarm_sandbox::SandboxPolicy;
+use swarm_sandbox::proxy::OnAccess;
 
 /// What every LLM worker of a run shares: one HTTP client (and its connection pool), the
 /// limit of calls in flight, and the run's meter (its spend, its budgets).
@@ -36,4 +46,29 @@ impl LlmShared {
             meter,
         })
     }
+}
+
+/// One task for the built-in agent: what it is asked, where, and within which limits.
+pub(crate) struct AgentTask<'a> {
+    pub shared: &'a LlmShared,
+    pub events: &'a EventSink,
+    pub instruction: &'a str,
+    pub task_id: &'a TaskId,
+    pub files: &'a [RepoPath],
+    pub worktree: &'a Path,
+    pub task_dir: &'a Path,
+    pub scope_task: bool,
+    pub max_turns: u32,
+    pub verify: Option<&'a str>,
+    /// Notes what `verify` alone writes, which is not the task's change.
+    pub checks: Option<&'a CheckWrites>,
+    pub timeout: Duration,
+    pub idle_timeout: Duration,
+    pub sandbox: &'a SandboxPolicy,
+    /// Told of the connections its commands ask the allow-list proxy for.
+    pub on_access: Option<OnAccess>,
+    pub run_tool: &'a RunToolPolicy,
+    pub cancel: &'a CancellationToken,
+    /// Extra context for this attempt (e.g. the conflict a retry must avoid).
+    pub context: Option<&'a str>,
 }

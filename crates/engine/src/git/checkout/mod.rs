@@ -16,7 +16,10 @@
 //!
 //! If any step fails, everything done so far is undone (files moved back, the new index
 //! dropped with the lock), so the checkout, index and branch are exactly as they were, and
-//! the caller says where the result is.
+//! the caller says where the result is. A process killed half way leaves a record
+//! ([`interrupted`]) that the next command on the run undoes the update from.
+
+pub(crate) mod interrupted;
 
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
@@ -101,8 +104,8 @@ pub(crate) fn update_checkout(
     };
     let (mut index, index_written) = index_in_lock(git_dir, &lock.path)?;
     // Should swarm be killed from here on, the next swarm to hold the run finishes or undoes
-    // the update from this record ([`super::interrupted`]).
-    super::interrupted::record(staging, &lock.path, into_ref, old, new)?;
+    // the update from this record ([`interrupted`]).
+    interrupted::record(staging, &lock.path, into_ref, old, new)?;
     let _forget = Forget(staging);
     match repo.refname_to_id(into_ref) {
         Ok(now) if now == old => {}
@@ -143,7 +146,7 @@ pub(crate) fn update_checkout(
             write_index(&mut index, workdir, &changes, repo, new)
                 .and_then(|()| {
                     // The lock is a new file now: what a recovery must recognise.
-                    super::interrupted::record(staging, &lock.path, into_ref, old, new)
+                    interrupted::record(staging, &lock.path, into_ref, old, new)
                 })
                 .map_err(|e| format!("cannot write the index: {e:#}"))
         })
@@ -169,7 +172,7 @@ struct Forget<'a>(&'a Path);
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        super::interrupted::forget(self.0);
+        interrupted::forget(self.0);
     }
 }
 
@@ -303,7 +306,7 @@ pub(super) fn changes(
         repo.find_commit(old)?.tree()?,
         repo.find_commit(new)?.tree()?,
     );
-    Ok(super::tree_changes(repo, &old_tree, &new_tree)?
+    Ok(crate::git::tree_changes(repo, &old_tree, &new_tree)?
         .into_iter()
         .map(|c| Change {
             sparse: index
@@ -367,10 +370,10 @@ pub(super) fn file_is_entry(
     let Ok(meta) = std::fs::symlink_metadata(&path) else {
         return false;
     };
-    if !super::stat::kind_agrees(entry, &meta) {
+    if !crate::git::stat::kind_agrees(entry, &meta) {
         return false;
     }
-    if super::stat::stat_vouches(entry, &meta, index_written) {
+    if crate::git::stat::stat_vouches(entry, &meta, index_written) {
         return true;
     }
     let hashed = match meta.file_type().is_symlink() {
@@ -535,7 +538,7 @@ fn write_index(
             entry.flags |= 0x4000; // extended flags present
         } else {
             let meta = std::fs::symlink_metadata(workdir.join(c.path.as_path()))?;
-            super::set_stat(&mut entry, &meta);
+            crate::git::set_stat(&mut entry, &meta);
         }
         index.add(&entry)?;
     }

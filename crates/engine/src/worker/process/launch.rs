@@ -10,7 +10,7 @@ use std::process::{ExitStatus, Stdio};
 use anyhow::Context as _;
 use tokio::process::Command;
 
-use super::process::ProcessRequest;
+use super::ProcessRequest;
 use crate::gateway::{GATEWAY_PORT, Listener, Place};
 use crate::secrets;
 use crate::settings::{AllowList, NetworkAccess};

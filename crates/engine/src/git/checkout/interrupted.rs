@@ -186,7 +186,7 @@ fn undo(repo: &Repository, old: Oid, new: Oid) -> anyhow::Result<Vec<RepoPath>> 
     let index = repo.index()?;
     let mut restore = Vec::new();
     let mut left = Vec::new();
-    for c in super::checkout::changes(repo, &index, old, new)? {
+    for c in super::changes(repo, &index, old, new)? {
         if c.sparse {
             continue;
         }
@@ -211,7 +211,7 @@ fn undo(repo: &Repository, old: Oid, new: Oid) -> anyhow::Result<Vec<RepoPath>> 
         let mut checkout = git2::build::CheckoutBuilder::new();
         checkout.force().update_index(false);
         for path in &restore {
-            checkout.path(super::literal_pathspec(path));
+            checkout.path(crate::git::literal_pathspec(path));
         }
         repo.checkout_tree(tree.as_object(), Some(&mut checkout))?;
     }

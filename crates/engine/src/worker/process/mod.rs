@@ -11,6 +11,8 @@
 //!   memory. A worker printing gigabytes costs disk up to the cap and no memory. Known secret
 //!   values are redacted from the log and the tail ([`crate::secrets`]).
 
+mod launch;
+
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufWriter, Read as _, Write as _};
@@ -29,7 +31,7 @@ use swarm_sandbox::jail::StateView;
 use swarm_sandbox::proxy::OnAccess;
 use swarm_sandbox::{SandboxPolicy, overlay::OverlayView};
 
-use super::launch::{self, Running};
+use launch::Running;
 
 /// Bytes of output written to a task's log before it is truncated.
 pub(crate) const LOG_CAP: u64 = 8 * 1024 * 1024;
@@ -43,7 +45,7 @@ pub(crate) enum Program<'a> {
     /// A command line, run with `sh -c`.
     Shell(&'a str),
     /// A program and its arguments, run without a shell (the built-in agent's allowed
-    /// commands, and a command line that needs no shell: [`super::direct`]).
+    /// commands, and a command line that needs no shell: [`crate::worker::direct`]).
     Argv(&'a [OsString]),
 }
 
