@@ -1,10 +1,10 @@
 //! `swarm agents`: the coding-agent presets, whether each is installed, where its model
 //! requests go, and what it may read and write.
 
+use crate::error::CommandResult;
 use clap::Args;
 
 use crate::exit;
-use swarm_engine::app::AppResult;
 use swarm_engine::app::agents::{self, Listed};
 use swarm_engine::app::settings::tilde;
 
@@ -19,7 +19,7 @@ pub(crate) struct AgentsArgs {
     pub json: bool,
 }
 
-pub(crate) async fn run(args: AgentsArgs) -> AppResult<i32> {
+pub(crate) async fn run(args: AgentsArgs) -> CommandResult<i32> {
     let listed = agents::list().await?;
     if args.json {
         let all: Vec<serde_json::Value> = listed.iter().map(as_json).collect();

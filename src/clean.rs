@@ -1,11 +1,11 @@
 //! `swarm clean`: remove a run's worktrees, branches and state.
 
+use crate::error::{CommandError, CommandResult};
 use clap::Args;
 
 use crate::exit;
 use swarm_engine::app::ids::RunSelector;
 use swarm_engine::app::runs::{self, CleanTarget};
-use swarm_engine::app::{AppError, AppResult};
 
 /// Remove a run's worktrees, task branches and state (or those of every run with --all),
 /// including what a crashed run left behind.
@@ -19,11 +19,11 @@ pub(crate) struct CleanArgs {
     pub all: bool,
 }
 
-pub(crate) fn run(args: CleanArgs) -> AppResult<i32> {
+pub(crate) fn run(args: CleanArgs) -> CommandResult<i32> {
     let target = match (args.run_id, args.all) {
         (Some(id), false) => CleanTarget::One(id),
         (None, true) => CleanTarget::All,
-        _ => return Err(AppError::CleanWhat),
+        _ => return Err(CommandError::CleanWhat),
     };
     let cleaned = runs::clean(&std::env::current_dir()?, target)?;
     for said in &cleaned.recovered {

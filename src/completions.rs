@@ -1,12 +1,12 @@
 //! `swarm completions SHELL` and `swarm man`: shell completions and the man page, generated
 //! from the same clap definitions as `--help`, so they cannot disagree with it.
 
+use crate::error::{CommandError, CommandResult};
 use std::io::Write as _;
 
 use clap::{Args, CommandFactory as _};
 
 use crate::exit;
-use swarm_engine::app::AppResult;
 
 /// Print a completion script for a shell.
 #[derive(Debug, Args)]
@@ -21,7 +21,7 @@ pub(crate) struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
-pub(crate) fn run(args: CompletionsArgs) -> AppResult<i32> {
+pub(crate) fn run(args: CompletionsArgs) -> CommandResult<i32> {
     let mut command = super::Cli::command();
     // Into memory first: clap_complete panics when its writer fails (a closed pipe).
     let mut script = Vec::new();
@@ -46,7 +46,7 @@ pub(crate) struct ManArgs {
     pub dir: Option<std::path::PathBuf>,
 }
 
-pub(crate) fn man(args: ManArgs) -> AppResult<i32> {
+pub(crate) fn man(args: ManArgs) -> CommandResult<i32> {
     let cli = super::Cli::command();
     if let Some(dir) = &args.dir {
         clap_mangen::generate_to(cli, dir)?;
@@ -60,7 +60,7 @@ pub(crate) fn man(args: ManArgs) -> AppResult<i32> {
                     .get_subcommands()
                     .map(|c| c.get_name().to_string())
                     .collect();
-                return Err(swarm_engine::app::AppError::NoSuchCommand {
+                return Err(CommandError::NoSuchCommand {
                     name: name.clone(),
                     known: names.join(", "),
                 });

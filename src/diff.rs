@@ -1,13 +1,13 @@
 //! `swarm diff`, and the rendering of diffs (git's patch, git's diffstat, made by libgit2)
 //! that `--dry-run` and `--review` share.
 
+use crate::error::CommandResult;
 use std::io::IsTerminal as _;
 
 use clap::Args;
 use console::Style;
 
 use crate::exit;
-use swarm_engine::app::AppResult;
 use swarm_engine::app::diff::{self, Changes, Shown};
 use swarm_engine::app::ids::RunSelector;
 
@@ -24,7 +24,7 @@ pub(crate) struct DiffArgs {
     pub stat: bool,
 }
 
-pub(crate) fn run(args: DiffArgs) -> AppResult<i32> {
+pub(crate) fn run(args: DiffArgs) -> CommandResult<i32> {
     let cwd = std::env::current_dir()?;
     let color = super::use_color(std::io::stdout().is_terminal());
     let mut out = std::io::stdout().lock();

@@ -2,6 +2,7 @@
 //! then the summary, the dry run's diffs, GitHub Actions output, `--json`, and the exit code.
 //! Shared by every command that runs something.
 
+use crate::error::{CommandError, CommandResult};
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::render;
 use crate::exit;
+use swarm_engine::app;
 use swarm_engine::app::diff::Differ;
 use swarm_engine::app::events::EventSink;
 use swarm_engine::app::report::TaskStatus;
-use swarm_engine::app::{self, AppError, AppResult};
 use swarm_engine::app::{RunOutcome, RunRequest};
 
 /// How a run shows itself beyond the terminal.
@@ -30,7 +31,7 @@ pub(crate) struct Output {
 pub(crate) async fn on_terminal(
     request: RunRequest,
     events: Option<&std::path::Path>,
-) -> AppResult<RunOutcome> {
+) -> CommandResult<RunOutcome> {
     let cancel = CancellationToken::new();
     let settled = request.continuation.as_ref().map_or(0, |c| {
         c.report
@@ -47,19 +48,19 @@ pub(crate) async fn on_terminal(
     );
     let sink = Arc::new(EventSink::new(reporter.boxed()));
     if let Some(path) = events {
-        sink.log_to(path).map_err(|source| AppError::Events {
+        sink.log_to(path).map_err(|source| CommandError::Events {
             path: path.to_path_buf(),
             source,
         })?;
     }
     let outcome = app::execute(request, cancel, sink).await;
     reporter.finish();
-    outcome
+    Ok(outcome?)
 }
 
 /// Runs `request` on the terminal, prints the summary (and the report with `--json`), and
 /// gives the exit code.
-pub(crate) async fn execute(request: RunRequest, out: &Output) -> AppResult<i32> {
+pub(crate) async fn execute(request: RunRequest, out: &Output) -> CommandResult<i32> {
     let merges = request.mode.merges();
     let common_dir = request.info.common_dir.clone();
     // The live lines and the summary quote workers: no workflow commands among them.
@@ -117,7 +118,7 @@ fn exit_code(outcome: &RunOutcome, merges: bool) -> i32 {
 fn print_task_diffs(
     common_dir: &std::path::Path,
     report: &swarm_engine::app::report::Report,
-) -> AppResult<()> {
+) -> CommandResult<()> {
     let differ = Differ::open(common_dir)?;
     let color = super::use_color(std::io::stdout().is_terminal());
     let mut out = std::io::stdout().lock();

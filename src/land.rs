@@ -1,13 +1,13 @@
 //! `swarm land`: a finished run as one branch and one pull (merge) request per group of its
 //! tasks (docs/USAGE.md, "Landing a run as pull requests").
 
+use crate::error::CommandResult;
 use std::fmt::Write as _;
 
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use crate::exit;
-use swarm_engine::app::AppResult;
 use swarm_engine::app::ids::RunSelector;
 use swarm_engine::app::land::{
     By, Destination, ForgeChoice, ForgeKind, LandOutcome, LandRecord, LandRequest, Stage,
@@ -77,7 +77,7 @@ fn parse_forge(s: &str) -> Result<ForgeChoice, String> {
     }
 }
 
-pub(crate) async fn run(args: LandArgs) -> AppResult<i32> {
+pub(crate) async fn run(args: LandArgs) -> CommandResult<i32> {
     let request = LandRequest {
         cwd: std::env::current_dir()?,
         run: args.run_id,

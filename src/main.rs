@@ -40,14 +40,20 @@ mod visible;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
+use swarm_engine::app::ProcessStart;
 
 use clap::{Parser, Subcommand};
 
 fn main() -> ExitCode {
     // A worker process's jail is swarm itself, re-executed (docs/SECURITY.md); otherwise the
     // process-wide settings of libgit2 and the allocator.
-    if let Some(code) = swarm_engine::app::start_process() {
-        return code;
+    match swarm_engine::app::start_process() {
+        ProcessStart::Done(code) => return code,
+        ProcessStart::Go { warnings } => {
+            for warning in warnings {
+                eprintln!("swarm: {warning}");
+            }
+        }
     }
     run()
 }

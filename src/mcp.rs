@@ -1,11 +1,12 @@
 //! `swarm mcp`: serve this repository to a coding agent over the Model Context Protocol.
 
+use crate::error::CommandResult;
 use std::path::PathBuf;
 
 use clap::Args;
 
 use crate::exit;
-use swarm_engine::app::{self, AppResult};
+use swarm_engine::app;
 
 /// Serve this repository to a coding agent as a Model Context Protocol server on stdin and
 /// stdout (docs/MCP.md): tools to plan, start, follow, diff, resume, merge, cancel and clean
@@ -43,7 +44,7 @@ pub(crate) struct McpArgs {
     pub agents: Vec<String>,
 }
 
-pub(crate) async fn run(args: McpArgs) -> AppResult<i32> {
+pub(crate) async fn run(args: McpArgs) -> CommandResult<i32> {
     let cwd = std::env::current_dir()?;
     let repo = app::discover(&args.repo.unwrap_or(cwd))?.workdir;
     let limits = swarm_mcp::Limits {

@@ -1,17 +1,18 @@
 //! `swarm merge`: merge the finished task branches of a run (after `--dry-run`, say), or of a
 //! plan whose shards ran on other machines.
 
+use crate::error::{CommandError, CommandResult};
 use std::path::Path;
 
 use clap::Args;
 
 use super::execute::{Output, execute};
 use crate::exit;
+use swarm_engine::app::AppError;
 use swarm_engine::app::RepoInfo;
 use swarm_engine::app::RunMode;
 use swarm_engine::app::ids::{RunId, RunSelector};
 use swarm_engine::app::reconcile::{self, Continuing, MergePlan};
-use swarm_engine::app::{AppError, AppResult};
 
 /// Merge a run's finished, unmerged task branches into its target, with the same --no-ff
 /// merge train as `refactor` (after `swarm refactor --dry-run`, `--review`, or the shards of
@@ -59,16 +60,16 @@ pub(crate) struct MergeArgs {
     pub yes: bool,
 }
 
-pub(crate) async fn run(args: MergeArgs) -> AppResult<i32> {
+pub(crate) async fn run(args: MergeArgs) -> CommandResult<i32> {
     let cwd = std::env::current_dir()?;
     let plan_file = Path::new(&args.target);
     if args.target.ends_with(".json") || plan_file.is_file() {
         return merge_plan(args, cwd).await;
     }
     if args.into.is_some() {
-        return Err(AppError::IntoWithRun);
+        return Err(CommandError::IntoWithRun);
     }
-    let selector: RunSelector = args.target.parse()?;
+    let selector: RunSelector = args.target.parse().map_err(AppError::Id)?;
     if let Some(remote) = &args.fetch {
         reconcile::fetch_run(&cwd, &selector, remote)?;
     }
@@ -100,7 +101,7 @@ pub(crate) async fn run(args: MergeArgs) -> AppResult<i32> {
 }
 
 /// Merges the branches of a plan's tasks, wherever they ran.
-async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> AppResult<i32> {
+async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> CommandResult<i32> {
     let merge = reconcile::merge_plan(MergePlan {
         cwd: cwd.clone(),
         plan: args.target.clone().into(),
@@ -178,7 +179,7 @@ async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> AppResult<i32> 
 }
 
 /// `--push`: the target if it moved, else the branch holding the result.
-fn push(info: &RepoInfo, run: &RunId, remote: Option<&str>, code: i32) -> AppResult<i32> {
+fn push(info: &RepoInfo, run: &RunId, remote: Option<&str>, code: i32) -> CommandResult<i32> {
     let Some(remote) = remote.filter(|_| code != exit::INTERRUPTED) else {
         return Ok(code);
     };

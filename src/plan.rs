@@ -1,5 +1,6 @@
 //! `swarm plan`: write a plan to run later, elsewhere, or in shards.
 
+use crate::error::CommandResult;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -30,6 +31,6 @@ pub(crate) struct PlanArgs {
     pub json: bool,
 }
 
-pub(crate) async fn run(args: PlanArgs) -> swarm_engine::app::AppResult<i32> {
+pub(crate) async fn run(args: PlanArgs) -> CommandResult<i32> {
     plan_only(args.planning, &args.output, args.json).await
 }

@@ -1,5 +1,6 @@
 //! `swarm refactor`: plan, run the workers, merge, clean up.
 
+use crate::error::{CommandError, CommandResult};
 use std::io::{IsTerminal as _, Write as _};
 use std::path::Path;
 
@@ -13,7 +14,7 @@ use swarm_engine::app::reconcile;
 use swarm_engine::app::settings::{
     Layer, OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode,
 };
-use swarm_engine::app::{self, AppError, AppResult};
+use swarm_engine::app::{self, AppError};
 use swarm_engine::app::{RunMode, RunRequest};
 
 /// Plan, run the workers in parallel, merge every task branch with --no-ff, clean up.
@@ -287,7 +288,7 @@ impl PlanningArgs {
         layer
     }
 
-    fn prepare_request(&self, purpose: Purpose) -> AppResult<PrepareRequest> {
+    fn prepare_request(&self, purpose: Purpose) -> CommandResult<PrepareRequest> {
         Ok(PrepareRequest {
             cwd: std::env::current_dir()?,
             instruction: self.instruction.clone(),
@@ -308,7 +309,7 @@ impl PlanningArgs {
 
 /// Prepares a run, printing the warnings and the planner's progress; `None`: nothing to do
 /// (said on stderr).
-async fn prepared(args: &PlanningArgs, purpose: Purpose) -> AppResult<Option<Ready>> {
+async fn prepared(args: &PlanningArgs, purpose: Purpose) -> CommandResult<Option<Ready>> {
     let warn = |w: &str| eprintln!("warning: {w}");
     let note = |n: &str| eprintln!("swarm: {n}");
     match prepare::prepare(args.prepare_request(purpose)?, &warn, &note).await? {
@@ -316,7 +317,7 @@ async fn prepared(args: &PlanningArgs, purpose: Purpose) -> AppResult<Option<Rea
             eprintln!("swarm: {why}; nothing to do");
             Ok(None)
         }
-        Prepared::NoFiles(why) => Err(AppError::NoFiles(why)),
+        Prepared::NoFiles(why) => Err(CommandError::NoFiles(why)),
         Prepared::Nothing(why) => {
             eprintln!("swarm: {why}");
             Ok(None)
@@ -325,7 +326,7 @@ async fn prepared(args: &PlanningArgs, purpose: Purpose) -> AppResult<Option<Rea
     }
 }
 
-pub(crate) async fn run(args: RefactorArgs) -> AppResult<i32> {
+pub(crate) async fn run(args: RefactorArgs) -> CommandResult<i32> {
     let Some(ready) = prepared(&args.planning, Purpose::Run).await? else {
         return Ok(exit::SUCCESS);
     };
@@ -334,16 +335,15 @@ pub(crate) async fn run(args: RefactorArgs) -> AppResult<i32> {
     // script that forgot its pathspecs is stopped.
     let everything = args.planning.pathspecs.is_empty() && args.planning.grep.is_none();
     if everything && (!interactive || args.yes) {
-        return Err(AppError::NoPathspec {
-            files: ready.file_count,
-        });
+        let files = ready.file_count;
+        return Err(AppError::NoPathspec { files }.into());
     }
     if interactive && !args.yes && !confirm(&ready, everything, &ready.skipped)? {
         eprintln!("swarm: nothing done");
         return Ok(exit::SUCCESS);
     }
     if args.review && !interactive {
-        return Err(AppError::ReviewOffTerminal);
+        return Err(CommandError::ReviewOffTerminal);
     }
     // The run's id from the start (the live view too), to find it with `swarm status`.
     if !super::render::is_quiet() {
@@ -382,7 +382,7 @@ pub(crate) async fn run(args: RefactorArgs) -> AppResult<i32> {
 
 /// `swarm plan`: the same planning as `refactor`, written to `output` instead of run (and
 /// with `json`, printed on stdout).
-pub(super) async fn plan_only(args: PlanningArgs, output: &Path, json: bool) -> AppResult<i32> {
+pub(super) async fn plan_only(args: PlanningArgs, output: &Path, json: bool) -> CommandResult<i32> {
     let Some(ready) = prepared(&args, Purpose::PlanFile).await? else {
         return Ok(exit::SUCCESS);
     };
@@ -419,7 +419,7 @@ async fn review_then_merge(
     request: RunRequest,
     json: bool,
     events: Option<std::path::PathBuf>,
-) -> AppResult<i32> {
+) -> CommandResult<i32> {
     let common_dir = request.info.common_dir.clone();
     let (run_id, keep) = (request.plan.run_id.clone(), request.keep);
     let outcome = on_terminal(request, events.as_deref()).await?;
@@ -453,7 +453,7 @@ async fn review_then_merge(
     super::resume::run_continuing(continuing, RunMode::MergeOnly, json, events).await
 }
 
-fn confirm(ready: &Ready, everything: bool, skipped: &str) -> AppResult<bool> {
+fn confirm(ready: &Ready, everything: bool, skipped: &str) -> CommandResult<bool> {
     let plan = &ready.plan;
     let mut err = std::io::stderr().lock();
     writeln!(

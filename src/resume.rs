@@ -1,10 +1,10 @@
 //! `swarm resume`: finish an interrupted run.
 
+use crate::error::CommandResult;
 use clap::Args;
 
 use super::execute::{Output, execute};
 use crate::exit;
-use swarm_engine::app::AppResult;
 use swarm_engine::app::RunMode;
 use swarm_engine::app::ids::RunSelector;
 use swarm_engine::app::reconcile::{self, Continuing};
@@ -46,7 +46,7 @@ pub(crate) struct ResumeArgs {
     pub yes: bool,
 }
 
-pub(crate) async fn run(args: ResumeArgs) -> AppResult<i32> {
+pub(crate) async fn run(args: ResumeArgs) -> CommandResult<i32> {
     let mode = match args.failed {
         true => RunMode::RerunFailed,
         false => RunMode::Resume,
@@ -70,7 +70,7 @@ pub(super) async fn run_continuing(
     mode: RunMode,
     json: bool,
     events: Option<std::path::PathBuf>,
-) -> AppResult<i32> {
+) -> CommandResult<i32> {
     let (request, to_do) = match continuing {
         Continuing::Nothing(why) => {
             super::render::say(&format!("swarm: {why}"));

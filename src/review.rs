@@ -1,10 +1,10 @@
 //! `--review`: each finished task's diff on the terminal, accepted or skipped before anything
 //! merges.
 
+use crate::error::CommandResult;
 use std::io::Write as _;
 use std::path::Path;
 
-use swarm_engine::app::AppResult;
 use swarm_engine::app::diff::Differ;
 use swarm_engine::app::ids::TaskIdx;
 use swarm_engine::app::report::{Report, TaskStatus};
@@ -32,7 +32,7 @@ fn parse(key: char) -> Option<Answer> {
 /// what to do with it. Skipped tasks, and after `quit` every task not yet accepted, become
 /// `skipped` (their branches stay); accepted ones stay `done`, for the merge. Returns how
 /// many were accepted.
-pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> AppResult<usize> {
+pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> CommandResult<usize> {
     let differ = Differ::open(common_dir)?;
     let to_review: Vec<TaskIdx> = report
         .indices()

@@ -1,5 +1,6 @@
 //! `swarm run`: run a plan's tasks (or one shard of them) and leave their branches.
 
+use crate::error::{CommandError, CommandResult};
 use std::path::PathBuf;
 
 use clap::Args;
@@ -9,7 +10,6 @@ use crate::exit;
 use swarm_engine::app::env_vars;
 use swarm_engine::app::settings::{Layer, SandboxMode};
 use swarm_engine::app::shard::{self, Shard, ShardSpec};
-use swarm_engine::app::{AppError, AppResult};
 
 /// Run the tasks of a plan written by `swarm plan` (all, or one shard) and leave their
 /// branches, merging nothing; `--push` sends them to a remote for `swarm merge PLAN.json`.
@@ -62,7 +62,7 @@ pub(crate) struct RunArgs {
     pub yes: bool,
 }
 
-pub(crate) async fn run(args: RunArgs) -> AppResult<i32> {
+pub(crate) async fn run(args: RunArgs) -> CommandResult<i32> {
     let cwd = std::env::current_dir()?;
     let mut settings = Layer::default();
     settings.run.jobs = args.jobs;
@@ -73,7 +73,7 @@ pub(crate) async fn run(args: RunArgs) -> AppResult<i32> {
         None => Shard { k: 1, n: 1 },
         Some(spec) => spec
             .resolve(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
-            .map_err(AppError::ShardAuto)?,
+            .map_err(CommandError::ShardAuto)?,
     };
     let prepared = shard::prepare(&cwd, &args.plan, shard_of, settings, args.keep).await?;
     for warning in &prepared.warnings {

@@ -1,11 +1,12 @@
 //! `swarm status`: the runs of this repository, or one run's tasks.
 
+use crate::error::CommandResult;
 use clap::Args;
 
 use crate::exit;
 use swarm_engine::app::ids::RunSelector;
 use swarm_engine::app::report::{Report, RunState};
-use swarm_engine::app::{AppResult, runs};
+use swarm_engine::app::runs;
 
 /// List runs, or show one run's tasks and their states.
 #[derive(Debug, Args)]
@@ -17,7 +18,7 @@ pub(crate) struct StatusArgs {
     pub json: bool,
 }
 
-pub(crate) fn run(args: StatusArgs) -> AppResult<i32> {
+pub(crate) fn run(args: StatusArgs) -> CommandResult<i32> {
     let cwd = std::env::current_dir()?;
     let Some(wanted) = args.run_id else {
         let listed = runs::list(&cwd)?;

@@ -415,3 +415,34 @@ fn claude_code_delegates_a_refactor_to_swarm_over_mcp() {
     assert!(called.iter().any(|id| id == "toolu_refactor"), "{called:?}");
     assert!(called.iter().any(|id| id == "toolu_result"), "{called:?}");
 }
+
+/// An engine error reaches the model as it reaches the terminal: the same message and the
+/// same hint, word for word.
+#[test]
+#[ignore = "needs the Python MCP SDK: .ci/run installs it"]
+fn an_engine_errors_hint_reaches_the_model_as_it_reaches_the_terminal() {
+    let repo = four_files();
+    let run = repo.swarm(&["refactor", "x", ".", "--exec", SED_FOO_BAR, "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let id = serde_json::from_str::<Value>(&run.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let seen = session(
+        &repo,
+        &[],
+        json!([
+            {"name": "status", "arguments": {"run_id": "2099"}},
+            {"name": "diff", "arguments": {"run_id": id, "task": "no-such-task"}},
+        ]),
+    );
+    for (n, args) in [
+        (0, vec!["status", "2099"]),
+        (1, vec!["diff", &id, "no-such-task"]),
+    ] {
+        let terminal = repo.swarm(&args);
+        assert_eq!(terminal.code, 2, "{}", terminal.stderr);
+        assert!(terminal.stderr.contains("\nhint: "), "{}", terminal.stderr);
+        assert_eq!(refusal(&seen, n), terminal.stderr.trim_end(), "{args:?}");
+    }
+}

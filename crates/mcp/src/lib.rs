@@ -5,6 +5,10 @@
 //!
 //! Tool arguments come from a model and may only narrow what the server's own command line
 //! allows ([`Limits`]); everything answered is redacted.
+//!
+//! Its stdout is the protocol: printing is a lint error here.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod launch;
 mod limits;

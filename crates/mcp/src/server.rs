@@ -40,9 +40,17 @@ fn refused(why: impl std::fmt::Display) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
 }
 
-/// An engine error as the model reads it: the message, and what to do.
+/// An engine error as the model reads it: the message, and what to do, in the words the
+/// command line prints (`error: …`, `hint: …`).
 fn failed(e: app::AppError) -> CallToolResult {
-    refused(format!("{e}"))
+    refused(said(&e))
+}
+
+fn said(e: &app::AppError) -> String {
+    match e.hint() {
+        Some(hint) => format!("error: {}\nhint: {hint}", e.message()),
+        None => format!("error: {}", e.message()),
+    }
 }
 
 #[tool_router]
@@ -277,7 +285,7 @@ impl Swarm {
 impl Swarm {
     /// The workers at a time a run of this repository gets when the call does not say.
     fn default_jobs(&self) -> Result<usize, String> {
-        app::default_jobs(&self.repo).map_err(|e| e.to_string())
+        app::default_jobs(&self.repo).map_err(|e| said(&e))
     }
 
     /// Starts `swarm COMMAND` detached; answers with the run id, or with its result if it

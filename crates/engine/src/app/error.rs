@@ -1,8 +1,6 @@
 //! The errors of a command, whatever layer they come from: the user's input (exit 2) or swarm
-//! itself failing ([`AppError::Internal`], exit 3). The command line turns them into a
-//! message and a hint that names the fix, in one place (`crate::cli::error`).
-
-use std::path::PathBuf;
+//! itself failing ([`AppError::Internal`], exit 3). Each says its message and the hint that
+//! names the fix ([`super::hint`]); the front ends show both and choose the exit code.
 
 use crate::git::repo::RepoError;
 use crate::git::shard::RemoteError;
@@ -68,11 +66,6 @@ pub enum AppError {
     /// No pathspec (and no --grep): every tracked file, which a script must ask for.
     #[error("no pathspec: the run would work on every tracked file ({files} file(s))")]
     NoPathspec { files: usize },
-    /// `swarm man NAME` of no command.
-    #[error("no command '{name}' (the commands: {known})")]
-    NoSuchCommand { name: String, known: String },
-    #[error("which run should be cleaned?")]
-    CleanWhat,
     #[error("nothing to clean for run '{0}'")]
     NothingToClean(RunId),
     /// Neither `--exec` nor `--model` (for a plan file: `for_plan`).
@@ -90,11 +83,6 @@ pub enum AppError {
     BudgetUnmetered { agent: String, why: String },
     #[error("--max-cost: no price is set, so the run's cost cannot be counted")]
     BudgetUnpriced,
-    /// The selection is empty: a typo in CI must not pass as "nothing to do".
-    #[error("{0}")]
-    NoFiles(String),
-    #[error("--shard auto: {0}")]
-    ShardAuto(String),
     #[error("--repair needs --verify: the check whose failure the model repairs")]
     RepairWithoutVerify,
     #[error("--per-process {0}: {1}")]
@@ -120,15 +108,6 @@ pub enum AppError {
     Sandbox(String),
     #[error("--worktrees overlay cannot be used here: {0}")]
     NoOverlay(String),
-    #[error("--review asks about each task on a terminal, and this is not one")]
-    ReviewOffTerminal,
-    #[error("--into applies to merging a plan file")]
-    IntoWithRun,
-    #[error("cannot write --events {}: {source}", .path.display())]
-    Events {
-        path: PathBuf,
-        source: std::io::Error,
-    },
     /// The run itself failed (swarm's own failure: exit 3; a busy run becomes
     /// [`AppError::RunBusy`]).
     #[error(transparent)]

@@ -15,6 +15,7 @@ pub mod agents;
 pub(crate) mod checks;
 pub mod diff;
 pub mod error;
+mod hint;
 pub mod land;
 pub mod prepare;
 mod process;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 pub use error::{AppError, AppResult, Busy};
-pub use process::start_process;
+pub use process::{ProcessStart, start_process};
 
 pub use crate::git::repo::{RepoError, RepoInfo};
 pub use crate::orchestrator::{RunError, RunMode, RunOutcome, RunRequest};

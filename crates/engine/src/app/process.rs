@@ -7,18 +7,26 @@ const GIT_CACHE_BYTES: isize = 4 * 1024 * 1024;
 /// entries is a 32 KiB tree, which each task and each merge read again.
 const GIT_CACHE_TREE_BYTES: usize = 256 * 1024;
 
-/// Called first, before swarm starts any thread: `Some` with the exit code when this process
-/// was a jail and has finished as one.
-pub fn start_process() -> Option<std::process::ExitCode> {
+/// What the process is, once [`start_process`] has looked.
+pub enum ProcessStart {
+    /// It was a jail, or the trash's emptier, and has finished as one: exit with this.
+    Done(std::process::ExitCode),
+    /// It is swarm, for the front end to go on; what could not be set, for it to say.
+    Go { warnings: Vec<String> },
+}
+
+/// Called first, before swarm starts any thread.
+pub fn start_process() -> ProcessStart {
     // A worker process's jail is swarm itself, re-executed (docs/SECURITY.md).
     if let Some(code) = swarm_sandbox::jail::main_if_jail() {
-        return Some(code);
+        return ProcessStart::Done(code);
     }
     // The process a run started to empty the trash after it (`state::empty_trash_later`).
     if let Some(common_dir) = std::env::var_os(crate::env_vars::SWARM_EMPTY_TRASH) {
         let _ = crate::state::empty_trash(std::path::Path::new(&common_dir));
-        return Some(std::process::ExitCode::SUCCESS);
+        return ProcessStart::Done(std::process::ExitCode::SUCCESS);
     }
+    let mut warnings = Vec::new();
     // libgit2 re-hashes every object it reads to check it, which git itself does not do
     // outside `fsck`: a tenth of a large run's time went there (docs/BENCHMARKS.md).
     git2::opts::strict_hash_verification(false);
@@ -27,16 +35,16 @@ pub fn start_process() -> Option<std::process::ExitCode> {
     // tasks. The objects a task needs are the few of the integration tip.
     // SAFETY: set before any other thread uses libgit2.
     if let Err(e) = unsafe { git2::opts::set_cache_max_size(GIT_CACHE_BYTES) } {
-        eprintln!("swarm: cannot limit libgit2's object cache: {e}");
+        warnings.push(format!("cannot limit libgit2's object cache: {e}"));
     }
     // SAFETY: as above.
     if let Err(e) =
         unsafe { git2::opts::set_cache_object_limit(git2::ObjectType::Tree, GIT_CACHE_TREE_BYTES) }
     {
-        eprintln!("swarm: cannot set libgit2's cache limit for trees: {e}");
+        warnings.push(format!("cannot set libgit2's cache limit for trees: {e}"));
     }
     limit_malloc_arenas();
-    None
+    ProcessStart::Go { warnings }
 }
 
 /// Cores per malloc arena. At two cores, one arena: swarm's threads mostly wait on workers,

@@ -51,6 +51,44 @@ pub enum RepoError {
     Git(#[from] git2::Error),
 }
 
+impl RepoError {
+    /// What fixes it, if the user can.
+    pub fn hint(&self) -> Option<&'static str> {
+        Some(match self {
+            RepoError::NotARepository(_) => {
+                "run swarm inside a git checkout (or `git init` and commit first)"
+            }
+            RepoError::Bare(_) => {
+                "run swarm in a checkout of it (`git worktree add ../wt BRANCH`, then cd there)"
+            }
+            RepoError::NoCommits => {
+                "commit the files first (`git add -A && git commit`), then run swarm"
+            }
+            RepoError::UnknownBase(_) => {
+                "pass a branch, tag or commit that exists (see `git log --oneline`)"
+            }
+            RepoError::InvalidInto(_) => {
+                "pass a branch name such as `refactor/rename-foo` (not under swarm/)"
+            }
+            RepoError::Detached => "pass --into BRANCH (a new branch is created at --base)",
+            RepoError::CheckedOutElsewhere { .. } => {
+                "run swarm in that worktree, or pass another --into branch"
+            }
+            RepoError::Filtered { .. } => {
+                "leave such files out with a pathspec exclusion such as ':!*.bin' (see .gitattributes)"
+            }
+            RepoError::Dirty(_) => "commit or stash them, or pass --into <new-branch>",
+            RepoError::OperationInProgress(_) => {
+                "finish or abort it first, or pass --into <new-branch>"
+            }
+            RepoError::HeadNotACommit(_)
+            | RepoError::UnreadableHead(_)
+            | RepoError::BranchNotACommit { .. }
+            | RepoError::Git(_) => return None,
+        })
+    }
+}
+
 /// The first ten paths, for a message.
 fn list(paths: &[RepoPath]) -> String {
     paths

@@ -66,3 +66,19 @@ impl RunError {
         }
     }
 }
+
+impl RunError {
+    /// What to do after a run failed part way: what it did is kept, as after Ctrl-C.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            RunError::Sandbox(_) => {
+                "the workers could not be confined as asked (docs/SECURITY.md); what the run did is \
+             kept: `swarm status` shows it, `swarm resume` goes on once the cause is fixed"
+            }
+            _ => {
+                "what the run did is kept: `swarm status` shows it, `swarm resume` goes on once \
+             the cause is fixed"
+            }
+        }
+    }
+}

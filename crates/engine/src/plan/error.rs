@@ -45,3 +45,44 @@ pub enum PlanError {
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
+
+impl PlanError {
+    /// What fixes it, if the user can.
+    pub fn hint(&self) -> Option<&'static str> {
+        Some(match self {
+            PlanError::PathspecMagic(_) => {
+                "supported: plain paths, globs like 'src/**/*.rs', and exclusions ':!path'"
+            }
+            PlanError::Pathspec { .. } => {
+                "quote globs so the shell does not expand them, e.g. 'src/**/*.py'"
+            }
+            PlanError::Grep(_) => {
+                "--grep takes a Rust regex; escape special characters, e.g. 'foo\\(' "
+            }
+            PlanError::TooManyForPlanner { .. } => {
+                "narrow the pathspecs or --grep, or split per file (drop --split llm)"
+            }
+            PlanError::Planner(_) => {
+                "check --planner-model/--model, --base-url and the API key, or drop --split llm"
+            }
+            PlanError::PlannerInvalid(_) => {
+                "run again, use a stronger --planner-model, or write the plan with swarm plan … -o \
+             PLAN.json and fix it by hand"
+            }
+            PlanError::Unreadable { .. } => {
+                "write one with: swarm plan INSTRUCTION [PATHSPEC]... -o PLAN.json"
+            }
+            PlanError::NotAPlan { .. } | PlanError::Invalid { .. } => {
+                "write one with swarm plan … -o PLAN.json (and keep its fields when editing it)"
+            }
+            PlanError::Schema { .. } => "write the plan again with this version of swarm",
+            PlanError::BaseMissing(_) => {
+                "fetch it (git fetch origin), or write the plan in this repository"
+            }
+            PlanError::Unwritable { .. } => {
+                "pass a path in a directory that exists and is writable"
+            }
+            PlanError::Git(_) | PlanError::Internal(_) => return None,
+        })
+    }
+}

@@ -1,6 +1,5 @@
-//! What can be wrong with settings: always the user's input (exit 2). The messages name the
-//! settings; the command line adds how to fix them (`crate::cli`), since only it knows
-//! which flag or file the user wrote.
+//! What can be wrong with settings: always the user's input (exit 2). Each error says what
+//! fixes it ([`SettingsError::explain`]), for every front end alike.
 
 use std::path::PathBuf;
 
@@ -65,4 +64,89 @@ pub enum SettingsError {
     CopyPath(String),
     #[error("--ok-exit-codes / [run] ok_exit_codes: {0} is not an exit status (0 to 255)")]
     ExitCode(i32),
+}
+
+impl SettingsError {
+    /// The message, naming the flags (`--jobs`), and what fixes it.
+    pub fn explain(&self) -> (String, &'static str) {
+        let e = self;
+        let (message, hint) = match e {
+            SettingsError::Zero(count) => {
+                let (message, hint) = match count {
+                    Count::Jobs => (
+                        "--jobs must be at least 1",
+                        "pass -j 1 or more (the default is 4)",
+                    ),
+                    Count::Batch => (
+                        "--batch must be at least 1",
+                        "pass --batch 1 for one file per task",
+                    ),
+                    Count::PerProcess => (
+                        "--per-process must be at least 1",
+                        "pass --per-process 1 for a process per task, or auto",
+                    ),
+                    Count::Timeout => (
+                        "--timeout must be at least 1 second",
+                        "pass --timeout SECS (the default is 600)",
+                    ),
+                    Count::MaxTurns => (
+                        "--max-turns must be at least 1",
+                        "pass --max-turns N (the default is 50)",
+                    ),
+                    Count::IdleTimeout => (
+                        "--idle-timeout must be at least 1 second",
+                        "pass --idle-timeout SECS (the default is 300)",
+                    ),
+                    Count::MaxOutputTokens => (
+                        "--max-output-tokens must be at least 1",
+                        "pass --max-output-tokens N, or leave it out for the server's default",
+                    ),
+                    Count::MaxCost => (
+                        "--max-cost must be more than 0",
+                        "pass --max-cost USD, e.g. --max-cost 5",
+                    ),
+                    Count::ContextWindow => (
+                        "[model] context_window must be at least 1",
+                        "set it to the model's context window in tokens, or leave it out",
+                    ),
+                };
+                (message.to_string(), hint)
+            }
+            SettingsError::InvalidFile { .. } => (
+                e.to_string(),
+                "fix the file; its tables are [run], [worktree], [model] and [sandbox] (docs/USAGE.md)",
+            ),
+            SettingsError::Unreadable { .. } => (e.to_string(), "check the file's permissions"),
+            SettingsError::ExitCode(_) => (
+                e.to_string(),
+                "list exit statuses from 0 to 255, e.g. --ok-exit-codes 0,1",
+            ),
+            SettingsError::UnknownAgent { .. } => (
+                e.to_string(),
+                "`swarm agents` lists them; define your own as [agents.NAME] in your config file",
+            ),
+            SettingsError::UnknownApi { .. } => (
+                e.to_string(),
+                "name one of them, or leave api out (the agent then gets what pass_env names, as \
+             it is: docs/AGENTS.md)",
+            ),
+            SettingsError::Price => (
+                e.to_string(),
+                "write e.g. price = { prompt = 3, completion = 15 } (US dollars per million tokens)",
+            ),
+            SettingsError::ToolChoice(_) => (
+                e.to_string(),
+                "set [model] tool_choice = \"auto\" (the default), \"required\" or \"none\"",
+            ),
+            SettingsError::AllowDomain(_) => (
+                e.to_string(),
+                "pass a domain name, e.g. --allow-domain api.anthropic.com (docs/SECURITY.md)",
+            ),
+            SettingsError::CopyPath(_) => (
+                e.to_string(),
+                "list files of your checkout by their path relative to its root, e.g. copy = [\".env\"]",
+            ),
+        };
+        (message, hint)
+    }
 }
