@@ -35,7 +35,7 @@ pub async fn list() -> AppResult<Vec<Listed>> {
             None => None,
         };
         listed.push(Listed {
-            gateway: crate::gateway::bindings(&settings, &|var| std::env::var(var).ok()),
+            gateway: credentials_of(&settings),
             written_against: agents::preset(&name)
                 .filter(|_| !user.contains_key(&name))
                 .map(|p| p.written_against),
@@ -90,4 +90,12 @@ async fn version(program: &Path) -> Option<String> {
     text.lines()
         .find(|l| !l.trim().is_empty())
         .map(|l| l.trim().to_string())
+}
+
+/// The APIs of `agent` swarm's gateway serves, with the credentials the environment holds
+/// for them now: the one place an agent's credentials are read.
+pub(crate) fn credentials_of(
+    agent: &crate::settings::agents::AgentSettings,
+) -> Vec<crate::gateway::Binding> {
+    crate::gateway::bindings(agent, &|var| std::env::var(var).ok())
 }

@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 
 use super::error::{AppError, AppResult};
+use crate::gateway::Binding;
 use crate::git::repo::{self, IntoTarget};
+use crate::orchestrator::Secrets;
 use crate::plan::Task;
 use crate::repo_path::RepoPath;
 use crate::settings::{ApiKey, OnConflict, PerProcess, SandboxPolicy, Scope, Settings};
@@ -111,20 +113,53 @@ fn missing_program(command: &str) -> Option<String> {
     (plain && super::agents::which(first).is_none()).then(|| first.clone())
 }
 
+/// The run's secrets, read from the environment once: the model's key, checked as
+/// [`worker`] does, and the credentials of the `--agent`'s APIs, each checked to go only
+/// where a key may go, and able to meter the run's budgets.
+pub(crate) fn secrets(settings: &Settings) -> AppResult<Secrets> {
+    let model_key = worker(settings)?;
+    Ok(Secrets {
+        model_key,
+        ..agent_secrets(settings)?
+    })
+}
+
+/// The `--agent`'s credentials alone, checked as [`secrets`] does (a run that merges, and
+/// runs no worker of the model's).
+pub(crate) fn agent_secrets(settings: &Settings) -> AppResult<Secrets> {
+    let agent = agent_credentials(settings);
+    budgets(settings, &agent)?;
+    agent_endpoints(settings, &agent)?;
+    Ok(Secrets {
+        model_key: None,
+        agent,
+    })
+}
+
+/// The APIs of the `--agent` swarm's gateway serves, with the credentials the environment
+/// holds for them.
+pub(crate) fn agent_credentials(settings: &Settings) -> Vec<Binding> {
+    settings
+        .agent
+        .as_ref()
+        .map(super::agents::credentials_of)
+        .unwrap_or_default()
+}
+
 /// Every endpoint the gateway would send an `--agent`'s key to is one a key may be sent to:
 /// http(s), without a user name or password.
-pub(crate) fn agent_endpoints(settings: &Settings) -> AppResult<()> {
+fn agent_endpoints(settings: &Settings, credentials: &[Binding]) -> AppResult<()> {
     let Some(agent) = &settings.agent else {
         return Ok(());
     };
-    for binding in crate::gateway::bindings(agent, &|var| std::env::var(var).ok()) {
+    for binding in credentials {
         if let Err(why) = crate::net::endpoint(&binding.upstream) {
             return Err(AppError::BadBaseUrl {
                 what: format!(
                     "the endpoint of --agent {}'s {} API",
                     agent.name, binding.route.name
                 ),
-                url: binding.upstream,
+                url: binding.upstream.clone(),
                 why: why.to_string(),
             });
         }
@@ -134,12 +169,12 @@ pub(crate) fn agent_endpoints(settings: &Settings) -> AppResult<()> {
 
 /// The run's budgets can be enforced: its spend is metered (an `--agent`'s through swarm's
 /// gateway), and priced for `--max-cost`.
-pub(crate) fn budgets(settings: &Settings) -> AppResult<()> {
+fn budgets(settings: &Settings, credentials: &[Binding]) -> AppResult<()> {
     if settings.max_cost.is_none() && settings.max_tokens.is_none() {
         return Ok(());
     }
     if let Some(agent) = &settings.agent
-        && crate::gateway::bindings(agent, &|var| std::env::var(var).ok()).is_empty()
+        && credentials.is_empty()
     {
         let vars: Vec<&str> = agent
             .routes

@@ -13,12 +13,13 @@ use crate::git::repo::{self, IntoTarget, RepoInfo};
 use crate::ids::RunId;
 use crate::model::client::ChatClient;
 use crate::model::limit::AdaptiveLimit;
+use crate::orchestrator::Secrets;
 use crate::orchestrator::{RunMode, RunRequest};
 use crate::plan::{
     self, PLAN_SCHEMA_VERSION, Pathspec, Plan, SelectOptions, Selection, SkippedFile, Task,
 };
 use crate::repo_path::RepoPath;
-use crate::settings::{ApiKey, Layer, Settings};
+use crate::settings::{Layer, Settings};
 
 /// How the selected files become tasks (`--split`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,7 +63,7 @@ pub struct Ready {
     pub settings: Settings,
     pub into: IntoTarget,
     pub into_start: Oid,
-    pub api_key: Option<ApiKey>,
+    pub(crate) secrets: Secrets,
     /// Files the selection left out, in words ("2 binary file(s)"), or empty.
     pub skipped: String,
     pub file_count: usize,
@@ -92,7 +93,7 @@ impl Ready {
             into: self.into,
             into_start: self.into_start,
             keep,
-            api_key: self.api_key,
+            secrets: self.secrets,
             mode,
             continuation: None,
         }
@@ -116,19 +117,17 @@ pub async fn prepare(
     }
     let (settings, layer) = (resolved.settings, resolved.layer);
     // A plan runs elsewhere, later: the key and the sandbox are checked by `swarm run`.
-    let api_key = match req.purpose {
+    let secrets = match req.purpose {
         Purpose::Run => {
-            let key = checks::worker(&settings)?;
             super::agents::installed(&settings)?;
-            super::checks::budgets(&settings)?;
-            checks::agent_endpoints(&settings)?;
+            let secrets = checks::secrets(&settings)?;
             checks::sandbox(&settings.sandbox).await?;
             checks::worktrees(&settings, &info.common_dir).await?;
-            key
+            secrets
         }
         Purpose::PlanFile => {
             checks::worker_configured(&settings)?;
-            None
+            Secrets::default()
         }
     };
     let mut selection = select(&req, &info, &repo, base)?;
@@ -167,7 +166,7 @@ pub async fn prepare(
         plan,
         settings,
         into,
-        api_key,
+        secrets,
         skipped,
         file_count,
     })))

@@ -13,6 +13,7 @@ use super::runs;
 use crate::git::repo::{self, RepoInfo};
 use crate::git::{merge, shard, worktree};
 use crate::ids::{RunId, RunSelector};
+use crate::orchestrator::Secrets;
 use crate::orchestrator::{self, Continuation, RunMode, RunRequest, result_branch};
 use crate::plan::{self, Plan};
 use crate::report::{Report, RunState, TaskStatus};
@@ -123,7 +124,7 @@ pub async fn continue_run(
         Err(why) => return Ok(Continuing::Nothing(why)),
     };
     let into = repo::resolve_into(&repo, &info, Some(&report.into))?;
-    let api_key = check_for_continuing(&settings, merge_only).await?;
+    let secrets = check_for_continuing(&settings, merge_only).await?;
     checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;
     // What a crashed run left behind.
     worktree::remove_run_worktrees(&info.common_dir, &id)?;
@@ -135,7 +136,7 @@ pub async fn continue_run(
             into,
             into_start,
             keep,
-            api_key,
+            secrets,
             mode,
             continuation: Some(Continuation {
                 report,
@@ -228,22 +229,22 @@ fn mark_merged_from_git(
 
 /// `swarm merge` runs no worker, but may run the merged check or repair conflicts; `swarm
 /// resume` runs workers.
-async fn check_for_continuing(
-    settings: &Settings,
-    merge_only: bool,
-) -> AppResult<Option<crate::settings::ApiKey>> {
+async fn check_for_continuing(settings: &Settings, merge_only: bool) -> AppResult<Secrets> {
     let repairs = settings.on_conflict == OnConflict::Repair;
-    let api_key = match merge_only && !repairs {
+    let model_key = match merge_only && !repairs {
         true => None,
         false => checks::worker(settings)?,
     };
     if !merge_only || repairs || settings.verify_merged.is_some() {
         super::agents::installed(settings)?;
-        super::checks::budgets(settings)?;
-        checks::agent_endpoints(settings)?;
+        let agent = checks::agent_secrets(settings)?.agent;
         checks::sandbox(&settings.sandbox).await?;
+        return Ok(Secrets { model_key, agent });
     }
-    Ok(api_key)
+    Ok(Secrets {
+        model_key,
+        agent: Vec::new(),
+    })
 }
 
 /// `swarm merge PLAN.json`: what is asked.
@@ -292,7 +293,7 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
     plan.into = into.branch.clone();
     let into_start = into.tip.unwrap_or(base);
     let (report, records) = gather(&repo, &plan, &into.branch, into_start)?;
-    let api_key = check_for_continuing(&settings, true).await?;
+    let secrets = check_for_continuing(&settings, true).await?;
     checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;
     let missing = report
         .tasks
@@ -308,7 +309,7 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
             into,
             into_start,
             keep: false,
-            api_key,
+            secrets,
             mode: RunMode::MergeOnly,
             continuation: Some(Continuation {
                 report,

@@ -163,10 +163,8 @@ pub async fn prepare(
     let plan_layer = (plan.settings.clone(), PlanSource::File);
     let resolved = Settings::resolve(command_line, Some(plan_layer), &info.workdir)?;
     let (settings, warnings) = (resolved.settings, resolved.warnings);
-    let api_key = checks::worker(&settings)?;
     super::agents::installed(&settings)?;
-    super::checks::budgets(&settings)?;
-    checks::agent_endpoints(&settings)?;
+    let secrets = checks::secrets(&settings)?;
     repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
     checks::files_reach_the_command(&settings, &plan.tasks)?;
     checks::sandbox(&settings.sandbox).await?;
@@ -183,7 +181,7 @@ pub async fn prepare(
             into,
             into_start: base,
             keep,
-            api_key,
+            secrets,
             mode: RunMode::RunShard,
             continuation: None,
         }),

@@ -16,7 +16,7 @@ use git2::Oid;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, EventSink};
-use crate::gateway::{self, Binding, Gateway, GatewayOptions, Meter};
+use crate::gateway::{Binding, Gateway, GatewayOptions, Meter};
 use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::git::worktree::WorktreePool;
 use crate::ids::{RunBranch, RunId, TaskId};
@@ -60,11 +60,20 @@ pub struct RunRequest {
     /// keeps where the run first started).
     pub into_start: Oid,
     pub keep: bool,
-    /// The model API key (LLM worker); never stored anywhere.
-    pub api_key: Option<ApiKey>,
+    /// The model's key and the agent's credentials; never stored anywhere.
+    pub secrets: Secrets,
     pub mode: RunMode,
     /// Where a continuing run (resume, merge) was left; `None`: a new run.
     pub continuation: Option<Continuation>,
+}
+
+/// What a run holds that is never stored: the model's key (the built-in worker, `--repair`)
+/// and the credentials of the `--agent`'s APIs that its gateway swaps in. Read from the
+/// environment once, where the request is made (`app`), and carried here.
+#[derive(Default)]
+pub struct Secrets {
+    pub(crate) model_key: Option<ApiKey>,
+    pub(crate) agent: Vec<Binding>,
 }
 
 /// Which worker edits the files.
@@ -114,7 +123,7 @@ struct Shared {
 /// What a run's workers are given besides the plan: the model's key, where events go, the
 /// run's cancellation, its meter.
 struct Services {
-    api_key: Option<ApiKey>,
+    secrets: Secrets,
     sink: Arc<EventSink>,
     cancel: CancellationToken,
     meter: Arc<Meter>,
@@ -174,7 +183,7 @@ pub(crate) async fn run(
     let (report, per_process) = announce(&req, &run_dir, &sink, report, views)?;
     let meter = Meter::new(&req.settings, spent_before(&report), Some(sink.clone()));
     let services = Services {
-        api_key: req.api_key.take(),
+        secrets: std::mem::take(&mut req.secrets),
         sink,
         // A child token: an internal error stops the workers without looking like Ctrl-C.
         cancel: cancel.child_token(),
@@ -317,15 +326,12 @@ fn announce(
 /// a key for it, or the user named its endpoint); the APIs it serves.
 fn agent_gateway(
     settings: &crate::settings::Settings,
+    bindings: &[Binding],
     meter: &Arc<Meter>,
     sink: &Arc<EventSink>,
-) -> anyhow::Result<(Option<Arc<Gateway>>, Vec<Binding>)> {
-    let Some(agent) = &settings.agent else {
-        return Ok((None, Vec::new()));
-    };
-    let bindings = gateway::bindings(agent, &|var| std::env::var(var).ok());
-    if bindings.is_empty() {
-        return Ok((None, bindings));
+) -> anyhow::Result<Option<Arc<Gateway>>> {
+    if settings.agent.is_none() || bindings.is_empty() {
+        return Ok(None);
     }
     let options = GatewayOptions {
         jobs: settings.jobs,
@@ -333,8 +339,7 @@ fn agent_gateway(
         connect_timeout: std::time::Duration::from_secs(settings.model.connect_timeout_secs),
         read_timeout: std::time::Duration::from_secs(settings.model.request_timeout_secs),
     };
-    let gateway = Gateway::new(meter.clone(), sink.clone(), options)?;
-    Ok((Some(gateway), bindings))
+    Ok(Some(Gateway::new(meter.clone(), sink.clone(), options)?))
 }
 
 /// Do the run's workers get overlay worktrees (`--worktrees`)? Only `--exec` workers in the
@@ -425,7 +430,7 @@ impl Shared {
         layout: Layout,
     ) -> Result<Self, RunError> {
         let Services {
-            api_key,
+            secrets,
             sink,
             cancel,
             meter,
@@ -434,13 +439,14 @@ impl Shared {
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
         let model = match (&settings.model.name, settings.uses_model()) {
             (Some(name), true) => Some(Arc::new(
-                LlmShared::new(&settings, name.clone(), api_key, meter.clone())
+                LlmShared::new(&settings, name.clone(), secrets.model_key, meter.clone())
                     .map_err(|e| RunError::classify("starting the model client", e))?,
             )),
             _ => None,
         };
-        let (gateway, agent_bindings) =
-            agent_gateway(&settings, &meter, &sink).map_err(RunError::Sandbox)?;
+        let agent_bindings = secrets.agent;
+        let gateway =
+            agent_gateway(&settings, &agent_bindings, &meter, &sink).map_err(RunError::Sandbox)?;
         let worker = match (&settings.exec, &model) {
             (Some(command), _) => WorkerKind::Exec(command.clone()),
             (None, Some(_)) => WorkerKind::Llm,

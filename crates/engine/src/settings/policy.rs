@@ -261,20 +261,21 @@ impl ModelSettings {
 /// An API key. It prints as `***`, is never serialized, and is only ever put in the
 /// `Authorization` header of a request.
 #[derive(Clone)]
-pub struct ApiKey(String);
+pub(crate) struct ApiKey(String);
 
 impl ApiKey {
-    pub fn new(key: String) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(key: String) -> Self {
         Self(key)
     }
 
     /// The key itself, for the `Authorization` header only.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 
     /// `SWARM_API_KEY`, else `OPENAI_API_KEY`.
-    pub fn from_env() -> Option<Self> {
+    pub(crate) fn from_env() -> Option<Self> {
         [env_vars::SWARM_API_KEY, env_vars::OPENAI_API_KEY]
             .iter()
             .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
