@@ -7,7 +7,7 @@
 //! On an ext4 without a journal, mounted with `discard` (as this project's machine is), a
 //! block freed is discarded synchronously, a round trip to the device in the thread that
 //! deletes: each folder removed cost the worker's thread about a quarter of a millisecond, and
-//! a one-file task removed about five (docs/BENCHMARKS.md). A journal batches discards at its
+//! a one-file task removed about five (docs/BENCHMARKS-HISTORY.md). A journal batches discards at its
 //! commit instead; there the janitor only moves the deletions' system time off the workers.
 //!
 //! What is retired is swarm's: its process has ended, so nothing changes it while it is

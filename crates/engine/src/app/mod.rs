@@ -1,12 +1,14 @@
 //! The application layer: what a command does between its parsed arguments and the engine.
 //!
 //! ```text
-//! cli/  (clap types, one thin function per command, rendering, errors → message + hint)
-//!   │
-//! app/  prepare a run · continue one from git · shards · runs · diffs · checks
-//!   │     (no clap, no terminal; typed errors, data for the CLI to show)
-//! engine: settings, plan, git, worker, orchestrator, report, state, events
+//! swarm (src/: clap, rendering, exit codes)     swarm-mcp (tools over stdio)
+//!   │                                              │
+//! app/  prepare a run · continue one from git · shards · land · runs · diffs · checks
+//!   │     (no clap, no terminal; typed errors, each with its message and hint)
+//! engine: settings, plan, git, worker, orchestrator, land, report, state, events
 //! ```
+//!
+//! Nothing below `app` uses it (`tests/it/layers.rs`).
 //!
 //! Each command resolves one [`RunMode`] here and hands the
 //! engine one [`RunRequest`].

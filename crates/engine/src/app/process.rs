@@ -28,7 +28,7 @@ pub fn start_process() -> ProcessStart {
     }
     let mut warnings = Vec::new();
     // libgit2 re-hashes every object it reads to check it, which git itself does not do
-    // outside `fsck`: a tenth of a large run's time went there (docs/BENCHMARKS.md).
+    // outside `fsck`: a tenth of a large run's time went there (docs/BENCHMARKS-HISTORY.md).
     git2::opts::strict_hash_verification(false);
     // libgit2 keeps up to 256 MiB of the objects it read, across all repositories; a long
     // run reads a new tree per merge, so that cache was most of swarm's memory at 10,000
@@ -58,7 +58,7 @@ const CORES_PER_ARENA: usize = 8;
 /// per core, and keeps what they freed: the blocking threads that commit and reset
 /// worktrees, and the base checkout's, left swarm's peak memory at nearly twice what it uses.
 /// Two arenas halved that at 27,000 files; one more than that again at 100,000 files and
-/// 10,000 tasks (113 MB -> 86 MB at the peak, the same time: docs/BENCHMARKS.md), where the
+/// 10,000 tasks (113 MB -> 86 MB at the peak, the same time: docs/BENCHMARKS-HISTORY.md), where the
 /// second arena kept ~30 MB of what the base checkout and planning had freed. One arena per
 /// [`CORES_PER_ARENA`] cores (one up to eight), unless MALLOC_ARENA_MAX says.
 fn limit_malloc_arenas() {

@@ -540,7 +540,7 @@ impl WorktreePool {
     ///
     /// An overlay view could keep HEAD on its last branch (one HEAD write a task, not two):
     /// measured on 2,000 one-file tasks, that was no faster on ext4 and 2-3 % slower on tmpfs
-    /// (docs/BENCHMARKS.md), so every idle worktree is detached.
+    /// (docs/BENCHMARKS-HISTORY.md), so every idle worktree is detached.
     fn give_back(&self, slot: Slot) -> anyhow::Result<()> {
         let ready = self.check_intact(&slot).map_err(anyhow::Error::msg);
         let ready = ready.and_then(|()| match slot.view {
