@@ -55,7 +55,23 @@ fn main() -> ExitCode {
             }
         }
     }
+    if let Some(request) = swarm_mcp::detached::DetachedRun::of_this_process() {
+        return run_detached(request);
+    }
     run()
+}
+
+/// A run `swarm mcp` started, as a process of its own (`swarm_mcp::detached`).
+fn run_detached(request: Result<swarm_mcp::detached::DetachedRun, String>) -> ExitCode {
+    init_tracing(0);
+    let request = match request {
+        Ok(request) => request,
+        Err(why) => {
+            eprintln!("error: the run's request: {why}");
+            return ExitCode::from(exit::FAILED as u8);
+        }
+    };
+    in_runtime(mcp::detached(request))
 }
 
 /// Apply one change across many files with parallel workers, each in its own git worktree and
@@ -134,17 +150,7 @@ fn run() -> ExitCode {
     console::set_colors_enabled_stderr(use_color(std::io::stderr().is_terminal()));
     render::set_quiet(cli.quiet);
     init_tracing(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::FAILED as u8);
-        }
-    };
-    let result = runtime.block_on(async {
+    in_runtime(async {
         match cli.command {
             Command::Refactor(args) => refactor::run(*args).await,
             Command::Plan(args) => plan::run(*args).await,
@@ -160,7 +166,22 @@ fn run() -> ExitCode {
             Command::Completions(args) => completions::run(args),
             Command::Man(args) => completions::man(args),
         }
-    });
+    })
+}
+
+/// Runs a command on the async runtime; its exit code.
+fn in_runtime(command: impl std::future::Future<Output = error::CommandResult<i32>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILED as u8);
+        }
+    };
+    let result = runtime.block_on(command);
     // Blocking threads still reading the pipe of a worker that escaped its process group
     // must not keep swarm alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

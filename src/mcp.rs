@@ -3,6 +3,10 @@
 use crate::error::CommandResult;
 use std::path::PathBuf;
 
+use swarm_engine::app::settings::Layer;
+use swarm_engine::app::{AppError, RunMode, prepare, reconcile};
+use swarm_mcp::detached::{Continuing, Detached, DetachedRun};
+
 use clap::Args;
 
 use crate::exit;
@@ -47,10 +51,17 @@ pub(crate) struct McpArgs {
 pub(crate) async fn run(args: McpArgs) -> CommandResult<i32> {
     let cwd = std::env::current_dir()?;
     let repo = app::discover(&args.repo.unwrap_or(cwd))?.workdir;
+    let mut server = Layer::default();
+    server.sandbox.mode = args
+        .sandbox
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|why: String| anyhow::anyhow!("--sandbox: {why}"))?;
+    server.sandbox.network = args.network.then_some(true);
+    server.sandbox.allow_domains = Some(args.allow_domains).filter(|d| !d.is_empty());
     let limits = swarm_mcp::Limits {
-        sandbox: args.sandbox,
-        network: args.network,
-        allow_domains: args.allow_domains,
+        server,
         max_jobs: args.max_jobs,
         max_cost: args.max_cost,
         max_tokens: args.max_tokens,
@@ -58,4 +69,45 @@ pub(crate) async fn run(args: McpArgs) -> CommandResult<i32> {
     };
     swarm_mcp::serve(repo, limits).await?;
     Ok(exit::SUCCESS)
+}
+
+/// A run `swarm mcp` started (a process of its own, its output the launch's log): its plan
+/// run whole, or a run continued, as `swarm run` and `swarm resume` would, its events into
+/// the file the server follows.
+pub(crate) async fn detached(run: DetachedRun) -> CommandResult<i32> {
+    let events = Some(run.events);
+    match run.what {
+        Detached::Start {
+            plan,
+            server,
+            dry_run,
+        } => {
+            let mode = match dry_run {
+                true => RunMode::DryRun,
+                false => RunMode::Refactor,
+            };
+            let (request, warnings) = prepare::plan_run(&run.repo, &plan, *server, mode).await?;
+            for warning in &warnings {
+                eprintln!("warning: {warning}");
+            }
+            let output = super::execute::Output {
+                json: false,
+                show_diffs: dry_run,
+                events,
+            };
+            super::execute::execute(request, &output).await
+        }
+        Detached::Continue { run: id, how } => {
+            let mode = match how {
+                Continuing::Resume => RunMode::Resume,
+                Continuing::ResumeFailed => RunMode::RerunFailed,
+                Continuing::Merge => RunMode::MergeOnly,
+            };
+            let selector = id.parse().map_err(AppError::Id)?;
+            let overrides = reconcile::Overrides::default();
+            let continuing =
+                reconcile::continue_run(&run.repo, &selector, mode, false, overrides).await?;
+            super::resume::run_continuing(continuing, mode, false, events).await
+        }
+    }
 }

@@ -302,6 +302,7 @@ impl PlanningArgs {
             base: self.base.clone(),
             into: self.into.clone(),
             settings: self.layer(),
+            call: None,
             purpose,
         })
     }

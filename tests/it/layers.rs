@@ -162,3 +162,46 @@ fn the_engines_modules_have_no_loops_and_nothing_below_app_uses_it() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// The MCP server talks to the engine in types, not in the command line's text: no string
+/// in its code is a flag (`"--jobs"`, `format!("--{name}={value}")`).
+#[test]
+fn the_mcp_server_spells_no_command_line_flag() {
+    use syn::visit::Visit;
+    struct Flags(Vec<String>);
+    impl<'ast> Visit<'ast> for Flags {
+        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+            // Its unit tests may name what they check against.
+            if m.ident != "tests" {
+                syn::visit::visit_item_mod(self, m);
+            }
+        }
+        fn visit_lit_str(&mut self, lit: &'ast syn::LitStr) {
+            if lit.value().starts_with("--") {
+                self.0.push(lit.value());
+            }
+        }
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            // format!("--{name}") and the like: the literal is the macro's first token.
+            let tokens = mac.tokens.to_string();
+            if tokens.trim_start().starts_with("\"--") {
+                self.0.push(tokens);
+            }
+        }
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/mcp/src");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut flags = Flags(Vec::new());
+        flags.visit_file(&syn::parse_file(&text).unwrap());
+        found.extend(
+            flags
+                .0
+                .into_iter()
+                .map(|f| format!("{}: {f}", path.display())),
+        );
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}

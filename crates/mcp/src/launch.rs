@@ -1,7 +1,8 @@
-//! Starting runs that belong to the repository, not to the connection: each is `swarm
-//! refactor` (or `resume`, `merge`) started as a process of its own, in a process group of
-//! its own, writing its log and events under `.git/swarm/mcp/` (named after the run once it
-//! started: `swarm clean` removes them with it). When the client's turn is
+//! Starting runs that belong to the repository, not to the connection: each is swarm started
+//! again on a typed request ([`crate::detached`]: a plan the server wrote, or a run to
+//! continue), as a process of its own, in a process group of its own, writing its log and
+//! events under `.git/swarm/mcp/` (named after the run once it started: `swarm clean`
+//! removes them with it). When the client's turn is
 //! interrupted or this server exits, the run goes on; `status`, `result`, another `swarm mcp`
 //! or `swarm status` on the command line pick it up, as for any run. A run stopped anyway
 //! (`cancel`, a reboot) is finished by `resume`, as any interrupted run is.
@@ -12,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::detached::{Detached, DetachedRun};
 
 /// How long a run may take to plan before its start is announced (a planner model can take
 /// a while).
@@ -26,27 +29,48 @@ pub(crate) enum Started {
     Ended { success: bool, said: String },
 }
 
-/// Starts `swarm COMMAND FLAGS --events=… -- POSITIONAL` in `repo`, detached, and waits for
-/// its run to start.
+/// Why a launch did not start its process.
+pub(crate) enum Failed {
+    /// What it was to do could not be made (its plan not written), for the model.
+    Refused(String),
+    Internal(anyhow::Error),
+}
+
+impl From<std::io::Error> for Failed {
+    fn from(e: std::io::Error) -> Self {
+        Failed::Internal(e.into())
+    }
+}
+
+/// Starts swarm on a [`DetachedRun`] in `repo`, detached, and waits for its run to start.
+/// `what` makes what the run does from the path its plan may be written to. The files of a
+/// launch share one name; the plan and the request go once the run has read them, the log
+/// and the events take the run's name once it has one.
 pub(crate) async fn launch(
     repo: &Path,
     common_dir: &Path,
-    command: &str,
-    flags: &[String],
-    positional: &[String],
-) -> anyhow::Result<Started> {
+    what: impl FnOnce(PathBuf) -> Result<Detached, String>,
+) -> Result<Started, Failed> {
     let dir = common_dir.join("swarm").join("mcp");
     std::fs::create_dir_all(&dir)?;
     let (stem, out) = new_log(&dir)?;
-    let events = dir.join(format!("{stem}.events.jsonl"));
-    let log = dir.join(format!("{stem}.log"));
+    let file = |kind: &str| dir.join(format!("{stem}.{kind}"));
+    let (events, log, plan, request) = (
+        file("events.jsonl"),
+        file("log"),
+        file("plan.json"),
+        file("request.json"),
+    );
+    let run = DetachedRun {
+        repo: repo.to_path_buf(),
+        events: events.clone(),
+        what: what(plan).map_err(Failed::Refused)?,
+    };
+    let text = serde_json::to_vec(&run).map_err(|e| Failed::Internal(e.into()))?;
+    std::fs::write(&request, text)?;
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg(command)
-        .args(flags)
-        .arg("--yes")
-        .arg(format!("--events={}", events.display()))
-        .arg("--")
-        .args(positional)
+    cmd.arg(crate::detached::ARG)
+        .arg(&request)
         .current_dir(repo)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -64,11 +88,17 @@ pub(crate) async fn launch(
             *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(success);
         });
     }
-    let started = wait_for_start(&events, &log, &ended).await?;
+    let started = wait_for_start(&events, &log, &ended)
+        .await
+        .map_err(Failed::Internal)?;
+    // Read by now: the run keeps its own copy of the plan (`.git/swarm/runs/<RUN-ID>/`).
+    for kind in ["plan.json", "request.json"] {
+        let _ = std::fs::remove_file(file(kind));
+    }
     if let Started::Run(run) = &started {
         // Named after their run, they go with it (`swarm clean`).
-        for (path, kind) in [(&log, "log"), (&events, "events.jsonl")] {
-            let _ = std::fs::rename(path, dir.join(format!("{run}-{stem}.{kind}")));
+        for kind in ["log", "events.jsonl"] {
+            let _ = std::fs::rename(file(kind), dir.join(format!("{run}-{stem}.{kind}")));
         }
     }
     Ok(started)

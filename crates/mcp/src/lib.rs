@@ -10,6 +10,7 @@
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod detached;
 mod launch;
 mod limits;
 mod params;

@@ -1,22 +1,23 @@
-//! What a tool call may ask for. Its arguments come from a model, so they are held to the
-//! rule of a repository's `swarm.toml`: they may narrow what the server allows, never widen
-//! it. The sandbox, the network, the budgets' ceilings and the agents that may run are the
-//! server's (`swarm mcp`'s flags, the user's config); a call asking for more is refused with
-//! a message the model can read, before anything runs.
+//! What a tool call may ask for. Its arguments come from a model: they become a settings
+//! layer of their own, which the engine holds to the rule of a plan file under the server's
+//! own settings (the one place that decides what may weaken the sandbox); here they are
+//! checked against the server's caps (jobs, budgets, the agents that may run, pathspecs
+//! inside the repository). A call asking for more is refused with a message the model can
+//! read, before anything runs.
 
 use std::path::{Component, Path};
+use std::str::FromStr;
+
+use swarm_engine::app::settings::Layer;
 
 use crate::params::Work;
 
 /// What the server allows, from `swarm mcp`'s command line.
 #[derive(Debug, Clone, Default)]
 pub struct Limits {
-    /// `--sandbox`, passed to every run (`None`: the user's config, else confined).
-    pub sandbox: Option<String>,
-    /// `--network` for every run's workers.
-    pub network: bool,
-    /// `--allow-domain` for every run's workers.
-    pub allow_domains: Vec<String>,
+    /// The server's own settings for every run (`--sandbox`, `--network`, `--allow-domain`):
+    /// the command line's layer of each run it plans and starts.
+    pub server: Layer,
     /// The most workers at a time a call may ask for.
     pub max_jobs: Option<usize>,
     /// The spending cap of each run, in US dollars: a call may ask for less.
@@ -69,81 +70,64 @@ impl Limits {
         Ok(())
     }
 
-    /// The server's own flags, for every run it starts.
-    fn flags(&self) -> Vec<String> {
-        let mut flags = Vec::new();
-        if let Some(mode) = &self.sandbox {
-            flags.push(format!("--sandbox={mode}"));
-        }
-        if self.network {
-            flags.push("--network".into());
-        }
-        for domain in &self.allow_domains {
-            flags.push(format!("--allow-domain={domain}"));
-        }
-        flags
-    }
-
-    /// `swarm refactor`'s (or `swarm plan`'s) flags and positional arguments for `work`,
-    /// checked. A limit is a default as well as a cap: what the call leaves out is the
-    /// server's (the budgets), or what the run would get (`default_jobs`, the repository's and
-    /// the user's settings) held to the server's cap.
-    pub(crate) fn command_line(
+    /// The settings `work` asks for, checked against the server's limits: a layer the
+    /// engine holds to the rule of a plan file under [`Limits::server`] (it may not weaken
+    /// the sandbox, define an agent or send a key off this machine). A limit is a default as
+    /// well as a cap: what the call leaves out is the server's (the budgets), or what the run
+    /// would get (`default_jobs`, the repository's and the user's settings) held to the
+    /// server's cap.
+    pub(crate) fn call_layer(
         &self,
         work: &Work,
         default_jobs: impl FnOnce() -> Result<usize, String>,
-    ) -> Result<(Vec<String>, Vec<String>), String> {
+    ) -> Result<Layer, String> {
         self.check(work)?;
-        let jobs = match (work.jobs, self.max_jobs) {
+        let mut layer = Layer::default();
+        let run = &mut layer.run;
+        run.jobs = match (work.jobs, self.max_jobs) {
             (None, Some(most)) => Some(default_jobs()?.min(most)),
             (asked, _) => asked,
         };
-        let mut flags = self.flags();
-        let mut value = |name: &str, value: Option<String>| {
-            if let Some(value) = value {
-                flags.push(format!("--{name}={value}"));
+        run.exec = work.exec.clone();
+        match &work.agent {
+            Some(agent) => {
+                run.agent = Some(agent.clone());
+                run.agent_model = work.model.clone();
             }
-        };
-        value("grep", work.grep.clone());
-        value("exec", work.exec.clone());
-        value("agent", work.agent.clone());
-        value("model", work.model.clone());
-        value("jobs", jobs.map(|n| n.to_string()));
-        value("batch", work.batch.map(|n| n.to_string()));
-        value("per-process", work.per_process.clone());
-        value("verify", work.verify.clone());
-        value("verify-merged", work.verify_merged.clone());
-        value("into", work.into.clone());
-        value("scope", work.scope.clone());
-        value("on-conflict", work.on_conflict.clone());
-        value(
-            "ok-exit-codes",
-            work.ok_exit_codes.as_ref().map(|codes| {
-                let codes: Vec<String> = codes.iter().map(i32::to_string).collect();
-                codes.join(",")
-            }),
-        );
-        value("timeout", work.timeout.map(|n| n.to_string()));
-        value(
-            "max-cost",
-            work.max_cost.or(self.max_cost).map(|n| n.to_string()),
-        );
-        value(
-            "max-tokens",
-            work.max_tokens.or(self.max_tokens).map(|n| n.to_string()),
-        );
-        if work.atomic == Some(true) {
-            flags.push("--atomic".into());
+            None => layer.model.name = work.model.clone(),
         }
-        let mut positional = vec![work.instruction.clone()];
-        positional.extend(work.pathspecs.iter().cloned());
-        // No pathspec is every tracked file (the tool's documented default), which swarm
-        // wants said with `.`.
-        if work.pathspecs.is_empty() {
-            positional.push(".".into());
-        }
-        Ok((flags, positional))
+        let run = &mut layer.run;
+        run.batch = work.batch;
+        run.per_process = keyword("per_process", &work.per_process)?;
+        run.verify = work.verify.clone();
+        run.verify_merged = work.verify_merged.clone();
+        run.scope = keyword("scope", &work.scope)?;
+        run.on_conflict = keyword("on_conflict", &work.on_conflict)?;
+        run.ok_exit_codes = work.ok_exit_codes.clone();
+        run.timeout = work.timeout;
+        run.max_cost = work
+            .max_cost
+            .or(self.max_cost)
+            .map(|usd| {
+                serde_json::Number::from_f64(usd)
+                    .ok_or_else(|| format!("max_cost: {usd} is not a number of dollars"))
+            })
+            .transpose()?;
+        run.max_tokens = work.max_tokens.or(self.max_tokens);
+        run.atomic = work.atomic.filter(|atomic| *atomic);
+        Ok(layer)
     }
+}
+
+/// A keyword argument (`scope`, `on_conflict`, `per_process`) as the setting it names.
+fn keyword<T: FromStr<Err = String>>(
+    name: &str,
+    value: &Option<String>,
+) -> Result<Option<T>, String> {
+    value
+        .as_deref()
+        .map(|v| v.parse().map_err(|e| format!("{name}: {e}")))
+        .transpose()
 }
 
 /// `Err` for a pathspec that names something outside the repository (absolute, or with a
@@ -198,14 +182,20 @@ mod tests {
         }
         // The server's limits apply when the call names none: its budget, and its cap on the
         // jobs a run would get.
-        let (flags, positional) = limits.command_line(&work(&|_| {}), || Ok(16)).unwrap();
-        assert!(flags.contains(&"--max-cost=2".to_string()), "{flags:?}");
-        assert!(flags.contains(&"--jobs=4".to_string()), "{flags:?}");
-        assert_eq!(positional, ["x", "."]);
-        let (flags, _) = limits.command_line(&work(&|_| {}), || Ok(2)).unwrap();
-        assert!(flags.contains(&"--jobs=2".to_string()), "{flags:?}");
+        let layer = limits.call_layer(&work(&|_| {}), || Ok(16)).unwrap();
+        assert_eq!(layer.run.max_cost, serde_json::Number::from_f64(2.0));
+        assert_eq!(layer.run.jobs, Some(4));
+        let layer = limits.call_layer(&work(&|_| {}), || Ok(2)).unwrap();
+        assert_eq!(layer.run.jobs, Some(2));
         let asked = work(&|w| w.jobs = Some(3));
-        let (flags, _) = limits.command_line(&asked, || unreachable!()).unwrap();
-        assert!(flags.contains(&"--jobs=3".to_string()), "{flags:?}");
+        let layer = limits.call_layer(&asked, || unreachable!()).unwrap();
+        assert_eq!(layer.run.jobs, Some(3));
+        // Keywords are the settings' own, refused with what they may be.
+        let bad = work(&|w| w.scope = Some("everything".into()));
+        let why = limits.call_layer(&bad, || Ok(1)).unwrap_err();
+        assert!(
+            why.starts_with("scope: unknown scope 'everything'"),
+            "{why}"
+        );
     }
 }

@@ -1,6 +1,6 @@
-//! The tools' arguments, with the command line's names. They come from a model: unknown
-//! fields are refused (a `sandbox` or `network` field is not a field), and every value
-//! reaches swarm's command line as `--flag=value`, the instruction and pathspecs after `--`.
+//! The tools' arguments, with the settings' names. They come from a model: unknown fields
+//! are refused (a `sandbox` or `network` field is not a field), and the values become the
+//! call's settings layer ([`crate::limits`]), typed.
 
 use schemars::JsonSchema;
 use serde::Deserialize;

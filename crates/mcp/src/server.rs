@@ -13,8 +13,10 @@ use rmcp::model::{
 use rmcp::{Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
 use swarm_engine::app::ids::RunSelector;
+use swarm_engine::app::prepare::{self, PrepareRequest, Prepared, Purpose, SplitMode};
 use swarm_engine::app::{self, diff, runs};
 
+use crate::detached::{Continuing, Detached};
 use crate::launch::{self, Started};
 use crate::limits::Limits;
 use crate::params::{Continue, Diff, RunRef, Status, Work};
@@ -72,13 +74,10 @@ impl Swarm {
         if work.dry_run.is_some() || work.wait_seconds.is_some() {
             return refused("dry_run and wait_seconds are refactor's: a plan runs nothing");
         }
-        let (flags, positional) = match self.limits.command_line(&work, || self.default_jobs()) {
-            Ok(line) => line,
-            Err(why) => return refused(why),
-        };
-        match self.plan_file(flags, positional).await {
-            Ok(value) => answer(&value),
-            Err(why) => refused(why),
+        match self.planned(&work).await {
+            Ok(Planned::Ready(ready, said)) => answer(&summary::plan(&ready.plan, &said)),
+            Ok(Planned::Nothing(why)) => answer(&json!({"tasks": 0, "said": why})),
+            Err(refusal) => refusal,
         }
     }
 
@@ -97,17 +96,22 @@ impl Swarm {
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
     ) -> CallToolResult {
-        let (mut flags, positional) = match self.limits.command_line(&work, || self.default_jobs())
-        {
-            Ok(line) => line,
-            Err(why) => return refused(why),
+        let ready = match self.planned(&work).await {
+            Ok(Planned::Ready(ready, _)) => ready,
+            Ok(Planned::Nothing(why)) => return answer(&json!({"started": false, "said": why})),
+            Err(refusal) => return refusal,
         };
-        if work.dry_run == Some(true) {
-            flags.push("--dry-run".into());
-        }
-        let wait = work.wait_seconds;
-        self.start("refactor", flags, positional, wait, meta, peer)
-            .await
+        let server = Box::new(self.limits.server.clone());
+        let dry_run = work.dry_run == Some(true);
+        let what = move |plan: PathBuf| -> Result<Detached, String> {
+            ready.write_plan(&plan).map_err(|e| said(&e))?;
+            Ok(Detached::Start {
+                plan,
+                server,
+                dry_run,
+            })
+        };
+        self.start(what, work.wait_seconds, meta, peer).await
     }
 
     /// One run's state and tasks, or every run of the repository.
@@ -203,19 +207,13 @@ impl Swarm {
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
     ) -> CallToolResult {
-        let mut flags = Vec::new();
-        if what.failed == Some(true) {
-            flags.push("--failed".to_string());
-        }
-        self.start(
-            "resume",
-            flags,
-            vec![what.run_id],
-            what.wait_seconds,
-            meta,
-            peer,
-        )
-        .await
+        let how = match what.failed {
+            Some(true) => Continuing::ResumeFailed,
+            _ => Continuing::Resume,
+        };
+        let run = what.run_id;
+        let start = move |_: PathBuf| Ok(Detached::Continue { run, how });
+        self.start(start, what.wait_seconds, meta, peer).await
     }
 
     /// Merges a dry run's finished tasks.
@@ -229,15 +227,10 @@ impl Swarm {
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
     ) -> CallToolResult {
-        self.start(
-            "merge",
-            Vec::new(),
-            vec![what.run_id],
-            what.wait_seconds,
-            meta,
-            peer,
-        )
-        .await
+        let run = what.run_id;
+        let how = Continuing::Merge;
+        let start = move |_: PathBuf| Ok(Detached::Continue { run, how });
+        self.start(start, what.wait_seconds, meta, peer).await
     }
 
     /// Stops a running run, as Ctrl-C does: resumable.
@@ -288,13 +281,66 @@ impl Swarm {
         app::default_jobs(&self.repo).map_err(|e| said(&e))
     }
 
-    /// Starts `swarm COMMAND` detached; answers with the run id, or with its result if it
+    /// The refactor `work` asks for, planned here (nothing is run or written): its plan, and
+    /// the settings that were ignored.
+    async fn planned(&self, work: &Work) -> Result<Planned, CallToolResult> {
+        let call = self
+            .limits
+            .call_layer(work, || self.default_jobs())
+            .map_err(refused)?;
+        // No pathspec is every tracked file (the tool's documented default), which swarm
+        // wants said with `.`.
+        let mut pathspecs = work.pathspecs.clone();
+        if pathspecs.is_empty() {
+            pathspecs.push(".".into());
+        }
+        let request = PrepareRequest {
+            cwd: self.repo.clone(),
+            instruction: work.instruction.clone(),
+            pathspecs,
+            grep: work.grep.clone(),
+            split: SplitMode::File,
+            planner_model: None,
+            base: "HEAD".into(),
+            into: work.into.clone(),
+            settings: self.limits.server.clone(),
+            call: Some(call),
+            purpose: Purpose::PlanFile,
+        };
+        // Planning holds git's objects across its waits: it runs on a thread of its own.
+        let handle = tokio::runtime::Handle::current();
+        let (prepared, said) = tokio::task::spawn_blocking(move || {
+            let said = std::sync::Mutex::new(Vec::new());
+            let warn = |w: &str| {
+                said.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(w.into())
+            };
+            let prepared = handle.block_on(prepare::prepare(request, &warn, &|_| {}));
+            (
+                prepared,
+                said.into_inner().unwrap_or_else(|e| e.into_inner()),
+            )
+        })
+        .await
+        .map_err(|e| refused(format!("planning stopped: {e}")))?;
+        match prepared {
+            Ok(Prepared::Ready(ready)) => Ok(Planned::Ready(ready, said)),
+            Ok(Prepared::Nothing(why)) => Ok(Planned::Nothing(why)),
+            Ok(Prepared::NoFiles(why)) => Err(refused(format!(
+                "error: {why}\nhint: check the pathspecs (relative to the repository; `git \
+                 ls-files` lists what they match) and grep"
+            ))),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// Starts a run as a process of its own, `what` it does made from the path of its plan
+    /// file (for a plan to write there); answers with the run id, or with its result if it
     /// ends within `wait` seconds.
     async fn start(
         &self,
-        command: &str,
-        flags: Vec<String>,
-        positional: Vec<String>,
+        what: impl FnOnce(PathBuf) -> Result<Detached, String>,
         wait: Option<u64>,
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
@@ -303,8 +349,7 @@ impl Swarm {
             Ok(info) => info,
             Err(e) => return failed(e),
         };
-        let started =
-            launch::launch(&self.repo, &info.common_dir, command, &flags, &positional).await;
+        let started = launch::launch(&self.repo, &info.common_dir, what).await;
         let run = match started {
             Ok(Started::Run(run)) => run,
             Ok(Started::Ended {
@@ -319,7 +364,8 @@ impl Swarm {
             }) => {
                 return refused(summary::cut(&said, 4000));
             }
-            Err(e) => return refused(format!("{e:#}")),
+            Err(launch::Failed::Refused(why)) => return refused(why),
+            Err(launch::Failed::Internal(e)) => return refused(format!("{e:#}")),
         };
         let wait = Duration::from_secs(wait.unwrap_or(0)).min(MAX_WAIT);
         self.wait(&run, wait, meta, peer).await
@@ -384,52 +430,14 @@ impl Swarm {
         };
         Ok(summary::result(&report, stat.as_deref()))
     }
+}
 
-    /// `swarm plan … -o FILE`, read back: the tasks, their files, the commands.
-    async fn plan_file(
-        &self,
-        flags: Vec<String>,
-        positional: Vec<String>,
-    ) -> Result<Value, String> {
-        // A folder of this call's own (random name, removed when dropped): calls in parallel
-        // do not share it, and nobody else can have put anything there.
-        let dir = tempfile::Builder::new()
-            .prefix("swarm-mcp-plan-")
-            .tempdir()
-            .map_err(|e| e.to_string())?;
-        let file = dir.path().join("plan.json");
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let out = tokio::process::Command::new(exe)
-            .arg("plan")
-            .args(&flags)
-            .arg(format!("--output={}", file.display()))
-            .arg("--")
-            .args(&positional)
-            .current_dir(&self.repo)
-            .env("NO_COLOR", "1")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .await
-            .map_err(|e| e.to_string())?;
-        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        let text = std::fs::read_to_string(&file);
-        drop(dir);
-        if !out.status.success() {
-            return Err(summary::cut(&said, 4000));
-        }
-        let plan: Value =
-            serde_json::from_str(&text.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-        let tasks = plan["tasks"].as_array().cloned().unwrap_or_default();
-        Ok(json!({
-            "tasks": tasks.len(),
-            "files": tasks.iter().map(|t| t["files"].as_array().map_or(0, Vec::len)).sum::<usize>(),
-            "task_list": tasks.iter().take(100).collect::<Vec<_>>(),
-            "tasks_not_listed": tasks.len().saturating_sub(100),
-            "skipped": plan["skipped"],
-            "settings": plan["settings"],
-            "said": said,
-        }))
-    }
+/// A refactor planned in the server.
+enum Planned {
+    /// Its plan, and the settings that were ignored (in words).
+    Ready(Box<prepare::Ready>, Vec<String>),
+    /// Nothing to do, and why.
+    Nothing(String),
 }
 
 /// A run id (or a prefix of one) from a call; a refusal for anything else.

@@ -3,6 +3,7 @@
 //! step), never the whole report; `diff` pages for more. Everything is redacted.
 
 use serde_json::{Value, json};
+use swarm_engine::app::Plan;
 use swarm_engine::app::report::{Report, RunState, TaskReport, TaskStatus};
 
 /// The most of a `result` answer, in characters, as the seed's 8,000-character tail.
@@ -18,6 +19,23 @@ const IDS: usize = 40;
 pub(crate) fn text(value: &Value) -> String {
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
     swarm_engine::app::redact(&text)
+}
+
+/// Tasks listed by `plan`; the rest are counted.
+const PLANNED: usize = 100;
+
+/// A plan, for `plan`: its tasks (the first hundred) and their files, what the selection left
+/// out, the settings it runs with, and the settings that were ignored (`said`).
+pub(crate) fn plan(plan: &Plan, said: &[String]) -> Value {
+    json!({
+        "tasks": plan.tasks.len(),
+        "files": plan.tasks.iter().map(|t| t.files.len()).sum::<usize>(),
+        "task_list": plan.tasks.iter().take(PLANNED).collect::<Vec<_>>(),
+        "tasks_not_listed": plan.tasks.len().saturating_sub(PLANNED),
+        "skipped": plan.skipped,
+        "settings": plan.settings,
+        "said": said.join("\n"),
+    })
 }
 
 /// Progress in words: "7/20 tasks settled: 6 merged, 1 failed".

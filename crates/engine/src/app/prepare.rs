@@ -19,7 +19,7 @@ use crate::plan::{
     self, PLAN_SCHEMA_VERSION, Pathspec, Plan, SelectOptions, Selection, SkippedFile, Task,
 };
 use crate::repo_path::RepoPath;
-use crate::settings::{Layer, Settings};
+use crate::settings::{Layer, PlanSource, Settings};
 
 /// How the selected files become tasks (`--split`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,6 +52,9 @@ pub struct PrepareRequest {
     pub into: Option<String>,
     /// The command line's settings (flags and `SWARM_*` variables).
     pub settings: Layer,
+    /// A tool call's settings (`swarm mcp`): a model's, under `settings` and held to the
+    /// rule of a plan file (nothing that weakens the sandbox, no agent defined).
+    pub call: Option<Layer>,
     pub purpose: Purpose,
 }
 
@@ -111,7 +114,8 @@ pub async fn prepare(
     let repo = info.open()?;
     let base = repo::resolve_base(&repo, &req.base)?;
     let into = repo::resolve_into(&repo, &info, req.into.as_deref())?;
-    let resolved = Settings::resolve(req.settings.clone(), None, &info.workdir)?;
+    let call = req.call.clone().map(|call| (call, PlanSource::ToolCall));
+    let resolved = Settings::resolve(req.settings.clone(), call, &info.workdir)?;
     for warning in &resolved.warnings {
         warn(warning);
     }
@@ -317,4 +321,42 @@ async fn split_with_model(
         split.tasks.len()
     ));
     Ok(split)
+}
+
+/// The plan file at `path`, run here whole in `mode` (merging as `swarm refactor` does, or a
+/// dry run): its settings held to the rule of a plan file under `command_line`, every check
+/// of a run made. The request, and the settings that were ignored.
+pub async fn plan_run(
+    cwd: &std::path::Path,
+    path: &std::path::Path,
+    command_line: Layer,
+    mode: RunMode,
+) -> AppResult<(RunRequest, Vec<String>)> {
+    let info = repo::discover(cwd)?;
+    let repo = info.open()?;
+    let plan = plan::file::read(path)?;
+    let base = plan::file::base(&repo, &plan)?;
+    let own = (plan.settings.clone(), PlanSource::File);
+    let resolved = Settings::resolve(command_line, Some(own), &info.workdir)?;
+    let (settings, warnings) = (resolved.settings, resolved.warnings);
+    super::agents::installed(&settings)?;
+    let secrets = checks::secrets(&settings)?;
+    repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
+    checks::files_reach_the_command(&settings, &plan.tasks)?;
+    checks::sandbox(&settings.sandbox).await?;
+    checks::worktrees(&settings, &info.common_dir).await?;
+    let into = repo::resolve_into(&repo, &info, Some(&plan.into))?;
+    checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;
+    let request = RunRequest {
+        into_start: into.tip.unwrap_or(base),
+        info,
+        plan,
+        settings,
+        into,
+        keep: false,
+        secrets,
+        mode,
+        continuation: None,
+    };
+    Ok((request, warnings))
 }

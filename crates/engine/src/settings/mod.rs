@@ -90,6 +90,8 @@ pub(crate) enum PlanSource {
     /// A plan file (`swarm run PLAN.json`, `swarm merge PLAN.json`): anyone's text, held to
     /// the rule of the repository's `swarm.toml`.
     File,
+    /// The arguments of a tool call to `swarm mcp`: a model's, held to the same rule.
+    ToolCall,
 }
 
 /// Only 0 means success, as for any program.
@@ -370,12 +372,16 @@ fn layers(
     let plan = match plan {
         None => Layer::default(),
         Some((plan, PlanSource::Own)) => plan,
-        Some((plan, PlanSource::File)) => {
+        Some((plan, source @ (PlanSource::File | PlanSource::ToolCall))) => {
             let granted = command_line
                 .clone()
                 .combine(Layer::from_env())
                 .combine(user.clone());
-            sandbox::restrict(plan, Untrusted::PlanFile, &granted, warnings)
+            let from = match source {
+                PlanSource::ToolCall => Untrusted::ToolCall,
+                _ => Untrusted::PlanFile,
+            };
+            sandbox::restrict(plan, from, &granted, warnings)
         }
     };
     let upper = command_line.combine(plan).combine(Layer::from_env());

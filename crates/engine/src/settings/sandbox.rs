@@ -22,6 +22,9 @@ pub(crate) enum Untrusted {
     /// A plan file: anyone's text. It may name the agent that runs (its commands are shown
     /// before they run), not define one.
     PlanFile,
+    /// A tool call to `swarm mcp`: a model's arguments, held to the rule of a plan file under
+    /// the server's own command line.
+    ToolCall,
 }
 
 impl Untrusted {
@@ -32,6 +35,10 @@ impl Untrusted {
                 "swarm.toml asks for [sandbox] {key} = {value}; ignored: weakening the sandbox \
                  must come from the command line or your own config file \
                  (~/.config/swarm/config.toml)"
+            ),
+            Untrusted::ToolCall => format!(
+                "the call asks for [sandbox] {key} = {value}; ignored: weakening the sandbox \
+                 must come from `swarm mcp`'s command line or your own config file"
             ),
             Untrusted::PlanFile => {
                 let what = match key {
@@ -114,7 +121,7 @@ pub(crate) fn restrict(
                 "swarm.toml defines [agents] {defined:?}; ignored: agent presets belong in \
                  your config file (~/.config/swarm/config.toml)"
             ),
-            Untrusted::PlanFile => format!(
+            Untrusted::PlanFile | Untrusted::ToolCall => format!(
                 "the plan defines [agents] {defined:?}; ignored: agent presets belong in your \
                  config file (~/.config/swarm/config.toml)"
             ),
@@ -138,6 +145,7 @@ fn keep_local_endpoint(
             let (whose, which) = match from {
                 Untrusted::Repository => ("swarm.toml sets", "the repository's own file"),
                 Untrusted::PlanFile => ("the plan sets", "a plan file"),
+                Untrusted::ToolCall => ("the call sets", "a tool call"),
             };
             warnings.push(format!(
                 "{whose} [model] base_url = \"{url}\"; ignored: {which} may only name a \
@@ -235,5 +243,34 @@ mod tests {
         assert_eq!(kept.sandbox.network, Some(false));
         assert_eq!(kept.run.agent, None);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
+    }
+
+    #[test]
+    fn a_tool_call_is_held_to_the_rule_of_a_plan_file_under_the_server() {
+        let mut call = Layer::default();
+        call.sandbox.mode = Some(SandboxMode::Off);
+        call.sandbox.network = Some(true);
+        call.model.base_url = Some("https://elsewhere.example/v1".into());
+        call.run.jobs = Some(3);
+        let mut warnings = Vec::new();
+        let kept = restrict(call, Untrusted::ToolCall, &Layer::default(), &mut warnings);
+        assert_eq!(kept.sandbox.mode, None);
+        assert_eq!(kept.sandbox.network, None);
+        assert_eq!(kept.model.base_url, None);
+        assert_eq!(kept.run.jobs, Some(3));
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(
+            warnings[0].contains("`swarm mcp`'s command line"),
+            "{warnings:?}"
+        );
+        // What the server itself grants is kept, quietly.
+        let mut server = Layer::default();
+        server.sandbox.network = Some(true);
+        let mut call = Layer::default();
+        call.sandbox.network = Some(true);
+        let mut warnings = Vec::new();
+        let kept = restrict(call, Untrusted::ToolCall, &server, &mut warnings);
+        assert_eq!(kept.sandbox.network, None);
+        assert!(warnings.is_empty(), "{warnings:?}");
     }
 }
