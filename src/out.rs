@@ -1,5 +1,5 @@
-//! Where the command line's text goes. `println!`, `print!` and `eprintln!` in `cli/` are
-//! these (the macros at the top of `cli/mod.rs` shadow std's), so no write can panic or stop
+//! Where the command line's text goes. `println!`, `print!` and `eprintln!` in `src/` are
+//! these (the macros at the top of `main.rs` shadow std's), so no write can panic or stop
 //! swarm: a closed pipe (`swarm refactor … 2>&1 | head -3`, `swarm status | head -1`) only
 //! means nobody reads. A run goes on to its end, writes its report and exits with its own
 //! code; a command that only prints ends quietly (the closed pipe's error, where it surfaces
