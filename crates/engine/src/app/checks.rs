@@ -285,6 +285,27 @@ pub(crate) fn checkout(
     Ok(repo::check_checkout(repo, touched)?)
 }
 
+/// A plan file's settings under the command line's layer (held to the rule of a plan file),
+/// and every check a run of its tasks needs before it starts: the agent installed, the
+/// secrets, git's filters, the command reaching the files, the sandbox. The settings, the
+/// secrets, and the settings that were ignored.
+pub(crate) async fn plan_file(
+    info: &crate::git::repo::RepoInfo,
+    repo: &git2::Repository,
+    plan: &crate::plan::Plan,
+    command_line: crate::settings::Layer,
+) -> AppResult<(Settings, Secrets, Vec<String>)> {
+    let own = (plan.settings.clone(), crate::settings::PlanSource::File);
+    let resolved = Settings::resolve(command_line, Some(own), &info.workdir)?;
+    let (settings, warnings) = (resolved.settings, resolved.warnings);
+    super::agents::installed(&settings)?;
+    let secrets = secrets(&settings)?;
+    crate::git::repo::check_filters(repo, plan.tasks.iter().flat_map(|t| &t.files))?;
+    files_reach_the_command(&settings, &plan.tasks)?;
+    sandbox(&settings.sandbox).await?;
+    Ok((settings, secrets, warnings))
+}
+
 #[cfg(test)]
 mod tests {
     use super::missing_program;

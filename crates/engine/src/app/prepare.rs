@@ -336,14 +336,8 @@ pub async fn plan_run(
     let repo = info.open()?;
     let plan = plan::file::read(path)?;
     let base = plan::file::base(&repo, &plan)?;
-    let own = (plan.settings.clone(), PlanSource::File);
-    let resolved = Settings::resolve(command_line, Some(own), &info.workdir)?;
-    let (settings, warnings) = (resolved.settings, resolved.warnings);
-    super::agents::installed(&settings)?;
-    let secrets = checks::secrets(&settings)?;
-    repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
-    checks::files_reach_the_command(&settings, &plan.tasks)?;
-    checks::sandbox(&settings.sandbox).await?;
+    let (settings, secrets, warnings) =
+        checks::plan_file(&info, &repo, &plan, command_line).await?;
     checks::worktrees(&settings, &info.common_dir).await?;
     let into = repo::resolve_into(&repo, &info, Some(&plan.into))?;
     checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;

@@ -13,7 +13,7 @@ use crate::ids::{RunBranch, RunId};
 use crate::orchestrator::{RunMode, RunRequest};
 use crate::plan;
 use crate::report::TaskStatus;
-use crate::settings::{Layer, PlanSource, Settings};
+use crate::settings::Layer;
 use crate::state::RunDir;
 
 /// Shard K of N of a plan: the tasks at positions K, K+N, K+2N… (1-based), the same on every
@@ -160,14 +160,8 @@ pub async fn prepare(
         .filter(|(i, _)| shard.has(*i))
         .map(|(_, t)| t)
         .collect();
-    let plan_layer = (plan.settings.clone(), PlanSource::File);
-    let resolved = Settings::resolve(command_line, Some(plan_layer), &info.workdir)?;
-    let (settings, warnings) = (resolved.settings, resolved.warnings);
-    super::agents::installed(&settings)?;
-    let secrets = checks::secrets(&settings)?;
-    repo::check_filters(&repo, plan.tasks.iter().flat_map(|t| &t.files))?;
-    checks::files_reach_the_command(&settings, &plan.tasks)?;
-    checks::sandbox(&settings.sandbox).await?;
+    let (settings, secrets, warnings) =
+        checks::plan_file(&info, &repo, &plan, command_line).await?;
     let into = IntoTarget {
         branch: plan.into.clone(),
         tip: None,
