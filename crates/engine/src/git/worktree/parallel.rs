@@ -13,7 +13,6 @@
 //! A tree of 1,000 folders (100,000 files) makes 500 pathspecs a thread, and matching them
 //! took 4 s of CPU before the first worker could start.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
@@ -43,11 +42,11 @@ pub(super) fn check_out(
     let parts = parts(&repo, tree, threads * PARTS_PER_THREAD)?;
     check_out_paths(open, tree, &parts, threads)
         .with_context(|| format!("cannot check out {}", workdir.display()))?;
-    write_index(&repo, tree, workdir, index_path, &HashMap::new())
+    write_index(&repo, tree, workdir, index_path)
 }
 
 /// How many threads check out: as many as cores, up to [`MOST_THREADS`].
-pub(super) fn threads() -> usize {
+fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(MOST_THREADS))
 }
 
@@ -55,7 +54,7 @@ pub(super) fn threads() -> usize {
 /// up to `threads` threads, each through a handle of its own, without touching the index.
 /// Nothing at all when `paths` is empty (where libgit2 would check out the whole tree).
 /// Blocking.
-pub(super) fn check_out_paths(
+fn check_out_paths(
     open: &(dyn Fn() -> anyhow::Result<Repository> + Sync),
     tree: Oid,
     paths: &[Vec<u8>],
@@ -141,12 +140,11 @@ fn parts(repo: &Repository, tree: Oid, want: usize) -> anyhow::Result<Vec<Vec<u8
 /// The index of a fresh checkout of `tree` at `workdir`: every entry of the tree, with the
 /// stat data of its file. A new file (no earlier index whose time would make entries look
 /// racily clean to libgit2, which would then hash them all again).
-pub(super) fn write_index(
+fn write_index(
     repo: &Repository,
     tree: Oid,
     workdir: &Path,
     index_path: &Path,
-    known: &HashMap<&[u8], StatData>,
 ) -> anyhow::Result<()> {
     crate::state::remove_file_if_present(index_path)
         .with_context(|| format!("cannot replace {}", index_path.display()))?;
@@ -163,16 +161,10 @@ pub(super) fn write_index(
         if entry.mode == 0o160000 {
             continue;
         }
-        let stat = match known.get(&entry.path[..]) {
-            Some(stat) => *stat,
-            None => {
-                let file = workdir.join(OsStr::from_bytes(&entry.path));
-                let meta = std::fs::symlink_metadata(&file)
-                    .with_context(|| format!("{} was not checked out", file.display()))?;
-                StatData::of(&meta)
-            }
-        };
-        stat.set(&mut entry);
+        let file = workdir.join(OsStr::from_bytes(&entry.path));
+        let meta = std::fs::symlink_metadata(&file)
+            .with_context(|| format!("{} was not checked out", file.display()))?;
+        StatData::of(&meta).set(&mut entry);
         index.add(&entry)?;
     }
     index.write()?;
