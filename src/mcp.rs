@@ -3,7 +3,7 @@
 use crate::error::CommandResult;
 use std::path::PathBuf;
 
-use swarm_engine::app::settings::Layer;
+use swarm_engine::app::settings::{Layer, SandboxMode};
 use swarm_engine::app::{AppError, RunMode, prepare, reconcile};
 use swarm_mcp::detached::{Continuing, Detached, DetachedRun};
 
@@ -26,8 +26,9 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "PATH")]
     pub repo: Option<PathBuf>,
     /// The sandbox of every run's workers: workspace-write (default) or off.
-    #[arg(long, value_name = "MODE", value_parser = ["workspace-write", "off"])]
-    pub sandbox: Option<String>,
+    #[arg(long, value_name = "MODE",
+          value_parser = super::keywords::<SandboxMode>(SandboxMode::NAMES))]
+    pub sandbox: Option<SandboxMode>,
     /// Let every run's workers reach the network.
     #[arg(long)]
     pub network: bool,
@@ -52,12 +53,7 @@ pub(crate) async fn run(args: McpArgs) -> CommandResult<i32> {
     let cwd = std::env::current_dir()?;
     let repo = app::discover(&args.repo.unwrap_or(cwd))?.workdir;
     let mut server = Layer::default();
-    server.sandbox.mode = args
-        .sandbox
-        .as_deref()
-        .map(str::parse)
-        .transpose()
-        .map_err(|why: String| anyhow::anyhow!("--sandbox: {why}"))?;
+    server.sandbox.mode = args.sandbox;
     server.sandbox.network = args.network.then_some(true);
     server.sandbox.allow_domains = Some(args.allow_domains).filter(|d| !d.is_empty());
     let limits = swarm_mcp::Limits {

@@ -270,13 +270,7 @@ impl PlanningArgs {
         run.atomic = self.atomic.then_some(true);
         run.idle_timeout = self.idle_timeout;
         run.ok_exit_codes = self.ok_exit_codes.clone();
-        match &self.agent {
-            Some(agent) => {
-                run.agent = Some(agent.clone());
-                run.agent_model = self.model.clone();
-            }
-            None => layer.model.name = self.model.clone(),
-        }
+        layer.set_worker(self.agent.clone(), self.model.clone());
         layer.model.base_url = self.base_url.clone();
         layer.model.max_output_tokens = self.max_output_tokens;
         layer.sandbox.mode = self.sandbox;

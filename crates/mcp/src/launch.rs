@@ -7,7 +7,7 @@
 //! or `swarm status` on the command line pick it up, as for any run. A run stopped anyway
 //! (`cancel`, a reboot) is finished by `resume`, as any interrupted run is.
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -61,13 +61,27 @@ pub(crate) async fn launch(
         file("plan.json"),
         file("request.json"),
     );
+    let what = match what(plan.clone()) {
+        Ok(what) => what,
+        Err(why) => {
+            // Nothing started: nothing of this launch is left.
+            let _ = std::fs::remove_file(&plan);
+            let _ = std::fs::remove_file(&log);
+            return Err(Failed::Refused(why));
+        }
+    };
     let run = DetachedRun {
         repo: repo.to_path_buf(),
         events: events.clone(),
-        what: what(plan).map_err(Failed::Refused)?,
+        what,
     };
     let text = serde_json::to_vec(&run).map_err(|e| Failed::Internal(e.into()))?;
-    std::fs::write(&request, text)?;
+    // A new file, as the log is: never one that was there, never through a link.
+    std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(&request)?
+        .write_all(&text)?;
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg(crate::detached::ARG)
         .arg(&request)

@@ -89,13 +89,7 @@ impl Limits {
             (asked, _) => asked,
         };
         run.exec = work.exec.clone();
-        match &work.agent {
-            Some(agent) => {
-                run.agent = Some(agent.clone());
-                run.agent_model = work.model.clone();
-            }
-            None => layer.model.name = work.model.clone(),
-        }
+        layer.set_worker(work.agent.clone(), work.model.clone());
         let run = &mut layer.run;
         run.batch = work.batch;
         run.per_process = keyword("per_process", &work.per_process)?;

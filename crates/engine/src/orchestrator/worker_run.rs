@@ -90,7 +90,8 @@ pub(super) async fn set_up(
     task: Option<&TaskId>,
     slot: &mut Slot,
 ) -> anyhow::Result<Option<(Verdict, String)>> {
-    if slot.set_up {
+    // No setup, or done: nothing made for it on the task's path.
+    if slot.set_up || shared.settings.worktree.setup.is_none() {
         return Ok(None);
     }
     let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));

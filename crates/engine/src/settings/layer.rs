@@ -276,6 +276,18 @@ impl Combine for SandboxTable {
 }
 
 impl Layer {
+    /// The worker a front end was asked for: an `--agent` (whose `--model` is the agent's
+    /// own), or the built-in worker's `--model`.
+    pub fn set_worker(&mut self, agent: Option<String>, model: Option<String>) {
+        match agent {
+            Some(agent) => {
+                self.run.agent = Some(agent);
+                self.run.agent_model = model;
+            }
+            None => self.model.name = model,
+        }
+    }
+
     /// What the environment gives besides the `SWARM_*` variables the command line reads:
     /// `OPENAI_BASE_URL`.
     pub fn from_env() -> Self {

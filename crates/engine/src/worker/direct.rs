@@ -20,6 +20,8 @@
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 
+use super::file_vars::{GLOB, IFS, reference};
+
 /// Words that a shell runs itself, or reads as syntax, when they come first: never run
 /// directly (dash's and bash's builtins, and the reserved words).
 const SHELL_WORDS: &str = "! . : [ [[ ]] { } alias bg bind break builtin caller case cd chdir \
@@ -152,10 +154,10 @@ impl Words<'_> {
         }
         let fields = value
             .as_bytes()
-            .split(|b| matches!(b, b' ' | b'\t' | b'\n'))
+            .split(|b| IFS.contains(b))
             .filter(|f| !f.is_empty());
         for field in fields {
-            if field.iter().any(|b| matches!(b, b'*' | b'?' | b'[')) {
+            if field.iter().any(|b| GLOB.contains(b)) {
                 return None;
             }
             self.note_expansion();
@@ -171,19 +173,7 @@ fn variable<'v, 'r>(
     vars: &'v [(OsString, OsString)],
     rest: &'r [u8],
 ) -> Option<(&'v OsStr, &'r [u8])> {
-    let (name, tail) = match rest.strip_prefix(b"{") {
-        Some(braced) => {
-            let end = braced.iter().position(|&b| b == b'}')?;
-            (&braced[..end], &braced[end + 1..])
-        }
-        None => {
-            let end = rest
-                .iter()
-                .position(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
-                .unwrap_or(rest.len());
-            (&rest[..end], &rest[end..])
-        }
-    };
+    let (name, tail) = reference(rest)?;
     // Only swarm's own: nothing set after them (the gateway's variables) can change them.
     if !name.starts_with(b"SWARM_") {
         return None;

@@ -8,6 +8,12 @@
 //! quotes; a backslash quotes the next character. Anything this reading gets wrong errs
 //! towards "unquoted": a refusal with a fix, never a silent split.
 
+/// Where the shell splits an unquoted expansion into words (the default `IFS`, which it does
+/// not take from the environment).
+pub(crate) const IFS: &[u8] = b" \t\n";
+/// The characters that make a word go through pathname expansion.
+pub(crate) const GLOB: &[u8] = b"*?[";
+
 /// How a command uses one variable.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Use {
@@ -69,7 +75,13 @@ pub(crate) fn file_vars(command: &str) -> FileVars {
                 2
             }
             b'$' => {
-                let (name, len) = variable(&bytes[i + 1..]);
+                let rest = &bytes[i + 1..];
+                // A brace never closed: the rest of the command is its text.
+                let unclosed = (rest.strip_prefix(b"{").unwrap_or(rest), &[][..]);
+                let (inner, tail) = reference(rest).unwrap_or(unclosed);
+                let name_len = inner.iter().take_while(|b| is_name(b)).count();
+                let name = &inner[..name_len];
+                let len = rest.len() - tail.len();
                 let used = match name {
                     b"SWARM_FILE" => Some(&mut found.file),
                     b"SWARM_FILES" => Some(&mut found.files),
@@ -110,22 +122,22 @@ fn single_quoted(rest: &[u8]) -> usize {
         .map_or(rest.len(), |end| end + 1)
 }
 
-/// The name of the variable a `$` introduces (`rest` follows the `$`), and how many bytes
-/// its reference takes: `NAME`, or `{NAME…}` up to its closing brace.
-fn variable(rest: &[u8]) -> (&[u8], usize) {
-    let is_name = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
-    match rest.first() {
-        Some(b'{') => {
-            let name_len = rest[1..].iter().take_while(|b| is_name(b)).count();
-            let end = rest
-                .iter()
-                .position(|&b| b == b'}')
-                .map_or(rest.len(), |e| e + 1);
-            (&rest[1..1 + name_len], end)
+fn is_name(b: &u8) -> bool {
+    b.is_ascii_alphanumeric() || *b == b'_'
+}
+
+/// The parameter a `$` refers to (`rest` follows the `$`): `NAME`, or what `{…}` holds (a
+/// name and any modifier, `{NAME:-x}`); and what follows it. `None` for a brace that is
+/// never closed.
+pub(crate) fn reference(rest: &[u8]) -> Option<(&[u8], &[u8])> {
+    match rest.strip_prefix(b"{") {
+        Some(braced) => {
+            let end = braced.iter().position(|&b| b == b'}')?;
+            Some((&braced[..end], &braced[end + 1..]))
         }
-        _ => {
-            let len = rest.iter().take_while(|b| is_name(b)).count();
-            (&rest[..len], len)
+        None => {
+            let end = rest.iter().take_while(|b| is_name(b)).count();
+            Some(rest.split_at(end))
         }
     }
 }
@@ -134,8 +146,7 @@ fn variable(rest: &[u8]) -> (&[u8], usize) {
 /// holds a blank or a newline (split into several words) or a glob character (expanded
 /// against the worktree).
 pub(crate) fn splits_unquoted(name: &[u8]) -> bool {
-    name.iter()
-        .any(|b| matches!(b, b' ' | b'\t' | b'\n' | b'*' | b'?' | b'['))
+    name.iter().any(|b| IFS.contains(b) || GLOB.contains(b))
 }
 
 #[cfg(test)]
