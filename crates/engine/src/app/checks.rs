@@ -118,27 +118,22 @@ fn missing_program(command: &str) -> Option<String> {
 /// where a key may go, and able to meter the run's budgets.
 pub(crate) fn secrets(settings: &Settings) -> AppResult<Secrets> {
     let model_key = worker(settings)?;
-    Ok(Secrets {
-        model_key,
-        ..agent_secrets(settings)?
-    })
+    let agent = agent_secrets(settings)?;
+    Ok(Secrets { model_key, agent })
 }
 
-/// The `--agent`'s credentials alone, checked as [`secrets`] does (a run that merges, and
-/// runs no worker of the model's).
-pub(crate) fn agent_secrets(settings: &Settings) -> AppResult<Secrets> {
+/// The `--agent`'s credentials alone, checked as [`secrets`] does (for a run that merges,
+/// and runs no worker of the model's).
+pub(crate) fn agent_secrets(settings: &Settings) -> AppResult<Vec<Binding>> {
     let agent = agent_credentials(settings);
     budgets(settings, &agent)?;
     agent_endpoints(settings, &agent)?;
-    Ok(Secrets {
-        model_key: None,
-        agent,
-    })
+    Ok(agent)
 }
 
 /// The APIs of the `--agent` swarm's gateway serves, with the credentials the environment
 /// holds for them.
-pub(crate) fn agent_credentials(settings: &Settings) -> Vec<Binding> {
+fn agent_credentials(settings: &Settings) -> Vec<Binding> {
     settings
         .agent
         .as_ref()

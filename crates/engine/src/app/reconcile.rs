@@ -235,16 +235,16 @@ async fn check_for_continuing(settings: &Settings, merge_only: bool) -> AppResul
         true => None,
         false => checks::worker(settings)?,
     };
-    if !merge_only || repairs || settings.verify_merged.is_some() {
-        super::agents::installed(settings)?;
-        let agent = checks::agent_secrets(settings)?.agent;
-        checks::sandbox(&settings.sandbox).await?;
-        return Ok(Secrets { model_key, agent });
-    }
-    Ok(Secrets {
+    let mut secrets = Secrets {
         model_key,
         agent: Vec::new(),
-    })
+    };
+    if !merge_only || repairs || settings.verify_merged.is_some() {
+        super::agents::installed(settings)?;
+        secrets.agent = checks::agent_secrets(settings)?;
+        checks::sandbox(&settings.sandbox).await?;
+    }
+    Ok(secrets)
 }
 
 /// `swarm merge PLAN.json`: what is asked.
