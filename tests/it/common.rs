@@ -561,3 +561,12 @@ pub fn swarm_on_a_terminal(repo: &TestRepo, args: &[&str], input: &str) -> Run {
         .unwrap();
     Run::from(child.wait_with_output().unwrap())
 }
+
+/// Waits until `done` holds, polling every 50 ms; fails naming `what` after `limit`.
+pub fn wait_until(limit: std::time::Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -5,9 +5,9 @@
 //! ([`TestRepo::swarm_unprivileged_cmd`]): root's permissions would override the worker's.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{Run, TestRepo};
+use crate::common::{Run, TestRepo, wait_until};
 
 /// Closes folders the way a worker may: `mkdir -p D/ro/sub/deep`, a file, then `chmod 000`
 /// on the deepest and `500` on the others.
@@ -135,14 +135,9 @@ fn a_killed_runs_closed_temporary_folders_are_swept() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while !everything(&tmp).iter().any(|p| p.ends_with("started")) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the worker never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(30), "the worker never started", || {
+        everything(&tmp).iter().any(|p| p.ends_with("started"))
+    });
     swarm.kill().unwrap();
     swarm.wait().unwrap();
     let clean = unprivileged(&repo, &["clean", "--all"]);

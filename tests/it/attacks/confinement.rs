@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::{Run, SED_FOO_BAR, TestRepo, listener, statuses};
 
@@ -20,15 +20,8 @@ fn size(file: &Path) -> u64 {
 
 /// Waits until `file` exists (a worker's heartbeat has started).
 fn wait_for(file: &Path, limit: Duration) {
-    let started = Instant::now();
-    while !file.exists() {
-        assert!(
-            started.elapsed() < limit,
-            "{} never appeared",
-            file.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let what = format!("{} never appeared", file.display());
+    crate::common::wait_until(limit, &what, || file.exists());
 }
 
 /// Asserts that nothing appends to `heartbeat` any more.

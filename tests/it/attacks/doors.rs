@@ -9,9 +9,9 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{Run, SED_FOO_BAR, TestRepo, hermetic};
+use crate::common::{Run, SED_FOO_BAR, TestRepo, hermetic, wait_until};
 
 /// A local HTTP server answering `ok`; counts the requests.
 fn http_server() -> (u16, Arc<AtomicUsize>) {
@@ -119,14 +119,11 @@ fn a_worker_cannot_use_another_runs_proxy() {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let mut run_a = run_a.spawn().unwrap();
-    let started = Instant::now();
-    while find(&tmp, "reached").is_none() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "run A never reached its domain"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        Duration::from_secs(30),
+        "run A never reached its domain",
+        || find(&tmp, "reached").is_some(),
+    );
     assert_eq!(served.load(Ordering::SeqCst), 1);
     // Run A's proxy door is there, seen from outside any jail.
     let door = find(&tmp, "door.sock").expect("run A has a door");
@@ -199,14 +196,9 @@ fn what_a_killed_run_left_in_the_temporary_directory_is_swept() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while find(&tmp, "started").is_none() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the worker never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(30), "the worker never started", || {
+        find(&tmp, "started").is_some()
+    });
     swarm.kill().unwrap();
     swarm.wait().unwrap();
     let names = || -> Vec<String> {
