@@ -18,6 +18,10 @@ pub(crate) struct DiffArgs {
     pub run_id: RunSelector,
     /// One task of the run (an id or a unique prefix); default: the whole run.
     pub task_id: Option<String>,
+    /// With TASK-ID: what its candidate K changed (`--tries`, `--best-of`), winner or not;
+    /// default: the task's change (its winner's).
+    #[arg(long, value_name = "K", requires = "task_id")]
+    pub candidate: Option<u32>,
     /// Print a diffstat instead (as `git diff --stat`): each file's added and removed lines
     /// with a +/- bar, renames as `old => new`, then the totals.
     #[arg(long)]
@@ -28,7 +32,7 @@ pub(crate) fn run(args: DiffArgs) -> CommandResult<i32> {
     let cwd = std::env::current_dir()?;
     let color = super::use_color(std::io::stdout().is_terminal());
     let mut out = std::io::stdout().lock();
-    match diff::of_run(&cwd, &args.run_id, args.task_id.as_deref())? {
+    match diff::of_run(&cwd, &args.run_id, args.task_id.as_deref(), args.candidate)? {
         Shown::Nothing(why) => eprintln!("swarm: {why}"),
         Shown::Changes(changes) => write_changes(&changes, args.stat, color, &mut out)?,
         Shown::Tasks(tasks) => {

@@ -247,6 +247,23 @@ pub(crate) struct PlanningArgs {
     /// result stays on swarm/<RUN-ID>/result and the target where it was.
     #[arg(long)]
     pub atomic: bool,
+
+    /// Up to N candidates per task, one after another: a candidate that fails (its exit,
+    /// its scope, --verify) gets another from the task's base; the first that passes wins
+    /// (at most 8; branches swarm/<RUN-ID>/<TASK-ID>/c<K>, SWARM_CANDIDATE=K).
+    #[arg(long, value_name = "N", env = env_vars::SWARM_TRIES, conflicts_with = "best_of")]
+    pub tries: Option<u32>,
+
+    /// N candidates per task at once, within --jobs; swarm chooses: it must pass, then the
+    /// change most candidates agree on, then the smaller change, then --judge-model (at
+    /// most 8).
+    #[arg(long, value_name = "N", env = env_vars::SWARM_BEST_OF)]
+    pub best_of: Option<u32>,
+
+    /// With --best-of: a model (at the --base-url endpoint) that picks between finalists
+    /// that still tie, against the instruction; its answers are metered and budgeted.
+    #[arg(long, value_name = "NAME", env = env_vars::SWARM_JUDGE_MODEL)]
+    pub judge_model: Option<String>,
 }
 
 impl PlanningArgs {
@@ -270,6 +287,9 @@ impl PlanningArgs {
         run.atomic = self.atomic.then_some(true);
         run.idle_timeout = self.idle_timeout;
         run.ok_exit_codes = self.ok_exit_codes.clone();
+        run.tries = self.tries;
+        run.best_of = self.best_of;
+        run.judge_model = self.judge_model.clone();
         layer.set_worker(self.agent.clone(), self.model.clone());
         layer.model.base_url = self.base_url.clone();
         layer.model.max_output_tokens = self.max_output_tokens;

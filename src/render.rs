@@ -241,6 +241,8 @@ impl Live {
             Event::TaskStarted { .. }
             | Event::TaskStep { .. }
             | Event::TaskFinished { .. }
+            | Event::CandidateFinished { .. }
+            | Event::CandidateChosen { .. }
             | Event::Merged { .. }
             | Event::Conflict { .. }
             | Event::ModelUsage { .. } => self.on_task_event(event),
@@ -274,6 +276,11 @@ impl Live {
             Event::TaskStep { task, step } => {
                 if let Some(line) = self.lock_workers().get(task) {
                     line.0.set_message(format!("{} · {step}", line.1));
+                }
+            }
+            Event::CandidateFinished { .. } | Event::CandidateChosen { .. } => {
+                if let Some(text) = plain_text(event) {
+                    let _ = self.multi.println(format!("  {text}"));
                 }
             }
             Event::ModelUsage {
@@ -394,13 +401,14 @@ fn task_line(event: &Event) -> Option<String> {
             task,
             files,
             attempt,
+            candidate,
             ..
         } => {
             let files: Vec<String> = files.iter().map(|f| f.display()).collect();
-            let retry = if *attempt > 1 {
-                format!(" (attempt {attempt})")
-            } else {
-                String::new()
+            let retry = match (attempt, candidate) {
+                (_, Some(k)) => format!(" (candidate {k})"),
+                (2.., None) => format!(" (attempt {attempt})"),
+                _ => String::new(),
             };
             format!("started   {task}: {}{retry}", files.join(", "))
         }
@@ -424,6 +432,28 @@ fn task_line(event: &Event) -> Option<String> {
             ),
         },
         Event::Merged { task, commit, .. } => format!("merged    {task} ({})", &commit[..10]),
+        Event::CandidateFinished {
+            task,
+            candidate,
+            status,
+            error,
+            insertions,
+            deletions,
+            ..
+        } => format!(
+            "candidate {task} c{candidate}: {} +{insertions} -{deletions}{}",
+            status.as_str(),
+            error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ),
+        Event::CandidateChosen {
+            task,
+            candidate,
+            by,
+            ..
+        } => format!("chose     {task} c{candidate} ({})", by.as_str()),
         Event::Conflict {
             task,
             paths,

@@ -134,7 +134,8 @@ fn print_run(report: &Report) {
             t.attempts,
             t.duration_ms as f64 / 1000.0
         );
-        for line in super::summary::failure_lines(t) {
+        let lines = super::summary::candidate_lines(t).into_iter();
+        for line in lines.chain(super::summary::failure_lines(t)) {
             println!("{:<11} {:<width$} {:>3} {:>8}  {line}", "", "", "", "");
         }
     }

@@ -18,6 +18,12 @@ pub(crate) fn print_summary(report: &Report, interrupted: bool) {
     if t.cost_usd > 0.0 {
         counts.push(format!("${:.2} spent", t.cost_usd));
     }
+    if t.candidates > 0 {
+        counts.push(format!(
+            "{} candidates run ({} task(s) needed more than one)",
+            t.candidates, t.rescued
+        ));
+    }
     eprintln!(
         "\nswarm: run {} {} in {secs:.1}s: {} task(s): {}",
         report.run_id,
@@ -108,6 +114,9 @@ fn print_table(report: &Report) {
                 task.status.as_str(),
                 task.id
             );
+            for line in candidate_lines(task) {
+                eprintln!("  {:<11} {:<width$}  {line}", "", "");
+            }
             let lines = failure_lines(task);
             if !lines.is_empty() && explained < EXPLAINED {
                 explained += 1;
@@ -117,6 +126,41 @@ fn print_table(report: &Report) {
             }
         }
     }
+}
+
+/// Lines shown under a task with candidates (`--tries`, `--best-of`): each one's outcome,
+/// diffstat and spend, then the winner and why.
+pub(crate) fn candidate_lines(task: &swarm_engine::app::report::TaskReport) -> Vec<String> {
+    let winner = task.selection.as_ref().map(|s| s.winner);
+    let mut lines: Vec<String> = task
+        .candidates
+        .iter()
+        .filter(|c| c.status != TaskStatus::Pending)
+        .map(|c| {
+            let mut line = format!("c{} {:<11} {}", c.number, c.status.as_str(), c.diffstat());
+            if let Some(worker) = &c.worker {
+                line.push_str(&format!(" by {worker}"));
+            }
+            if c.cost_usd > 0.0 {
+                line.push_str(&format!(", ${:.2}", c.cost_usd));
+            }
+            match (Some(c.number) == winner, &c.error) {
+                (true, _) => line.push_str("  ← winner"),
+                (false, Some(e)) => line.push_str(&format!(": {e}")),
+                (false, None) => {}
+            }
+            line
+        })
+        .collect();
+    if let Some(s) = &task.selection {
+        lines.push(format!(
+            "chose c{} ({}): {}",
+            s.winner,
+            s.by.as_str(),
+            s.steps.join("; ")
+        ));
+    }
+    lines
 }
 
 /// Lines shown under an unsuccessful task: what the sandbox probably did (with the setting

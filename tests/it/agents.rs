@@ -299,6 +299,85 @@ fn codex_edits_through_the_gateway_under_the_default_sandbox() {
     assert_agent_run(&repo, &run, &fake, "authorization");
 }
 
+/// Claude Code and Codex as two candidates of one task (`--agent claude,codex --best-of
+/// 2`): each edits through the gateway with its own API's key, both make the same change,
+/// and the agreed change merges.
+#[test]
+#[ignore = "needs the real agent CLIs: .ci/run installs them"]
+fn claude_code_and_codex_are_two_candidates_of_one_task() {
+    let (claude, codex) = (agent_dir("claude"), agent_dir("codex"));
+    let anthropic = FakeAgentApi::start(Api::AnthropicMessages);
+    let openai = FakeAgentApi::start(Api::OpenAiResponses);
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let mut cmd = repo.swarm_cmd();
+    let mut dirs = vec![claude, codex];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    cmd.env("PATH", std::env::join_paths(dirs).unwrap())
+        .env(
+            "SWARM_TEST_PROXY_RESOLVE",
+            "api.anthropic.test=127.0.0.1,api.openai.test=127.0.0.1",
+        )
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://api.anthropic.test:{}", anthropic.port),
+        )
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env(
+            "OPENAI_BASE_URL",
+            format!("http://api.openai.test:{}/v1", openai.port),
+        )
+        .env("OPENAI_API_KEY", KEY)
+        .args(["refactor", "rename foo to bar", "a.txt", "-y", "-j", "2"])
+        .args([
+            "--agent",
+            "claude,codex",
+            "--best-of",
+            "2",
+            "--timeout",
+            "90",
+        ]);
+    let run = Run::from(cmd.output().unwrap());
+    show_task_logs_if_failed(&repo, &run);
+    run.assert_code(0);
+    assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar", "{}", run.stderr);
+    let report = repo.report(&run);
+    let task = &report["tasks"][0];
+    let candidates = task["candidates"].as_array().unwrap();
+    let workers: Vec<&str> = candidates
+        .iter()
+        .map(|c| c["worker"].as_str().unwrap())
+        .collect();
+    assert_eq!(workers, ["claude", "codex"], "{task}");
+    assert!(candidates.iter().all(|c| c["status"] == "done"), "{task}");
+    assert_eq!(task["selection"]["by"], "agreement", "{task}");
+    // Each agent reached its own API, with the real key the gateway put in.
+    for (fake, header) in [(&anthropic, "x-api-key"), (&openai, "authorization")] {
+        let asked: Vec<_> = fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.body != Value::Null)
+            .collect();
+        assert!(!asked.is_empty());
+        assert!(
+            asked
+                .iter()
+                .all(|r| r.header(header).is_some_and(|v| v.contains(KEY)))
+        );
+    }
+    // Both candidates' spend is the task's.
+    let spent: u64 = candidates
+        .iter()
+        .map(|c| c["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(task["requests"].as_u64().unwrap(), spent, "{task}");
+    assert_eq!(
+        files_containing(&repo.swarm_dir(), KEY),
+        Vec::<PathBuf>::new()
+    );
+}
+
 /// An agent preset widens the sandbox, so the repository's file cannot choose or define one.
 #[test]
 fn the_repository_cannot_choose_or_define_an_agent() {

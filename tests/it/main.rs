@@ -10,6 +10,7 @@ mod action;
 mod agents;
 mod attacks;
 mod bad_input;
+mod candidates;
 mod ci;
 mod commands;
 mod common;

@@ -446,3 +446,32 @@ fn an_engine_errors_hint_reaches_the_model_as_it_reaches_the_terminal() {
         assert_eq!(refusal(&seen, n), terminal.stderr.trim_end(), "{args:?}");
     }
 }
+
+/// `refactor` with `best_of`: every task gets candidates, and `result` says how many tasks
+/// needed more than one (those whose first candidate failed its check).
+#[test]
+#[ignore = "needs the Python MCP SDK: .ci/run installs it"]
+fn a_model_asks_for_the_best_of_three_and_reads_how_many_needed_it() {
+    let repo = four_files();
+    let flaky = r#"if [ "$SWARM_CANDIDATE" = 1 ] && [ "$SWARM_FILE" != a.txt ]; then echo broken > "$SWARM_FILE"; else sed -i s/foo/bar/ "$SWARM_FILE"; fi"#;
+    let seen = session(
+        &repo,
+        &[],
+        json!([
+            {"name": "refactor", "arguments": {"instruction": "foo to bar", "pathspecs": ["*.txt"],
+                                               "exec": flaky, "verify": "! grep -q broken *.txt",
+                                               "best_of": 3, "wait_seconds": 60}},
+            {"name": "refactor", "arguments": {"instruction": "x", "exec": "true", "best_of": 9}},
+        ]),
+    );
+    let result = answer(&seen, 0);
+    assert_eq!(result["state"], "finished", "{result}");
+    assert_eq!(result["merged"]["count"], 4, "{result}");
+    assert_eq!(result["needed_more_than_one_candidate"], 3, "{result}");
+    assert!(result["candidates_run"].as_u64().unwrap() >= 8, "{result}");
+    for f in ["a.txt", "b.txt", "c.txt", "d.txt"] {
+        assert_eq!(repo.git(&["show", &format!("main:{f}")]), "bar", "{f}");
+    }
+    let refused = refusal(&seen, 1);
+    assert!(refused.contains("at most 8 candidates"), "{refused}");
+}

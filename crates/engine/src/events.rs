@@ -50,6 +50,27 @@ pub enum Event {
         files: Vec<RepoPath>,
         attempt: u32,
         worktree: String,
+        /// The candidate's number (`--tries`, `--best-of`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        candidate: Option<u32>,
+    },
+    /// A candidate of a task ended (`--tries`, `--best-of`); its task finishes once the
+    /// winner is chosen.
+    CandidateFinished {
+        task: TaskId,
+        candidate: u32,
+        status: TaskStatus,
+        error: Option<String>,
+        insertions: usize,
+        deletions: usize,
+        cost_usd: f64,
+    },
+    /// A task's winner among its candidates, and each step that chose it.
+    CandidateChosen {
+        task: TaskId,
+        candidate: u32,
+        by: crate::report::SelectedBy,
+        steps: Vec<String>,
     },
     /// One worker process starts for several tasks (`--per-process`); each of them still has
     /// its `task_started`, its commit and its merge.
@@ -259,6 +280,8 @@ impl Event {
     pub fn task(&self) -> Option<&TaskId> {
         match self {
             Event::TaskStarted { task, .. }
+            | Event::CandidateFinished { task, .. }
+            | Event::CandidateChosen { task, .. }
             | Event::TaskStep { task, .. }
             | Event::TaskFinished { task, .. }
             | Event::ModelRequest { task, .. }

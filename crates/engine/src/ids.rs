@@ -82,6 +82,15 @@ impl RunId {
     pub fn task_branch(&self, task: &TaskId) -> String {
         self.branch(&RunBranch::Task(task.clone()))
     }
+
+    /// The branch of a task's worker: its own (`None`), or candidate K's
+    /// (`swarm/<RUN-ID>/<TASK-ID>/c<K>`).
+    pub fn worker_branch(&self, task: &TaskId, candidate: Option<CandidateNo>) -> String {
+        match candidate {
+            None => self.task_branch(task),
+            Some(k) => self.branch(&RunBranch::Candidate(task.clone(), k)),
+        }
+    }
 }
 
 impl FromStr for RunId {
@@ -235,6 +244,48 @@ impl PartialEq<str> for TaskId {
     }
 }
 
+/// A candidate's number within its task (`--tries`, `--best-of`): 1 to
+/// [`CandidateNo::MOST`], so the branch it names is one swarm made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u32", into = "u32")]
+pub struct CandidateNo(u32);
+
+impl CandidateNo {
+    /// The most candidates a task may get.
+    pub const MOST: u32 = 8;
+
+    pub fn get(self) -> u32 {
+        self.0
+    }
+
+    /// Candidates 1 to `n` (at most the cap).
+    pub fn up_to(n: u32) -> impl Iterator<Item = CandidateNo> {
+        (1..=n.min(Self::MOST)).map(CandidateNo)
+    }
+}
+
+impl TryFrom<u32> for CandidateNo {
+    type Error = String;
+    fn try_from(n: u32) -> Result<Self, String> {
+        match (1..=Self::MOST).contains(&n) {
+            true => Ok(Self(n)),
+            false => Err(format!("{n} is not a candidate number")),
+        }
+    }
+}
+
+impl From<CandidateNo> for u32 {
+    fn from(k: CandidateNo) -> u32 {
+        k.0
+    }
+}
+
+impl fmt::Display for CandidateNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// A task's position in its plan, and in every report of the plan's run: `plan.tasks` and
 /// `report.tasks` list the same tasks in the same order ([`crate::plan::Plan::check_report`]
 /// checks a report read back from disk). Made only by [`crate::plan::Plan::indices`] and
@@ -318,6 +369,9 @@ pub fn join(ids: &[TaskId]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunBranch {
     Task(TaskId),
+    /// Candidate K of a task (`--tries`, `--best-of`): `<TASK-ID>/c<K>`. A task with
+    /// candidates has no branch `<TASK-ID>` (git cannot hold both).
+    Candidate(TaskId, CandidateNo),
     /// The integration branch the merge train builds.
     Result,
     /// The worktree that checks the merged result (`--verify-merged`).
@@ -339,6 +393,7 @@ impl RunBranch {
     fn name(&self) -> String {
         match self {
             RunBranch::Task(id) => id.0.clone(),
+            RunBranch::Candidate(id, k) => format!("{}/c{}", id.0, k.0),
             RunBranch::Result => "result".into(),
             RunBranch::Verify => "verify".into(),
             RunBranch::Repair => "repair".into(),

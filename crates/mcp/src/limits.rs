@@ -99,6 +99,8 @@ impl Limits {
         run.on_conflict = keyword("on_conflict", &work.on_conflict)?;
         run.ok_exit_codes = work.ok_exit_codes.clone();
         run.timeout = work.timeout;
+        run.tries = work.tries;
+        run.best_of = work.best_of;
         run.max_cost = work
             .max_cost
             .or(self.max_cost)

@@ -48,6 +48,11 @@ pub(crate) struct Work {
     pub ok_exit_codes: Option<Vec<i32>>,
     /// Seconds a worker may take.
     pub timeout: Option<u64>,
+    /// Candidates per task, one after another until one passes its checks (1 to 8).
+    pub tries: Option<u32>,
+    /// Candidates per task at once; swarm chooses the one that passes and that most agree
+    /// on, then the smallest (1 to 8; each one's spend counts against the budget).
+    pub best_of: Option<u32>,
     /// The run's spending cap in US dollars (at most the server's).
     pub max_cost: Option<f64>,
     /// The run's token budget (at most the server's).

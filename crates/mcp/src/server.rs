@@ -173,7 +173,7 @@ impl Swarm {
             Ok(selector) => selector,
             Err(refusal) => return refusal,
         };
-        let shown = diff::of_run(&self.repo, &run, want.task.as_deref());
+        let shown = diff::of_run(&self.repo, &run, want.task.as_deref(), None);
         let text = match shown {
             Ok(diff::Shown::Nothing(why)) => why,
             Ok(diff::Shown::Changes(changes)) => String::from_utf8_lossy(&changes.patch).into(),
@@ -422,7 +422,7 @@ impl Swarm {
         let selector: RunSelector = run.parse().map_err(app::AppError::Id)?;
         let report = runs::show(&self.repo, &selector)?;
         let stat = match report.result {
-            Some(_) => match diff::of_run(&self.repo, &selector, None)? {
+            Some(_) => match diff::of_run(&self.repo, &selector, None, None)? {
                 diff::Shown::Changes(changes) => Some(changes.stat),
                 _ => None,
             },

@@ -113,6 +113,8 @@ pub(crate) fn result(report: &Report, diffstat: Option<&str>) -> Value {
         "into_updated": report.into_updated,
         "result_branch": report.result_branch,
         "summary": report.totals.describe().join(", "),
+        "candidates_run": report.totals.candidates,
+        "needed_more_than_one_candidate": report.totals.rescued,
         "merged": ids(|s| s == TaskStatus::Merged),
         "no_change": ids(|s| s == TaskStatus::NoChange),
         "failures_not_listed": failures.len().saturating_sub(FAILURES),

@@ -49,13 +49,18 @@ pub async fn list() -> AppResult<Vec<Listed>> {
 
 /// The agent's program is on PATH (checked before anything is created).
 pub fn installed(settings: &Settings) -> AppResult<()> {
-    match &settings.agent {
-        Some(agent) if which(&agent.binary).is_none() => Err(AppError::AgentMissing {
+    let missing = settings
+        .rotation
+        .agents
+        .iter()
+        .find(|agent| which(&agent.binary).is_none());
+    match missing {
+        Some(agent) => Err(AppError::AgentMissing {
             name: agent.name.clone(),
             binary: agent.binary.clone(),
             install: agent.install.clone(),
         }),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 

@@ -46,7 +46,11 @@ pub(crate) fn worker(settings: &Settings) -> AppResult<Option<ApiKey>> {
         }
     }
     if !settings.uses_model() {
-        return Ok(None);
+        // The judge of --best-of is the run's only model call.
+        return match &settings.judge_model {
+            Some(judge) => endpoint_and_key(settings, judge, "judge model"),
+            None => Ok(None),
+        };
     }
     // With --exec, what needs the model.
     let needs_model = match (&settings.exec, settings.on_conflict) {
@@ -134,25 +138,37 @@ pub(crate) fn agent_secrets(settings: &Settings) -> AppResult<Vec<Binding>> {
 /// The APIs of the `--agent` swarm's gateway serves, with the credentials the environment
 /// holds for them.
 fn agent_credentials(settings: &Settings) -> Vec<Binding> {
-    settings
-        .agent
-        .as_ref()
-        .map(super::agents::credentials_of)
-        .unwrap_or_default()
+    let mut bindings: Vec<Binding> = Vec::new();
+    // Each agent of `--agent a,b`; an API two of them speak, once.
+    for agent in &settings.rotation.agents {
+        for binding in super::agents::credentials_of(agent) {
+            if !bindings.iter().any(|b| b.route.name == binding.route.name) {
+                bindings.push(binding);
+            }
+        }
+    }
+    bindings
 }
 
 /// Every endpoint the gateway would send an `--agent`'s key to is one a key may be sent to:
 /// http(s), without a user name or password.
 fn agent_endpoints(settings: &Settings, credentials: &[Binding]) -> AppResult<()> {
-    let Some(agent) = &settings.agent else {
+    let names: Vec<&str> = settings
+        .rotation
+        .agents
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    if names.is_empty() {
         return Ok(());
-    };
+    }
+    let agent = names.join(", ");
     for binding in credentials {
         if let Err(why) = crate::net::endpoint(&binding.upstream) {
             return Err(AppError::BadBaseUrl {
                 what: format!(
-                    "the endpoint of --agent {}'s {} API",
-                    agent.name, binding.route.name
+                    "the endpoint of --agent {agent}'s {} API",
+                    binding.route.name
                 ),
                 url: binding.upstream.clone(),
                 why: why.to_string(),
@@ -168,9 +184,13 @@ fn budgets(settings: &Settings, credentials: &[Binding]) -> AppResult<()> {
     if settings.max_cost.is_none() && settings.max_tokens.is_none() {
         return Ok(());
     }
-    if let Some(agent) = &settings.agent
-        && credentials.is_empty()
-    {
+    // Every agent of the run must be metered: one of its APIs served by the gateway.
+    let unmetered = settings.rotation.agents.iter().find(|agent| {
+        !credentials
+            .iter()
+            .any(|b| agent.routes.iter().any(|r| r.name == b.route.name))
+    });
+    if let Some(agent) = unmetered {
         let vars: Vec<&str> = agent
             .routes
             .iter()
@@ -188,7 +208,8 @@ fn budgets(settings: &Settings, credentials: &[Binding]) -> AppResult<()> {
             },
         });
     }
-    let spends = settings.agent.is_some() || settings.uses_model();
+    let spends =
+        settings.agent.is_some() || settings.uses_model() || settings.judge_model.is_some();
     if settings.max_cost.is_some() && spends && !settings.model.has_prices() {
         return Err(AppError::BudgetUnpriced);
     }
@@ -228,13 +249,26 @@ pub(crate) async fn sandbox(policy: &SandboxPolicy) -> AppResult<()> {
 /// `$SWARM_FILE` (the task's first file) gets no task of several files, and one that expands
 /// a file variable outside double quotes gets no file name the shell would split or glob.
 pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> AppResult<()> {
-    use crate::worker::file_vars::{file_vars, splits_unquoted};
-    let command = match (&settings.agent, &settings.exec) {
-        (Some(agent), _) => agent.exec.as_str(),
-        (None, Some(exec)) => exec.as_str(),
+    let commands: Vec<&str> = match (&settings.exec, settings.rotation.agents.as_slice()) {
+        (_, [_, ..]) => settings
+            .rotation
+            .agents
+            .iter()
+            .map(|a| a.exec.as_str())
+            .collect(),
+        (Some(exec), []) => vec![exec.as_str()],
         // The built-in worker reads its files itself.
-        (None, None) => return Ok(()),
+        (None, []) => return Ok(()),
     };
+    for command in commands {
+        reaches(command, tasks)?;
+    }
+    Ok(())
+}
+
+/// The files of each task reach `command` as they are ([`files_reach_the_command`]).
+fn reaches(command: &str, tasks: &[Task]) -> AppResult<()> {
+    use crate::worker::file_vars::{file_vars, splits_unquoted};
     let vars = file_vars(command);
     if vars.file.named
         && !vars.files.named

@@ -32,7 +32,15 @@ pub enum Shown {
 
 /// The diff of run `wanted` (from where its target started to its result), or of one of its
 /// tasks (a task id or a prefix of one: from its start commit to its commit).
-pub fn of_run(cwd: &Path, wanted: &RunSelector, task: Option<&str>) -> AppResult<Shown> {
+///
+/// `candidate`: with a task, what its candidate K changed (`--tries`, `--best-of`), winner or
+/// not.
+pub fn of_run(
+    cwd: &Path,
+    wanted: &RunSelector,
+    task: Option<&str>,
+    candidate: Option<u32>,
+) -> AppResult<Shown> {
     let info = repo::discover(cwd)?;
     let id = runs::resolve(&info.common_dir, wanted)?;
     let report = RunDir::new(&info.common_dir, &id).load_report()?;
@@ -58,6 +66,9 @@ pub fn of_run(cwd: &Path, wanted: &RunSelector, task: Option<&str>) -> AppResult
         }
         _ => return Err(AppError::AmbiguousTask(wanted.to_string())),
     };
+    if let Some(k) = candidate {
+        return of_candidate(&repo, task, k);
+    }
     match of_task(&repo, task)? {
         Some(changes) => Ok(Shown::Changes(changes)),
         None => Ok(Shown::Nothing(format!(
@@ -83,6 +94,30 @@ fn unmerged_tasks(repo: &Repository, report: &crate::report::Report) -> AppResul
             report.run_id
         )),
         false => Shown::Tasks(shown),
+    })
+}
+
+/// What candidate `k` of `task` changed.
+fn of_candidate(repo: &Repository, task: &TaskReport, k: u32) -> AppResult<Shown> {
+    let Some(c) = task.candidates.iter().find(|c| c.number.get() == k) else {
+        let have: Vec<String> = task
+            .candidates
+            .iter()
+            .map(|c| c.number.to_string())
+            .collect();
+        return Err(AppError::NoSuchCandidate {
+            task: task.id.to_string(),
+            candidate: k,
+            have: have.join(", "),
+        });
+    };
+    Ok(match (c.start, c.commit) {
+        (Some(start), Some(commit)) => Shown::Changes(between(repo, start, commit)?),
+        _ => Shown::Nothing(format!(
+            "candidate {k} of task {} changed nothing ({})",
+            task.id,
+            c.status.as_str()
+        )),
     })
 }
 

@@ -31,6 +31,16 @@ pub enum AppError {
     NoSuchTask { task: String, run: RunId },
     #[error("'{0}' matches several tasks")]
     AmbiguousTask(String),
+    /// `swarm diff RUN TASK --candidate K` of a task that had no candidate K.
+    #[error("task {task} has no candidate {candidate}{}", match .have.is_empty() {
+        true => " (it ran without --tries or --best-of)".to_string(),
+        false => format!(" (its candidates: {})", .have),
+    })]
+    NoSuchCandidate {
+        task: String,
+        candidate: u32,
+        have: String,
+    },
     /// Another swarm process holds the run (`doing`: what could not be done).
     #[error("run {run} is still running in another swarm process")]
     RunBusy { run: RunId, doing: Busy },

@@ -43,6 +43,10 @@ fn runs_hint(e: &AppError) -> Option<String> {
         }
         AppError::NoSuchTask { run, .. } => Some(format!("`swarm status {run}` lists its tasks")),
         AppError::AmbiguousTask(_) => Some("give more characters of the task id".into()),
+        AppError::NoSuchCandidate { .. } => Some(
+            "`swarm status RUN` lists each task's candidates; leave --candidate out for the winner"
+                .into(),
+        ),
         AppError::RunBusy { doing, .. } => Some(doing.hint().into()),
         AppError::RunRecords { run, .. } => Some(format!(
             "the run's files under .git/swarm/runs/{run}/ were changed by hand; its branches \

@@ -56,15 +56,17 @@ pub mod ids {
 
 /// What a run did (`report.json`, docs/USAGE.md).
 pub mod report {
-    pub use crate::report::{Report, RunState, TaskReport, TaskStatus};
+    pub use crate::report::{
+        CandidateReport, Report, RunState, SelectedBy, Selection, TaskReport, TaskStatus,
+    };
 }
 
 /// Settings: a front end's [`settings::Layer`] of options, and what they resolve to.
 pub mod settings {
     pub use crate::settings::home::tilde;
     pub use crate::settings::{
-        Count, Layer, OnConflict, PerProcess, SandboxMode, Scope, Settings, SettingsError,
-        WorktreeMode,
+        Candidates, CandidatesProblem, Count, Layer, OnConflict, PerProcess, SandboxMode, Scope,
+        Settings, SettingsError, WorktreeMode,
     };
 }
 

@@ -333,7 +333,9 @@ fn gather(
     into: &str,
     into_start: Oid,
 ) -> AppResult<(Report, Vec<String>)> {
-    let mut report = orchestrator::new_report(plan, into, into_start);
+    // A shard's record says what its tasks' candidates did.
+    let one = crate::settings::Candidates::One;
+    let mut report = orchestrator::new_report(plan, into, into_start, one);
     report.state = RunState::Interrupted;
     let records = shard::read_records(repo, &plan.run_id)?;
     let recorded_tasks: std::collections::HashMap<_, _> = records

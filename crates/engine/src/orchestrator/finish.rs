@@ -136,6 +136,32 @@ async fn move_target(
     }
 }
 
+/// The branches of a task's candidates that stay (into `kept`) and go (into `delete`):
+/// every one goes once the task merged or needed no change; else the winner's stays while
+/// its change is not merged, and without a winner those with a commit stay (for `swarm
+/// diff` and `swarm resume`); losers go.
+fn candidate_branches(
+    t: &mut crate::report::TaskReport,
+    keep: bool,
+    (kept, delete): (&mut Vec<String>, &mut Vec<String>),
+) {
+    let done = matches!(t.status, TaskStatus::Merged | TaskStatus::NoChange);
+    let winner = t.selection.as_ref().map(|s| s.winner);
+    for c in &t.candidates {
+        let needed = !done
+            && c.commit.is_some()
+            && match winner {
+                Some(k) => k == c.number,
+                None => true,
+            };
+        match keep || needed {
+            true => kept.push(c.branch.clone()),
+            false => delete.push(c.branch.clone()),
+        }
+    }
+    t.branch_kept = keep || (!done && t.commit.is_some());
+}
+
 /// Removes the run's worktrees (unless `keep`) and the branches no longer needed: those of
 /// merged tasks and tasks without change, and swarm's own; a failed or unmerged task keeps
 /// its branch.
@@ -145,6 +171,10 @@ async fn clean_up(shared: &Arc<Shared>, info: &RepoInfo, keep: bool, report: &mu
     let mut delete = Vec::new();
     let mut kept = Vec::new();
     for t in &mut report.tasks {
+        if !t.candidates.is_empty() {
+            candidate_branches(t, keep, (&mut kept, &mut delete));
+            continue;
+        }
         let has_commit = t.commit.is_some();
         let started =
             t.status != TaskStatus::Pending && t.status != TaskStatus::Skipped || has_commit;

@@ -23,6 +23,7 @@ use git2::Oid;
 
 use super::task::{Attempt, commit_attempt, commit_message, outcome, start_attempt, work};
 use super::watch::{warn_about_checkout, warn_about_new_branches};
+use super::worker_run::Runner;
 use super::{Shared, step, warn};
 use crate::env_vars;
 use crate::git::TreeChange;
@@ -46,7 +47,7 @@ const FILE_NAMES_MOST: usize = 64 * 1024;
 /// How many tasks one worker process runs at most, in a run of `tasks` tasks. `auto`: one,
 /// unless the worker is a command that names `SWARM_FILES` (so it takes a list of files) and
 /// is not a coding agent (whose work, not its start-up, is what costs) nor followed by
-/// `--repair` (which repairs one task at a time).
+/// `--repair` (which repairs one task at a time), and tasks get one candidate each.
 pub(super) fn tasks_per_process(settings: &Settings, tasks: usize) -> usize {
     match settings.per_process {
         PerProcess::Tasks(n) => n.max(1),
@@ -55,7 +56,9 @@ pub(super) fn tasks_per_process(settings: &Settings, tasks: usize) -> usize {
                 .exec
                 .as_deref()
                 .is_some_and(|command| command.contains(env_vars::SWARM_FILES));
-            if !takes_list || settings.agent.is_some() || settings.repair {
+            let alone =
+                settings.agent.is_some() || settings.repair || settings.candidates.several();
+            if !takes_list || alone {
                 return 1;
             }
             tasks
@@ -206,10 +209,11 @@ async fn attempt_group(
         .iter()
         .flat_map(|&idx| plan.task(idx).files.iter().cloned())
         .collect();
-    let mut slot = start_attempt(shared, tasks, 1, shared.base, &branch).await?;
+    let mut slot = start_attempt(shared, tasks, (1, None), shared.base, &branch).await?;
     let worktree = slot.path.clone();
     // On an error the lease gives the worktree back (its next task resets it).
-    let mut result = work(shared, tasks[0], &files, &mut slot, None).await?;
+    let runner = Runner::task(shared);
+    let mut result = work(shared, (tasks[0], &runner), &files, &mut slot, None).await?;
     super::worker_run::finish(result.ended.jail.take()).await;
     let unshared = |error: String| Unshared {
         error,

@@ -36,6 +36,7 @@ mod permits;
 mod records;
 mod repair;
 mod scheduler;
+mod select;
 mod task;
 mod verify_merged;
 mod watch;
@@ -118,6 +119,10 @@ struct Shared {
     /// The model gateway of an `--agent`'s requests, for the APIs in `agent_bindings`.
     gateway: Option<Arc<Gateway>>,
     agent_bindings: Vec<Binding>,
+    /// `--judge-model`: the model that compares a task's finalists.
+    judge: Option<Arc<LlmShared>>,
+    /// The other models of `--model a,b`, by name (`model` is the first's).
+    models: std::collections::BTreeMap<String, Arc<LlmShared>>,
 }
 
 /// What a run's workers are given besides the plan: the model's key, where events go, the
@@ -169,7 +174,12 @@ pub(crate) async fn run(
     let git_views = views || git_views_work(&req).await;
     let (report, first_tip, merge_first) = match req.continuation.take() {
         None => (
-            new_report(&req.plan, &req.into.branch, req.into_start),
+            new_report(
+                &req.plan,
+                &req.into.branch,
+                req.into_start,
+                req.settings.candidates,
+            ),
             req.into_start,
             Vec::new(),
         ),
@@ -409,10 +419,26 @@ impl Shared {
             .request(command, cwd, view, log, on_access)
     }
 
+    /// The built-in worker's model of candidate `k` (`--model a,b`), else the run's.
+    fn model_of(&self, k: Option<crate::ids::CandidateNo>) -> Option<Arc<LlmShared>> {
+        match self.settings.rotation.model(k) {
+            Some(name) if self.models.contains_key(name) => self.models.get(name).cloned(),
+            _ => self.model.clone(),
+        }
+    }
+
     fn own_commands(&self) -> crate::worker::own::OwnCommands<'_> {
+        self.own_commands_until(&self.cancel)
+    }
+
+    /// The run's own commands, stopped by `cancel` (a candidate's, under the run's).
+    fn own_commands_until<'a>(
+        &'a self,
+        cancel: &'a CancellationToken,
+    ) -> crate::worker::own::OwnCommands<'a> {
         crate::worker::own::OwnCommands {
             settings: &self.settings,
-            cancel: &self.cancel,
+            cancel,
         }
     }
 
@@ -437,13 +463,22 @@ impl Shared {
         } = services;
         let base = plan.base;
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
+        let client = |name: &String| {
+            let key = secrets.model_key.clone();
+            LlmShared::new(&settings, name.clone(), key, meter.clone())
+                .map(Arc::new)
+                .map_err(|e| RunError::classify("starting the model client", e))
+        };
         let model = match (&settings.model.name, settings.uses_model()) {
-            (Some(name), true) => Some(Arc::new(
-                LlmShared::new(&settings, name.clone(), secrets.model_key, meter.clone())
-                    .map_err(|e| RunError::classify("starting the model client", e))?,
-            )),
+            (Some(name), true) => Some(client(name)?),
             _ => None,
         };
+        // `--model a,b`: a client for each of the others, candidates taking them in turn.
+        let mut models = std::collections::BTreeMap::new();
+        for name in settings.rotation.models.iter().skip(1) {
+            models.insert(name.clone(), client(name)?);
+        }
+        let judge = settings.judge_model.as_ref().map(client).transpose()?;
         let agent_bindings = secrets.agent;
         let gateway =
             agent_gateway(&settings, &agent_bindings, &meter, &sink).map_err(RunError::Sandbox)?;
@@ -493,6 +528,8 @@ impl Shared {
             meter,
             gateway,
             agent_bindings,
+            judge,
+            models,
         })
     }
 }

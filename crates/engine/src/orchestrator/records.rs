@@ -8,8 +8,12 @@ use git2::Oid;
 use super::{RunError, Shared};
 use crate::events::{Event, EventSink};
 use crate::gateway::Spent;
+use crate::ids::CandidateNo;
 use crate::plan::Plan;
-use crate::report::{REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens};
+use crate::report::{
+    CandidateReport, REPORT_SCHEMA_VERSION, Report, RunState, TaskReport, TaskStatus, Tokens,
+};
+use crate::settings::Candidates;
 use crate::state::{self, RunDir};
 
 /// Why `--atomic` keeps the target where it is, if so: a task that did not merge.
@@ -26,8 +30,14 @@ pub(super) fn atomic_hold(report: &mut Report) -> Option<String> {
     })
 }
 
-/// The report of a run of `plan` that has not started: every task pending.
-pub(crate) fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
+/// The report of a run of `plan` that has not started: every task pending (with its
+/// `candidates` pending).
+pub(crate) fn new_report(
+    plan: &Plan,
+    into: &str,
+    into_start: Oid,
+    candidates: Candidates,
+) -> Report {
     Report {
         schema_version: REPORT_SCHEMA_VERSION,
         run_id: plan.run_id.clone(),
@@ -69,6 +79,13 @@ pub(crate) fn new_report(plan: &Plan, into: &str, into_start: Oid) -> Report {
                 hint: None,
                 over_budget: false,
                 network: Default::default(),
+                candidates: match candidates.several() {
+                    true => CandidateNo::up_to(candidates.count())
+                        .map(|k| CandidateReport::new(&plan.run_id, &t.id, k))
+                        .collect(),
+                    false => Vec::new(),
+                },
+                selection: None,
             })
             .collect(),
         totals: Default::default(),

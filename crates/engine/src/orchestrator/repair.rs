@@ -81,7 +81,10 @@ async fn attempt_repair(
         .await?
     };
     let mut slot = slot_back;
-    let outcome = match (conflicted, set_up(shared, None, &mut slot).await) {
+    let outcome = match (
+        conflicted,
+        set_up(shared, None, &mut slot, &shared.cancel).await,
+    ) {
         (Ok(conflicted), Ok(None)) => {
             resolve_in(shared, &llm, r, &slot, &branch, conflicted, a).await
         }
@@ -116,6 +119,7 @@ async fn resolve_in(
         files: task.files.clone(),
         attempt: r.attempt,
         worktree: worktree.display().to_string(),
+        candidate: None,
     });
     step(shared, &task.id, "repairing the conflict");
     let context = repair_context(&conflicted);
@@ -128,7 +132,9 @@ async fn resolve_in(
     let task_dir = shared.run_dir.task_dir(&task.id);
     std::fs::create_dir_all(&task_dir)?;
     let checks = check_writes(shared, slot);
+    let runner = super::worker_run::Runner::task(shared);
     let place = Place {
+        runner: &runner,
         worktree,
         view: None,
         git: None,

@@ -19,16 +19,21 @@ use git2::Oid;
 
 use super::permits::Permit;
 use super::watch::{warn_about_checkout, warn_about_new_branches};
-use super::worker_run::{Ended, Place, WorkerResult, check_writes, finish, run_worker, set_up};
+use super::worker_run::{
+    Ended, Place, Runner, WorkerResult, check_writes, finish, run_worker, set_up,
+};
 use super::{Shared, step, warn};
 use crate::events::Event;
 use crate::git::TreeChange;
+use crate::ids::CandidateNo;
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 
 /// One attempt at one task, as a worker task returns it.
 pub(super) struct Attempt {
     pub(super) idx: TaskIdx,
+    /// Which candidate it is, with `--tries`/`--best-of`.
+    pub(super) candidate: Option<CandidateNo>,
     pub(super) attempt: u32,
     pub(super) start: Oid,
     pub(super) status: TaskStatus,
@@ -69,6 +74,7 @@ impl Attempt {
     pub(super) fn new(idx: TaskIdx, attempt: u32, start: Oid, status: TaskStatus) -> Self {
         Self {
             idx,
+            candidate: None,
             attempt,
             start,
             status,
@@ -108,14 +114,15 @@ pub(super) struct Resolved {
 pub(super) async fn run_task(
     shared: Arc<Shared>,
     idx: TaskIdx,
-    attempt: u32,
+    (attempt, runner): (u32, Runner),
     start: Oid,
     context: Option<String>,
     permit: Permit,
 ) -> Attempt {
     let started = Instant::now();
     let mut a = Attempt::new(idx, attempt, start, TaskStatus::Failed);
-    if let Err(e) = attempt_task(&shared, &mut a, context.as_deref(), permit).await {
+    a.candidate = runner.candidate;
+    if let Err(e) = attempt_task(&shared, &mut a, (context.as_deref(), &runner), permit).await {
         a.status = TaskStatus::Failed;
         a.error = Some(format!("{e:#}"));
     }
@@ -139,15 +146,16 @@ pub(super) async fn run_task(
 async fn attempt_task(
     shared: &Arc<Shared>,
     a: &mut Attempt,
-    context: Option<&str>,
+    (context, runner): (Option<&str>, &Runner),
     permit: Permit,
 ) -> anyhow::Result<()> {
     let task = shared.plan.task(a.idx);
-    let branch = task.branch(&shared.plan.run_id);
-    let mut slot = start_attempt(shared, &[a.idx], a.attempt, a.start, &branch).await?;
+    let branch = runner.branch(shared, &task.id);
+    let mut slot =
+        start_attempt(shared, &[a.idx], (a.attempt, a.candidate), a.start, &branch).await?;
     a.worktree = Some(slot.path.clone());
     // On an error the lease gives the worktree back (its next task resets it).
-    let mut result = work(shared, a.idx, &task.files, &mut slot, context).await?;
+    let mut result = work(shared, (a.idx, runner), &task.files, &mut slot, context).await?;
     let _held = hold_while_committing(shared, &slot, permit);
     // Declared after `slot`, so dropped before it on an early return.
     let mut ended = std::mem::take(&mut result.ended);
@@ -281,7 +289,7 @@ impl Attempt {
 pub(super) async fn start_attempt(
     shared: &Arc<Shared>,
     tasks: &[TaskIdx],
-    attempt: u32,
+    (attempt, candidate): (u32, Option<CandidateNo>),
     start: Oid,
     branch: &str,
 ) -> anyhow::Result<Lease> {
@@ -318,6 +326,7 @@ pub(super) async fn start_attempt(
             files: task.files.clone(),
             attempt,
             worktree: worktree.clone(),
+            candidate: candidate.map(CandidateNo::get),
         });
     }
     Ok(slot)
@@ -327,24 +336,25 @@ pub(super) async fn start_attempt(
 /// with `--per-process` those of every task its process runs).
 pub(super) async fn work(
     shared: &Arc<Shared>,
-    idx: TaskIdx,
+    (idx, runner): (TaskIdx, &Runner),
     files: &[RepoPath],
     slot: &mut Slot,
     context: Option<&str>,
 ) -> anyhow::Result<WorkerResult> {
     let task = shared.plan.task(idx);
-    let task_dir = shared.run_dir.task_dir(&task.id);
+    let task_dir = runner.dir(shared, &task.id);
     std::fs::create_dir_all(&task_dir)?;
     if shared.settings.worktree.setup.is_some() && !slot.set_up {
         step(shared, &task.id, "setup");
     }
-    if let Some((verdict, tail)) = set_up(shared, Some(&task.id), slot).await? {
+    if let Some((verdict, tail)) = set_up(shared, Some(&task.id), slot, &runner.cancel).await? {
         return Ok(WorkerResult::just(verdict, Some(tail)));
     }
     step(shared, &task.id, "running");
     let git = shared.layout.git_views.then(|| shared.pool.git_dirs(slot));
     let checks = check_writes(shared, slot);
     let place = Place {
+        runner,
         worktree: &slot.path,
         view: slot.view.as_ref(),
         git: git.as_ref(),

@@ -93,7 +93,7 @@ impl Checker {
             .run_dir
             .path
             .join(format!("verify-merged-{}.log", self.runs + 1));
-        let ran = match set_up(shared, None, &mut slot).await {
+        let ran = match set_up(shared, None, &mut slot, &shared.cancel).await {
             Ok(None) => {
                 self.runs += 1;
                 process::run(shared.shell(

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 
 use super::{Shared, WorkerKind, step, warn};
 use crate::git::worktree::Slot;
-use crate::ids::{TaskId, TaskIdx};
+use crate::ids::{CandidateNo, TaskId, TaskIdx};
 use crate::repo_path::RepoPath;
 use crate::report::{Reported, Tokens};
 use crate::settings::Scope;
@@ -25,6 +25,7 @@ use crate::worker::process::{self, Exit, JailEnd};
 use swarm_sandbox::git_view::GitDirs;
 use swarm_sandbox::git_view::GitLayer;
 use swarm_sandbox::overlay::OverlayView;
+use tokio_util::sync::CancellationToken;
 
 /// What a worker reports, whichever kind it is.
 pub(super) struct WorkerResult {
@@ -89,6 +90,7 @@ pub(super) async fn set_up(
     shared: &Shared,
     task: Option<&TaskId>,
     slot: &mut Slot,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<Option<(Verdict, String)>> {
     // No setup, or done: nothing made for it on the task's path.
     if slot.set_up || shared.settings.worktree.setup.is_none() {
@@ -96,7 +98,7 @@ pub(super) async fn set_up(
     }
     let log = shared.run_dir.path.join(format!("{}-setup.log", slot.name));
     let on_access = Some(shared.on_access(task));
-    let own = shared.own_commands();
+    let own = shared.own_commands_until(cancel);
     Ok(
         match own
             .set_up(&slot.path, slot.view.as_ref(), &log, on_access)
@@ -117,14 +119,57 @@ pub(super) async fn set_up(
 }
 
 /// Where a worker runs: its worktree, the overlay view mounted there, the repository
-/// directories its own git writes (through views).
+/// directories its own git writes (through views); and who it is: the task's worker or one
+/// of its candidates, stopped by `cancel`.
 #[derive(Clone, Copy)]
 pub(super) struct Place<'a> {
+    pub(super) runner: &'a Runner,
     pub(super) worktree: &'a std::path::Path,
     pub(super) view: Option<&'a OverlayView>,
     pub(super) git: Option<&'a GitDirs>,
     /// With `--verify`: notes what the check alone writes, which is not the task's change.
     pub(super) checks: Option<&'a CheckWrites>,
+}
+
+/// Which of a task's workers an attempt runs: the task's own, or candidate K
+/// (`--tries`, `--best-of`), and what stops it (the run's cancellation, or a candidate's own
+/// under it, for a candidate that can no longer win).
+#[derive(Clone)]
+pub(super) struct Runner {
+    pub(super) candidate: Option<CandidateNo>,
+    pub(super) cancel: CancellationToken,
+}
+
+impl Runner {
+    /// The task's own worker.
+    pub(super) fn task(shared: &Shared) -> Self {
+        Self {
+            candidate: None,
+            cancel: shared.cancel.clone(),
+        }
+    }
+
+    /// Candidate `k` of a task, stopped with the run or on its own.
+    pub(super) fn candidate(shared: &Shared, k: CandidateNo) -> Self {
+        Self {
+            candidate: Some(k),
+            cancel: shared.cancel.child_token(),
+        }
+    }
+
+    /// The branch its commits go to.
+    pub(super) fn branch(&self, shared: &Shared, task: &TaskId) -> String {
+        shared.plan.run_id.worker_branch(task, self.candidate)
+    }
+
+    /// Its directory in the run directory: the task's, or a candidate's inside it.
+    pub(super) fn dir(&self, shared: &Shared, task: &TaskId) -> PathBuf {
+        let dir = shared.run_dir.task_dir(task);
+        match self.candidate {
+            None => dir,
+            Some(k) => dir.join(format!("c{k}")),
+        }
+    }
 }
 
 /// With `--verify`: what notes the paths a check alone writes in `slot`.
@@ -147,11 +192,13 @@ pub(super) async fn run_worker(
     let task = shared.plan.task(idx);
     let WorkerKind::Exec(command) = &shared.worker else {
         let llm = shared
-            .model
-            .as_deref()
+            .model_of(place.runner.candidate)
             .context("no model for the built-in worker")?;
-        return run_agent(shared, llm, idx, place, task_dir, &task.files, context).await;
+        return run_agent(shared, &llm, idx, place, task_dir, &task.files, context).await;
     };
+    // A candidate of `--agent a,b` runs its own agent's command.
+    let agent = shared.settings.rotation.agent(place.runner.candidate);
+    let command = agent.map_or(command.as_str(), |a| a.exec.as_str());
     let result = run_exec(shared, idx, command, files, place, task_dir, context).await?;
     let Some(verify) = shared.settings.verify.as_deref() else {
         return Ok(result);
@@ -175,11 +222,23 @@ async fn run_exec(
     let task = shared.plan.task(idx);
     let settings = &shared.settings;
     let instruction = shared.plan.instruction_for(idx);
+    let agent = settings.rotation.agent(place.runner.candidate);
+    // The gateway's APIs this agent speaks: another agent's are not its to reach.
+    let bindings: Vec<crate::gateway::Binding> = match agent {
+        Some(agent) => shared
+            .agent_bindings
+            .iter()
+            .filter(|b| agent.routes.iter().any(|r| r.name == b.route.name))
+            .cloned()
+            .collect(),
+        None => Vec::new(),
+    };
     let ran = exec::run(ExecTask {
         command,
         instruction: &instruction,
         run_id: &shared.plan.run_id,
         task_id: &task.id,
+        candidate: place.runner.candidate,
         files,
         worktree: place.worktree,
         view: place.view,
@@ -188,14 +247,11 @@ async fn run_exec(
         idle_timeout: settings.idle_timeout(),
         sandbox: &settings.sandbox,
         on_access: Some(shared.on_access(Some(&task.id))),
-        agent: settings.agent.as_ref().map(|agent| AgentRun {
+        agent: agent.map(|agent| AgentRun {
             settings: agent,
-            gateway: shared
-                .gateway
-                .as_ref()
-                .map(|g| (g, shared.agent_bindings.as_slice())),
+            gateway: shared.gateway.as_ref().map(|g| (g, bindings.as_slice())),
         }),
-        cancel: &shared.cancel,
+        cancel: &place.runner.cancel,
         meter: &shared.meter,
         context,
         ok_exit_codes: &settings.ok_exit_codes,
@@ -259,7 +315,7 @@ async fn verify_then_repair(
     let (Verdict::Failed(_), true, Some(llm)) = (
         &result.verdict,
         shared.settings.repair,
-        shared.model.as_deref(),
+        shared.model_of(place.runner.candidate),
     ) else {
         return Ok(result);
     };
@@ -273,7 +329,7 @@ async fn verify_then_repair(
     );
     let repaired = run_agent(
         shared,
-        llm,
+        &llm,
         idx,
         place,
         task_dir,
@@ -299,8 +355,15 @@ async fn verify_exec(
 ) -> anyhow::Result<Option<(Verdict, String)>> {
     step(shared, task, "verify");
     let log = task_dir.join("verify.log");
-    let ran =
-        process::run(shared.shell(verify, Some(task), place.worktree, place.view, &log)).await?;
+    let on_access = Some(shared.on_access(Some(task)));
+    let check = shared.own_commands_until(&place.runner.cancel).request(
+        verify,
+        place.worktree,
+        place.view,
+        &log,
+        on_access,
+    );
+    let ran = process::run(check).await?;
     let verdict = match ran.exit {
         Exit::Code(0) => return Ok(None),
         Exit::Cancelled => Verdict::Interrupted,
@@ -344,7 +407,7 @@ pub(super) async fn run_agent(
         sandbox: &settings.sandbox,
         on_access: Some(shared.on_access(Some(&task.id))),
         run_tool: &settings.run_tool,
-        cancel: &shared.cancel,
+        cancel: &place.runner.cancel,
         context,
     })
     .await?;

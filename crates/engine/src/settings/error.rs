@@ -15,6 +15,8 @@ pub enum Count {
     MaxOutputTokens,
     ContextWindow,
     MaxCost,
+    Tries,
+    BestOf,
 }
 
 impl std::fmt::Display for Count {
@@ -29,7 +31,61 @@ impl std::fmt::Display for Count {
             Count::MaxOutputTokens => "max_output_tokens",
             Count::ContextWindow => "context_window",
             Count::MaxCost => "max_cost",
+            Count::Tries => "tries",
+            Count::BestOf => "best_of",
         })
+    }
+}
+
+impl Count {
+    /// The message of a zero given for it, and what fixes it.
+    fn explain(self) -> (&'static str, &'static str) {
+        match self {
+            Count::Jobs => (
+                "--jobs must be at least 1",
+                "pass -j 1 or more (the default is 4)",
+            ),
+            Count::Batch => (
+                "--batch must be at least 1",
+                "pass --batch 1 for one file per task",
+            ),
+            Count::PerProcess => (
+                "--per-process must be at least 1",
+                "pass --per-process 1 for a process per task, or auto",
+            ),
+            Count::Timeout => (
+                "--timeout must be at least 1 second",
+                "pass --timeout SECS (the default is 600)",
+            ),
+            Count::MaxTurns => (
+                "--max-turns must be at least 1",
+                "pass --max-turns N (the default is 50)",
+            ),
+            Count::IdleTimeout => (
+                "--idle-timeout must be at least 1 second",
+                "pass --idle-timeout SECS (the default is 300)",
+            ),
+            Count::MaxOutputTokens => (
+                "--max-output-tokens must be at least 1",
+                "pass --max-output-tokens N, or leave it out for the server's default",
+            ),
+            Count::MaxCost => (
+                "--max-cost must be more than 0",
+                "pass --max-cost USD, e.g. --max-cost 5",
+            ),
+            Count::Tries => (
+                "--tries must be at least 1",
+                "pass --tries 2 or more for a second candidate when the first fails",
+            ),
+            Count::BestOf => (
+                "--best-of must be at least 1",
+                "pass --best-of 2 or more for several candidates per task",
+            ),
+            Count::ContextWindow => (
+                "[model] context_window must be at least 1",
+                "set it to the model's context window in tokens, or leave it out",
+            ),
+        }
     }
 }
 
@@ -64,6 +120,77 @@ pub enum SettingsError {
     CopyPath(String),
     #[error("--ok-exit-codes / [run] ok_exit_codes: {0} is not an exit status (0 to 255)")]
     ExitCode(i32),
+    #[error("{0}")]
+    Candidates(CandidatesProblem),
+}
+
+/// What is wrong with `--tries`, `--best-of` and `--judge-model` together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CandidatesProblem {
+    /// Both `--tries` and `--best-of`.
+    Both,
+    /// More than [`super::policy::Candidates::MAX`].
+    TooMany(u32),
+    /// With several tasks per worker process (`--per-process N`).
+    PerProcess,
+    /// `--judge-model` without `--best-of` 2 or more.
+    JudgeAlone,
+    /// A list of N workers (`--agent a,b`, `--model a,b`) with fewer than N candidates.
+    Unused(usize),
+    /// `--agent a,b` with a `--model` list of another length.
+    Models { agents: usize, models: usize },
+}
+
+impl CandidatesProblem {
+    fn hint(self) -> &'static str {
+        match self {
+            CandidatesProblem::Both => {
+                "pass --tries N (one after another) or --best-of N (at once), not both"
+            }
+            CandidatesProblem::TooMany(_) => "pass --tries or --best-of 8 or fewer",
+            CandidatesProblem::PerProcess => {
+                "leave --per-process out (auto gives each task its own process then)"
+            }
+            CandidatesProblem::JudgeAlone => "add --best-of 2 or more, or leave --judge-model out",
+            CandidatesProblem::Unused(_) => {
+                "give --best-of N or --tries N with N at least the list's length; candidate K \
+                 runs the K-th, in turn"
+            }
+            CandidatesProblem::Models { .. } => {
+                "give one --model per agent, in the same order (--agent claude,codex --model \
+                 claude-sonnet-4,gpt-5), or leave --model out"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for CandidatesProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CandidatesProblem::Both => f.write_str("--tries and --best-of cannot be used together"),
+            CandidatesProblem::TooMany(n) => write!(
+                f,
+                "--tries / --best-of {n}: a task gets at most {} candidates",
+                super::policy::Candidates::MAX
+            ),
+            CandidatesProblem::PerProcess => f.write_str(
+                "--tries / --best-of give each task worker processes of its own; they cannot \
+                 be used with --per-process N above 1",
+            ),
+            CandidatesProblem::JudgeAlone => {
+                f.write_str("--judge-model compares the candidates of --best-of N (N at least 2)")
+            }
+            CandidatesProblem::Unused(n) => write!(
+                f,
+                "a list of {n} workers (--agent or --model) runs one a candidate: it needs at \
+                 least {n} candidates"
+            ),
+            CandidatesProblem::Models { agents, models } => write!(
+                f,
+                "--agent names {agents} agents but --model names {models} models"
+            ),
+        }
+    }
 }
 
 impl SettingsError {
@@ -72,44 +199,7 @@ impl SettingsError {
         let e = self;
         let (message, hint) = match e {
             SettingsError::Zero(count) => {
-                let (message, hint) = match count {
-                    Count::Jobs => (
-                        "--jobs must be at least 1",
-                        "pass -j 1 or more (the default is 4)",
-                    ),
-                    Count::Batch => (
-                        "--batch must be at least 1",
-                        "pass --batch 1 for one file per task",
-                    ),
-                    Count::PerProcess => (
-                        "--per-process must be at least 1",
-                        "pass --per-process 1 for a process per task, or auto",
-                    ),
-                    Count::Timeout => (
-                        "--timeout must be at least 1 second",
-                        "pass --timeout SECS (the default is 600)",
-                    ),
-                    Count::MaxTurns => (
-                        "--max-turns must be at least 1",
-                        "pass --max-turns N (the default is 50)",
-                    ),
-                    Count::IdleTimeout => (
-                        "--idle-timeout must be at least 1 second",
-                        "pass --idle-timeout SECS (the default is 300)",
-                    ),
-                    Count::MaxOutputTokens => (
-                        "--max-output-tokens must be at least 1",
-                        "pass --max-output-tokens N, or leave it out for the server's default",
-                    ),
-                    Count::MaxCost => (
-                        "--max-cost must be more than 0",
-                        "pass --max-cost USD, e.g. --max-cost 5",
-                    ),
-                    Count::ContextWindow => (
-                        "[model] context_window must be at least 1",
-                        "set it to the model's context window in tokens, or leave it out",
-                    ),
-                };
+                let (message, hint) = count.explain();
                 (message.to_string(), hint)
             }
             SettingsError::InvalidFile { .. } => (
@@ -142,6 +232,7 @@ impl SettingsError {
                 e.to_string(),
                 "pass a domain name, e.g. --allow-domain api.anthropic.com (docs/SECURITY.md)",
             ),
+            SettingsError::Candidates(problem) => (e.to_string(), problem.hint()),
             SettingsError::CopyPath(_) => (
                 e.to_string(),
                 "list files of your checkout by their path relative to its root, e.g. copy = [\".env\"]",

@@ -119,6 +119,15 @@ pub struct RunTable {
     /// `--model` with `--agent`: the agent's model (the command line only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_model: Option<String>,
+    /// `--tries N`: candidates one after another until one passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tries: Option<u32>,
+    /// `--best-of N`: candidates at once, swarm choosing among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_of: Option<u32>,
+    /// `--judge-model NAME`: the model that compares finalists of `--best-of`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_model: Option<String>,
 }
 
 combine_fields!(RunTable {
@@ -140,6 +149,9 @@ combine_fields!(RunTable {
     ok_exit_codes,
     agent,
     agent_model,
+    tries,
+    best_of,
+    judge_model,
 });
 
 /// `[worktree]`.

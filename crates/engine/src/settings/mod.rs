@@ -20,13 +20,15 @@ pub(crate) mod home;
 pub(crate) mod layer;
 mod limits;
 pub(crate) mod policy;
+mod rotation;
 mod sandbox;
 
-pub use error::{Count, SettingsError};
+pub use error::{CandidatesProblem, Count, SettingsError};
 pub(crate) use layer::Combine;
 pub use layer::Layer;
 pub(crate) use policy::{ApiKey, ModelSettings, RunToolPolicy, WorktreeSettings};
-pub use policy::{OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
+pub use policy::{Candidates, OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
+pub(crate) use rotation::Rotation;
 use sandbox::Untrusted;
 pub(crate) use swarm_sandbox::allow_list::AllowList;
 pub(crate) use swarm_sandbox::policy::{NetworkAccess, SandboxPolicy};
@@ -69,6 +71,13 @@ pub struct Settings {
     /// `--agent`: the coding agent that `exec` runs, and what it may reach besides the
     /// sandbox of other processes.
     pub agent: Option<agents::AgentSettings>,
+    /// Candidates per task (`--tries`, `--best-of`).
+    pub candidates: Candidates,
+    /// The model that compares the finalists of `--best-of` (`--judge-model`).
+    pub judge_model: Option<String>,
+    /// The workers candidates take in turn (`--agent a,b`, `--model a,b`): `agent` and
+    /// `model.name` are the first.
+    pub rotation: Rotation,
 }
 
 /// Resolved settings, the layer they came from, and what the CLI should warn about.
@@ -125,7 +134,11 @@ impl Settings {
     pub fn commands(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         match (&self.agent, &self.exec) {
-            (Some(agent), _) => out.push(("agent", format!("{}: {}", agent.name, agent.exec))),
+            (Some(_), _) => {
+                for agent in &self.rotation.agents {
+                    out.push(("agent", format!("{}: {}", agent.name, agent.exec)));
+                }
+            }
             (None, Some(exec)) => out.push(("exec", exec.clone())),
             (None, None) => {}
         }
@@ -145,6 +158,9 @@ impl Settings {
                     false => self.run_tool.patterns.join(", "),
                 },
             ));
+        }
+        if let Some(judge) = &self.judge_model {
+            out.push(("judge", format!("model {judge} compares tied candidates")));
         }
         for (role, command) in [
             ("setup", &self.worktree.setup),
@@ -178,15 +194,17 @@ impl Settings {
     /// Fills in the defaults of combined layers, and checks the values.
     pub fn from_layer(layer: Layer) -> Result<Settings, SettingsError> {
         let sandbox = sandbox::policy(&layer)?;
-        let agent = match &layer.run.agent {
-            Some(name) => Some(agent(name, &layer)?),
-            None => None,
-        };
-        let (mut run, model) = (layer.run, layer.model);
+        let rotation = Rotation::of(&layer, |name, model| agent(name, &layer, model))?;
+        let agent = rotation.agents.first().cloned();
+        let (mut run, mut model) = (layer.run, layer.model);
+        if let Some(first) = rotation.models.first() {
+            model.name = Some(first.clone());
+        }
         if let Some(agent) = &agent {
             run.exec = Some(agent.exec.clone());
         }
         let counts = Counts::of(&run)?;
+        rotation.check(counts.candidates)?;
         check_model(&model)?;
         if run
             .max_cost
@@ -235,28 +253,34 @@ impl Settings {
                 patterns: layer.sandbox.allow_run.unwrap_or_default(),
             },
             agent,
+            candidates: counts.candidates,
+            judge_model: run.judge_model,
+            rotation,
         })
     }
 }
 
-/// `--agent NAME`, resolved among the built-in presets and the layer's `[agents]`.
-fn agent(name: &str, layer: &Layer) -> Result<agents::AgentSettings, SettingsError> {
-    agents::resolve(name, &layer.agents, layer.run.agent_model.clone()).map_err(|problem| {
-        match problem {
-            agents::AgentProblem::Unknown => SettingsError::UnknownAgent {
-                name: name.to_string(),
-                known: agents::names(&layer.agents).join(", "),
-            },
-            agents::AgentProblem::UnknownApi(api) => SettingsError::UnknownApi {
-                name: name.to_string(),
-                api,
-                known: agents::APIS
-                    .iter()
-                    .map(|r| r.name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            },
-        }
+/// `--agent NAME` (with its `model`), resolved among the built-in presets and the layer's
+/// `[agents]`.
+fn agent(
+    name: &str,
+    layer: &Layer,
+    model: Option<String>,
+) -> Result<agents::AgentSettings, SettingsError> {
+    agents::resolve(name, &layer.agents, model).map_err(|problem| match problem {
+        agents::AgentProblem::Unknown => SettingsError::UnknownAgent {
+            name: name.to_string(),
+            known: agents::names(&layer.agents).join(", "),
+        },
+        agents::AgentProblem::UnknownApi(api) => SettingsError::UnknownApi {
+            name: name.to_string(),
+            api,
+            known: agents::APIS
+                .iter()
+                .map(|r| r.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        },
     })
 }
 
@@ -268,6 +292,7 @@ struct Counts {
     timeout_secs: u64,
     max_turns: u32,
     idle_timeout_secs: u64,
+    candidates: Candidates,
 }
 
 impl Counts {
@@ -285,7 +310,9 @@ impl Counts {
         if per_process == PerProcess::Tasks(0) {
             return Err(SettingsError::Zero(Count::PerProcess));
         }
+        let candidates = candidates(run, per_process)?;
         Ok(Self {
+            candidates,
             jobs: jobs as usize,
             batch: batch as usize,
             per_process,
@@ -304,6 +331,30 @@ impl Counts {
             )?,
         })
     }
+}
+
+/// `--tries` or `--best-of`, each at least 1 and at most [`Candidates::MAX`], never with
+/// several tasks per process; `--judge-model` only with `--best-of` 2 or more.
+fn candidates(run: &layer::RunTable, per_process: PerProcess) -> Result<Candidates, SettingsError> {
+    let problem = |p| Err(SettingsError::Candidates(p));
+    let candidates = match (run.tries, run.best_of) {
+        (Some(_), Some(_)) => return problem(CandidatesProblem::Both),
+        (Some(0), None) => return Err(SettingsError::Zero(Count::Tries)),
+        (None, Some(0)) => return Err(SettingsError::Zero(Count::BestOf)),
+        (Some(n), None) => Candidates::Tries(n),
+        (None, Some(n)) => Candidates::BestOf(n),
+        (None, None) => Candidates::One,
+    };
+    if candidates.count() > Candidates::MAX {
+        return problem(CandidatesProblem::TooMany(candidates.count()));
+    }
+    if candidates.several() && matches!(per_process, PerProcess::Tasks(n) if n > 1) {
+        return problem(CandidatesProblem::PerProcess);
+    }
+    if run.judge_model.is_some() && !candidates.parallel() {
+        return problem(CandidatesProblem::JudgeAlone);
+    }
+    Ok(candidates)
 }
 
 /// Checks `[model]`'s values: counts above zero, valid prices, a known `tool_choice`.

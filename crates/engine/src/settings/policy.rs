@@ -21,6 +21,41 @@ pub enum OnConflict {
     Repair,
 }
 
+/// How many candidates each task gets, and how (`--tries`, `--best-of`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Candidates {
+    /// One worker per task (the default).
+    #[default]
+    One,
+    /// Up to N, one after another, until one passes (`--tries N`).
+    Tries(u32),
+    /// N at once; swarm chooses among those that pass (`--best-of N`).
+    BestOf(u32),
+}
+
+impl Candidates {
+    /// The most candidates a task may get (a cap: each one is a worker's spend).
+    pub const MAX: u32 = crate::ids::CandidateNo::MOST;
+
+    /// How many candidates a task gets at most.
+    pub fn count(self) -> u32 {
+        match self {
+            Candidates::One => 1,
+            Candidates::Tries(n) | Candidates::BestOf(n) => n,
+        }
+    }
+
+    /// More than one candidate per task: they get branches `swarm/<RUN>/<TASK>/c<K>`.
+    pub fn several(self) -> bool {
+        self.count() > 1
+    }
+
+    /// Do a task's candidates run at once (`--best-of`)?
+    pub fn parallel(self) -> bool {
+        matches!(self, Candidates::BestOf(n) if n > 1)
+    }
+}
+
 /// May a worker change files outside its task?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

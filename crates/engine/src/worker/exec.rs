@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::process::{self, Exit, GatewayAccess, JailEnd, ProcessRequest, Program};
 use crate::gateway::{Binding, Gateway, Meter, Spent};
-use crate::ids::{RunId, TaskId};
+use crate::ids::{CandidateNo, RunId, TaskId};
 use crate::repo_path::RepoPath;
 use crate::settings::agents::AgentSettings;
 use crate::worker::agent_output::{self, AgentUsage};
@@ -36,6 +36,8 @@ pub(crate) struct ExecTask<'a> {
     pub instruction: &'a str,
     pub run_id: &'a RunId,
     pub task_id: &'a TaskId,
+    /// Its candidate's number (`SWARM_CANDIDATE`), with `--tries`/`--best-of`.
+    pub candidate: Option<CandidateNo>,
     pub files: &'a [RepoPath],
     pub worktree: &'a Path,
     /// The overlay view mounted on `worktree` (an overlay worktree).
@@ -193,7 +195,10 @@ fn task_env(
         .map(|f| f.as_bytes())
         .collect::<Vec<_>>()
         .join(&b'\n');
-    vec![
+    let candidate = task
+        .candidate
+        .map(|k| (env_vars::SWARM_CANDIDATE.into(), k.to_string().into()));
+    let mut env = vec![
         (env_vars::SWARM_FILE.into(), OsString::from_vec(first)),
         (env_vars::SWARM_FILES.into(), OsString::from_vec(all)),
         (env_vars::SWARM_INSTRUCTION.into(), task.instruction.into()),
@@ -202,7 +207,9 @@ fn task_env(
         (env_vars::SWARM_WORKTREE.into(), task.worktree.into()),
         (env_vars::SWARM_TASK_FILE.into(), task_file.into()),
         (env_vars::SWARM_RESULT_FILE.into(), result_file.into()),
-    ]
+    ];
+    env.extend(candidate);
+    env
 }
 
 /// Runs the task's command under `sandbox`, writable also in `also` and its git's view; the

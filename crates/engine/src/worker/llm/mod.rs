@@ -7,6 +7,7 @@
 pub(crate) mod agent;
 pub(crate) mod approval;
 mod commands;
+pub(crate) mod judge;
 pub(crate) mod prompt;
 pub(crate) mod tools;
 

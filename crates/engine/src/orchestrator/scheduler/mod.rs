@@ -1,20 +1,24 @@
 //! The scheduler loop: starts workers up to `--jobs`, feeds finished tasks to the merge
 //! thread, applies the conflict policy, and schedules retries after the first wave.
 
-use crate::ids::TaskIdx;
+mod candidates;
+mod record;
+
+use crate::ids::{CandidateNo, TaskIdx};
 use std::collections::{HashMap, VecDeque};
+use tokio_util::sync::CancellationToken;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::group::{self, GroupEnd, run_group};
 use super::permits::{Permit, Permits};
-use super::repair::{ConflictRepair, repair_conflict};
+use super::repair::repair_conflict;
 use super::task::{Attempt, run_task};
-use crate::git::merge::{MergeOutcome, MergeTrain};
+use super::worker_run::Runner;
+use crate::git::merge::MergeTrain;
 use crate::git::repo::RepoInfo;
 use crate::report::Report;
-use crate::settings::OnConflict;
 use crate::state;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,9 +29,18 @@ use super::merge_thread::{
     MergeDone, MergeJob, MergeThreadStopped, merge_loop, merge_thread_stopped,
 };
 use super::{RunError, RunMode, Shared, result_branch};
-use crate::events::{ConflictAction, Event};
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
+use candidates::JudgeEnd;
+use record::conflict_context;
+
+/// What a task of the flight ends with.
+enum Ending {
+    /// A worker process's, over one task or several.
+    Group(GroupEnd),
+    /// The judge's answer on a task's finalists (`--judge-model`).
+    Judged(JudgeEnd),
+}
 
 /// A process over several tasks that did not succeed ([`GroupEnd::Split`]).
 struct Split {
@@ -58,7 +71,11 @@ struct Flight {
     halves: VecDeque<Vec<TaskIdx>>,
     /// Conflicted tasks to run again or repair after the first wave.
     retries: VecDeque<(TaskIdx, FollowUp)>,
-    running: JoinSet<GroupEnd>,
+    /// Candidates to start (`--tries`, `--best-of`), before any other task.
+    candidates: VecDeque<(TaskIdx, CandidateNo)>,
+    /// What stops each running candidate (one that can no longer win is stopped).
+    stops: HashMap<(TaskIdx, CandidateNo), CancellationToken>,
+    running: JoinSet<Ending>,
     /// The `--jobs` places of running workers.
     permits: Permits,
     /// The most tasks under way: a task whose worker has ended may still be committing.
@@ -78,9 +95,18 @@ impl Flight {
         idx: TaskIdx,
         attempt: impl std::future::Future<Output = Attempt> + Send + 'static,
     ) {
-        let handle = self
-            .running
-            .spawn(async move { GroupEnd::Attempts(vec![attempt.await]) });
+        self.spawn_other(idx, async move {
+            Ending::Group(GroupEnd::Attempts(vec![attempt.await]))
+        });
+    }
+
+    /// Runs `work` for task `idx`.
+    fn spawn_other(
+        &mut self,
+        idx: TaskIdx,
+        work: impl std::future::Future<Output = Ending> + Send + 'static,
+    ) {
+        let handle = self.running.spawn(work);
         self.running_ids.insert(handle.id(), vec![idx]);
     }
 
@@ -88,9 +114,10 @@ impl Flight {
     /// group's commits are many tasks' files, and the next group's worker beside them slowed
     /// runs on ext4 (docs/ARCHITECTURE.md).
     fn spawn_group(&mut self, shared: Arc<Shared>, tasks: Vec<TaskIdx>, permit: Permit) {
+        let group = permit.held_over(run_group(shared, tasks.clone()));
         let handle = self
             .running
-            .spawn(permit.held_over(run_group(shared, tasks.clone())));
+            .spawn(async move { Ending::Group(group.await) });
         self.running_ids.insert(handle.id(), tasks);
     }
 
@@ -165,6 +192,8 @@ impl Scheduler {
             pending,
             halves: VecDeque::new(),
             retries: VecDeque::new(),
+            candidates: VecDeque::new(),
+            stops: HashMap::new(),
             running: JoinSet::new(),
             permits: Permits::new(shared.settings.jobs),
             most: shared.settings.jobs.saturating_mul(TASKS_PER_JOB),
@@ -248,19 +277,22 @@ impl Scheduler {
                         None => continue,
                     };
                     match ended {
-                        GroupEnd::Attempts(attempts) => {
+                        Ending::Judged(end) => self.on_judged(end, flight)?,
+                        Ending::Group(GroupEnd::Attempts(attempts)) => {
                             for attempt in attempts {
-                                if let Some(job) = self.on_attempt(attempt) {
+                                if self.in_candidates(attempt.idx) {
+                                    self.on_candidate(attempt, flight)?;
+                                } else if let Some(job) = self.on_attempt(attempt) {
                                     flight.merge(job)?;
                                 }
                             }
                         }
-                        GroupEnd::Split {
+                        Ending::Group(GroupEnd::Split {
                             tasks,
                             error,
                             log,
                             suspects,
-                        } => {
+                        }) => {
                             let split = Split {
                                 tasks,
                                 error,
@@ -291,7 +323,9 @@ impl Scheduler {
     fn wants_worker(&self, flight: &Flight) -> bool {
         self.may_start()
             && flight.running.len() < flight.most
-            && !(flight.pending.is_empty() && flight.halves.is_empty())
+            && !(flight.pending.is_empty()
+                && flight.halves.is_empty()
+                && flight.candidates.is_empty())
     }
 
     /// Starts pending tasks up to `--jobs` running workers, and once the first wave is done
@@ -304,24 +338,42 @@ impl Scheduler {
         {
             self.budget_spent = Some(reason);
         }
+        if !self.may_start() && !flight.candidates.is_empty() {
+            self.drain_candidates(flight)?;
+        }
         while self.wants_worker(flight)
             && let Some(permit) = flight.permits.take()
         {
+            if let Some(next) = flight.candidates.pop_front() {
+                self.start_candidate(next, flight, permit);
+                continue;
+            }
             let tasks = match flight.halves.pop_front() {
                 Some(half) => half,
                 None => {
                     group::next_group(&shared.plan, &mut flight.pending, shared.layout.per_process)
                 }
             };
+            if let ([idx], true) = (&tasks[..], shared.settings.candidates.several()) {
+                self.open_candidates(*idx, flight)?;
+                match flight.candidates.pop_front() {
+                    Some(next) => self.start_candidate(next, flight, permit),
+                    None => permit.give_back(),
+                }
+                continue;
+            }
             for &idx in &tasks {
                 self.set_running(idx, 1, shared.base);
             }
             match tasks[..] {
                 [] => continue,
-                [idx] => flight.spawn(
-                    idx,
-                    run_task(shared.clone(), idx, 1, shared.base, None, permit),
-                ),
+                [idx] => {
+                    let runner = (1, Runner::task(&shared));
+                    flight.spawn(
+                        idx,
+                        run_task(shared.clone(), idx, runner, shared.base, None, permit),
+                    )
+                }
                 _ => flight.spawn_group(shared.clone(), tasks, permit),
             }
         }
@@ -338,7 +390,8 @@ impl Scheduler {
                 FollowUp::Retry(paths) => {
                     let context = Some(conflict_context(&paths));
                     self.set_running(idx, attempt, self.tip);
-                    let retry = run_task(shared.clone(), idx, attempt, self.tip, context, permit);
+                    let runner = (attempt, self.runner_of(idx));
+                    let retry = run_task(shared.clone(), idx, runner, self.tip, context, permit);
                     flight.spawn(idx, retry);
                 }
                 FollowUp::Repair => {
@@ -352,76 +405,18 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Tasks that never started (`left`): skipped, saying why, when the run stopped for a
-    /// reason of its own (not an interruption: those stay pending, for `swarm resume`).
-    fn mark_not_run(&mut self, left: impl Iterator<Item = TaskIdx>) {
-        let cancelled = self.shared.cancel.is_cancelled();
-        let not_run = match cancelled {
-            true => None,
-            false => self.stopped.clone().or_else(|| self.budget_spent.clone()),
-        };
-        for idx in left {
-            let t = self.report.task_mut(idx);
-            if t.status == TaskStatus::Pending {
-                if let Some(reason) = &not_run {
-                    t.status = TaskStatus::Skipped;
-                    t.error = Some(format!("not run: {reason}"));
-                    t.over_budget = self.stopped.is_none();
-                }
-            } else if t.status == TaskStatus::Conflict && cancelled {
-                t.error = Some("conflicted; the retry did not run (interrupted)".into());
-            }
-        }
-    }
-
     /// Why no new task may start for lack of budget (`--max-tokens`, `--max-cost`), if so:
     /// the run's meter, which counts what the model APIs answered.
     fn budget_spent_now(&self) -> Option<String> {
         self.shared.meter.exhausted().map(str::to_string)
     }
 
-    /// A process over several tasks did not succeed: its tasks wait again, in smaller
-    /// processes run before any other first-wave task: each suspect alone and the others
-    /// together, or without suspects, two halves.
-    fn on_split(&mut self, halves: &mut VecDeque<Vec<TaskIdx>>, split: Split) {
-        let Split {
-            mut tasks,
-            error,
-            log,
-            suspects,
-        } = split;
-        let id = |i: &TaskIdx| self.report.task(*i).id.clone();
-        self.shared.sink.emit(Event::GroupSplit {
-            tasks: tasks.iter().map(id).collect(),
-            alone: suspects.iter().map(id).collect(),
-            error,
-            log: log.map(|l| l.display().to_string()),
-        });
-        for &idx in &tasks {
-            let t = self.report.task_mut(idx);
-            t.status = TaskStatus::Pending;
-            t.attempts = 0;
-            t.start = None;
+    /// Who runs task `idx` again after a conflict: its worker, or its winning candidate.
+    fn runner_of(&self, idx: TaskIdx) -> Runner {
+        match &self.report.task(idx).selection {
+            Some(selection) => Runner::candidate(&self.shared, selection.winner),
+            None => Runner::task(&self.shared),
         }
-        let next: Vec<Vec<TaskIdx>> = match suspects.is_empty() {
-            true => {
-                let second = tasks.split_off(tasks.len() / 2);
-                vec![tasks, second]
-            }
-            false => {
-                let others = tasks
-                    .into_iter()
-                    .filter(|i| !suspects.contains(i))
-                    .collect();
-                std::iter::once(others)
-                    .chain(suspects.into_iter().map(|i| vec![i]))
-                    .collect()
-            }
-        };
-        for group in next.into_iter().rev() {
-            halves.push_front(group);
-        }
-        self.save();
     }
 
     fn set_running(&mut self, idx: TaskIdx, attempt: u32, start: Oid) {
@@ -430,141 +425,6 @@ impl Scheduler {
         t.attempts = attempt;
         t.start = Some(start);
         self.save();
-    }
-
-    /// Records a finished attempt; returns the merge job if it is to be merged.
-    fn on_attempt(&mut self, a: Attempt) -> Option<MergeJob> {
-        let t = self.report.task_mut(a.idx);
-        t.duration_ms += a.duration.as_millis() as u64;
-        t.changed_files = a.changed.clone();
-        t.deleted_files = a.deleted.clone();
-        t.commit = a.tip.filter(|tip| *tip != a.start);
-        t.summary = a.summary.clone();
-        t.tokens.prompt = t.tokens.prompt.saturating_add(a.tokens.prompt);
-        t.tokens.completion = t.tokens.completion.saturating_add(a.tokens.completion);
-        t.turns += a.turns;
-        t.cost_usd += a.cost_usd;
-        t.requests = t.requests.saturating_add(a.requests);
-        if a.reported.is_some() {
-            t.reported = a.reported.clone();
-        }
-        t.over_budget = a.over_budget;
-        t.network.add(&a.network);
-        t.output_tail = a.output_tail.clone();
-        t.log = a.log.clone();
-        t.hint = a.hint.clone();
-        t.error = a.error.clone();
-        t.status = a.status;
-        let mut job = None;
-        if a.status == TaskStatus::Done
-            && let Some(tip) = a.tip
-        {
-            if let Some(reason) = &self.stopped {
-                not_merged(t, reason);
-            } else if !self.mode.merges() {
-                // Stays `done`, its branch kept for `swarm diff` and `swarm merge`.
-            } else {
-                job = Some(MergeJob {
-                    idx: a.idx,
-                    start: a.start,
-                    tip,
-                    resolved: a.resolved,
-                    changes: a.changes,
-                });
-            }
-        }
-        self.shared.sink.emit(Event::TaskFinished {
-            task: t.id.clone(),
-            status: t.status,
-            changed_files: t.changed_files.clone(),
-            duration_ms: a.duration.as_millis() as u64,
-            error: t.error.clone(),
-            tokens: a.tokens.prompt + a.tokens.completion,
-            cost_usd: a.cost_usd,
-        });
-        self.save();
-        job
-    }
-
-    /// Records a merge; returns a retry to schedule for a conflict under `retry`.
-    fn on_merged(&mut self, done: MergeDone) -> Option<(TaskIdx, FollowUp)> {
-        let policy = self.shared.settings.on_conflict;
-        let t = self.report.task_mut(done.idx);
-        let mut retry = None;
-        let Some(outcome) = done.outcome else {
-            // Handed over before a conflict stopped merging (`--on-conflict fail`).
-            not_merged(t, self.stopped.as_deref().unwrap_or("merging stopped"));
-            self.save();
-            return None;
-        };
-        match outcome {
-            Ok(MergeOutcome::Merged { commit, fast_path }) => {
-                t.status = TaskStatus::Merged;
-                t.merge_commit = Some(commit);
-                self.tip = commit;
-                self.shared.sink.emit(Event::Merged {
-                    task: t.id.clone(),
-                    commit: commit.to_string(),
-                    fast_path,
-                });
-            }
-            Ok(MergeOutcome::Conflict { paths }) => {
-                t.status = TaskStatus::Conflict;
-                let list = paths
-                    .iter()
-                    .map(|p| p.display())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                t.error = Some(format!("merge conflict in {list}"));
-                let action = match policy {
-                    OnConflict::Retry if t.attempts < 2 => {
-                        retry = Some((done.idx, FollowUp::Retry(paths.clone())));
-                        ConflictAction::Retry
-                    }
-                    OnConflict::Repair if self.shared.model.is_some() => {
-                        retry = Some((done.idx, FollowUp::Repair));
-                        ConflictAction::Repair
-                    }
-                    OnConflict::Retry | OnConflict::Skip | OnConflict::Repair => {
-                        ConflictAction::Skip
-                    }
-                    OnConflict::Fail => {
-                        self.stopped = Some(format!(
-                            "merging stopped after task {} conflicted (--on-conflict fail)",
-                            t.id
-                        ));
-                        ConflictAction::Stop
-                    }
-                };
-                self.shared.sink.emit(Event::Conflict {
-                    task: t.id.clone(),
-                    paths,
-                    action,
-                });
-            }
-            Err(e) => {
-                t.status = TaskStatus::Failed;
-                t.error = Some(format!("merge failed: {e}"));
-            }
-        }
-        self.save();
-        retry
-    }
-
-    /// A conflict repair of task `idx` on the current integration tip.
-    fn conflict_repair(&self, idx: TaskIdx, attempt: u32) -> anyhow::Result<ConflictRepair> {
-        let t = self.report.task(idx);
-        let (Some(task_start), Some(task_tip)) = (t.start, t.commit) else {
-            anyhow::bail!("task {} has no commit to repair", t.id);
-        };
-        Ok(ConflictRepair {
-            idx,
-            tip: self.tip,
-            task_start,
-            task_tip,
-            attempt,
-            changed: t.changed_files.clone(),
-        })
     }
 
     /// Saves report.json, at most once a second while tasks run (rewriting it on every state
@@ -579,21 +439,4 @@ impl Scheduler {
             tracing::warn!("cannot save report.json: {e:#}");
         }
     }
-}
-
-fn conflict_context(paths: &[RepoPath]) -> String {
-    let list: Vec<String> = paths.iter().map(|p| format!("- {}", p.display())).collect();
-    format!(
-        "A previous attempt at this task conflicted with changes other tasks already merged, in:\n{}\n\
-         This attempt starts from the current merged result, which contains those changes: \
-         keep them and apply the instruction on top.",
-        list.join("\n")
-    )
-}
-
-/// A finished task left unmerged because the run stopped merging (`reason`): skipped, its
-/// branch kept.
-fn not_merged(t: &mut crate::report::TaskReport, reason: &str) {
-    t.status = TaskStatus::Skipped;
-    t.error = Some(format!("not merged: {reason}"));
 }

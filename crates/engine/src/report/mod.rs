@@ -8,6 +8,9 @@ use git2::Oid;
 use crate::ids::{RunBranch, RunId, TaskId, TaskIdx, oid_hex};
 use crate::repo_path::RepoPath;
 
+mod candidate;
+pub use candidate::{CandidateReport, SelectedBy, Selection};
+
 pub(crate) const REPORT_SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -131,6 +134,13 @@ pub struct TaskReport {
     /// resume` runs it (with a larger budget).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub over_budget: bool,
+    /// Its candidates, with `--tries` or `--best-of` (empty otherwise): the task's spend is
+    /// theirs added up, its change the winner's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<CandidateReport>,
+    /// How the winner was chosen, once it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<Selection>,
 }
 
 /// What an agent printed about its own spend (`--agent`), checked to be plausible: a negative,
@@ -218,8 +228,41 @@ impl TaskReport {
         words
     }
 
-    /// Back to pending, to run again.
+    /// Its branch names, derived from the ids: the task's own, or with candidates each
+    /// candidate's, the task's being the winner's (else the last candidate's).
+    pub(crate) fn name_branches(&mut self, run: &RunId) {
+        for c in &mut self.candidates {
+            c.branch = run.branch(&RunBranch::Candidate(self.id.clone(), c.number));
+        }
+        let winner = self.selection.as_ref().map(|s| s.winner);
+        self.branch = match (winner, self.candidates.last()) {
+            (Some(k), _) => run.worker_branch(&self.id, Some(k)),
+            (None, Some(last)) => last.branch.clone(),
+            (None, None) => run.task_branch(&self.id),
+        };
+    }
+
+    /// The winning candidate's record, once chosen.
+    pub fn winner(&self) -> Option<&CandidateReport> {
+        let k = self.selection.as_ref()?.winner;
+        self.candidates.iter().find(|c| c.number == k)
+    }
+
+    /// Back to pending, to run again. A task that was interrupted or stopped for the budget
+    /// keeps the candidates that finished; one that failed runs every candidate again.
     pub fn retry_from_scratch(&mut self) {
+        let keeps = matches!(
+            self.status,
+            TaskStatus::Pending | TaskStatus::Running | TaskStatus::Interrupted
+        ) || self.over_budget;
+        for c in self
+            .candidates
+            .iter_mut()
+            .filter(|c| !(keeps && c.finished()))
+        {
+            c.forget();
+        }
+        self.selection = None;
         self.status = TaskStatus::Pending;
         self.error = None;
         self.attempts = 0;
@@ -269,6 +312,13 @@ pub struct Totals {
     /// Of the merged, those that needed more than one attempt (a conflict retried).
     #[serde(default)]
     pub retried: usize,
+    /// Candidates started (`--tries`, `--best-of`; 0 without them).
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub candidates: usize,
+    /// Tasks merged or unchanged whose first candidate did not pass: those that needed more
+    /// than one.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub rescued: usize,
     /// Model tokens, metered.
     pub tokens: Tokens,
     /// What the model answers cost at your prices, in US dollars (metered).
@@ -285,6 +335,10 @@ fn is_zero(v: &f64) -> bool {
 }
 
 fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_zero_usize(v: &usize) -> bool {
     *v == 0
 }
 
@@ -399,7 +453,7 @@ impl Report {
     pub fn parse(json: &[u8]) -> serde_json::Result<Report> {
         let mut report: Report = serde_json::from_slice(json)?;
         for t in &mut report.tasks {
-            t.branch = report.run_id.task_branch(&t.id);
+            t.name_branches(&report.run_id);
         }
         if report.result_branch.is_some() {
             report.result_branch = Some(report.run_id.branch(&RunBranch::Result));
@@ -469,6 +523,9 @@ impl Report {
             t.tokens.completion = t.tokens.completion.saturating_add(task.tokens.completion);
             t.cost_usd += task.cost_usd;
             t.requests = t.requests.saturating_add(task.requests);
+            t.candidates += task.candidates.iter().filter(|c| c.start.is_some()).count();
+            let first_passed = task.candidates.first().is_none_or(|c| c.passed());
+            t.rescued += usize::from(task.status.is_success() && !first_passed);
         }
         self.totals = t;
     }
