@@ -441,7 +441,7 @@ fn task_line(event: &Event) -> Option<String> {
             deletions,
             ..
         } => format!(
-            "candidate {task} c{candidate}: {} +{insertions} -{deletions}{}",
+            "candidate {task} c{candidate}: {} (+{insertions} -{deletions}){}",
             status.as_str(),
             error
                 .as_deref()

@@ -114,7 +114,13 @@ fn print_table(report: &Report) {
                 task.status.as_str(),
                 task.id
             );
-            for line in candidate_lines(task) {
+            // A task that made it: how its winner was chosen; one that did not: each one.
+            let lines = candidate_lines(task);
+            let shown = match task.status.is_success() {
+                true => &lines[lines.len().saturating_sub(1)..],
+                false => &lines[..],
+            };
+            for line in shown {
                 eprintln!("  {:<11} {:<width$}  {line}", "", "");
             }
             let lines = failure_lines(task);

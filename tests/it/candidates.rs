@@ -497,5 +497,60 @@ fn the_built_in_worker_runs_a_model_a_candidate() {
         .map(|c| c["worker"].as_str().unwrap())
         .collect();
     assert_eq!(workers, ["model-a", "model-b"], "{a}");
-    assert!(run.stderr.contains("by model-b"), "{}", run.stderr);
+    let status = repo.swarm(&["status", &run.run_id()]);
+    assert!(status.stdout.contains("by model-b"), "{}", status.stdout);
+}
+
+/// Changing nothing is a change candidates agree on: two that leave the file alone outvote a
+/// third that rewrites it; between one of each, the change wins.
+#[test]
+fn no_change_is_an_outcome_candidates_agree_on() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let exec = r#"[ "$SWARM_CANDIDATE" = 3 ] && sed -i s/foo/bar/ "$SWARM_FILE"; true"#;
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        ".",
+        "-j",
+        "3",
+        "--best-of",
+        "3",
+        "--exec",
+        exec,
+    ]);
+    run.assert_code(0);
+    let report = repo.report(&run);
+    let a = task(&report, "a.txt");
+    assert_eq!(a["status"], "no_change", "{a}");
+    assert!(
+        a["selection"]["steps"][1]
+            .as_str()
+            .unwrap()
+            .contains("c1, c2 changed nothing"),
+        "{a}"
+    );
+    assert_eq!(repo.git(&["show", "main:a.txt"]), "foo");
+    let exec = r#"[ "$SWARM_CANDIDATE" = 2 ] && sed -i s/foo/bar/ "$SWARM_FILE"; true"#;
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        ".",
+        "-j",
+        "2",
+        "--best-of",
+        "2",
+        "--exec",
+        exec,
+    ]);
+    run.assert_code(0);
+    let report = repo.report(&run);
+    let a = task(&report, "a.txt");
+    assert_eq!(a["selection"]["winner"], 2, "{a}");
+    assert!(
+        a["selection"]["steps"]
+            .to_string()
+            .contains("a change wins over none"),
+        "{a}"
+    );
+    assert_eq!(repo.git(&["show", "main:a.txt"]), "bar");
 }

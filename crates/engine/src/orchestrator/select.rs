@@ -1,10 +1,11 @@
 //! Choosing a task's winner among its candidates (docs/USAGE.md, "Several candidates per
 //! task"), each step in words:
 //!
-//! 1. it passed: finished, stayed in scope, `--verify` passed (a candidate that changed
-//!    nothing passes, but wins only when no passing candidate changed anything);
+//! 1. it passed: finished, stayed in scope, `--verify` passed;
 //! 2. agreement: the change most candidates made, compared normalised (line endings and
-//!    trailing blanks ignored), as the file contents it leaves;
+//!    trailing blanks ignored), as the file contents it leaves (no change is a change all
+//!    those that made none agree on; among changes made equally often, a change wins over
+//!    none);
 //! 3. size: the smaller change (lines added and removed);
 //! 4. with `--judge-model`, the model picks among those still tied; else the lowest number.
 
@@ -136,7 +137,7 @@ pub(super) fn choose(
         .filter(|c| c.finished() && !c.passed())
         .map(|c| format!("c{} {}", c.number, c.status.as_str()))
         .collect();
-    let mut steps = vec![match failed.is_empty() {
+    let steps = vec![match failed.is_empty() {
         true => format!("passed: {}", names(passing.iter().map(|c| c.number))),
         false => format!(
             "passed: {} (not: {})",
@@ -160,28 +161,18 @@ pub(super) fn choose(
             _ => {}
         }
     }
-    let changed: Vec<&CandidateReport> = passing
+    // A candidate that changed nothing has the empty change: it agrees with those that
+    // changed nothing too.
+    let measured = passing
         .iter()
-        .copied()
-        .filter(|c| c.status == TaskStatus::Done)
-        .collect();
-    if changed.is_empty() {
-        // Those that passed changed nothing (and no other can change that, once all ended).
-        return Ok(match (unfinished, passing.first()) {
-            (0, Some(first)) => {
-                steps.push("none of them changed anything".into());
-                Choice::Winner(won(first.number, SelectedBy::Agreement, steps))
-            }
-            _ => Choice::Open,
-        });
-    }
-    let measured = changed
-        .iter()
-        .filter_map(|c| Some((c, c.start?, c.commit?)))
-        .map(|(c, start, commit)| {
+        .map(|c| {
+            let key = match (c.status, c.start, c.commit) {
+                (TaskStatus::Done, Some(start), Some(commit)) => key(repo, start, commit)?,
+                _ => Key::new(),
+            };
             Ok(Measured {
                 number: c.number,
-                key: key(repo, start, commit)?,
+                key,
                 lines: c.insertions + c.deletions,
             })
         })
@@ -189,13 +180,17 @@ pub(super) fn choose(
     Ok(agree(measured, unfinished, judge, steps))
 }
 
-/// Steps 2 to 4 among the candidates that passed with a change.
+/// Steps 2 to 4 among the candidates that passed.
 fn agree(
     measured: Vec<Measured>,
     unfinished: usize,
     judge: bool,
     mut steps: Vec<String>,
 ) -> Choice {
+    if measured.is_empty() {
+        // None passed yet; some are still to end.
+        return Choice::Open;
+    }
     let mut groups: BTreeMap<&Key, Vec<&Measured>> = BTreeMap::new();
     for m in &measured {
         groups.entry(&m.key).or_default().push(m);
@@ -209,32 +204,35 @@ fn agree(
         // Decided early only when the others cannot catch up.
         if top >= 2 && top > second + unfinished {
             steps.push(format!(
-                "agreement: {} made the same change; the others can no longer outnumber them",
-                names(groups[0].iter().map(|m| m.number))
+                "agreement: {}; the others can no longer outnumber them",
+                agreed(&groups[0])
             ));
             return Choice::Winner(won(groups[0][0].number, SelectedBy::Agreement, steps));
         }
         return Choice::Open;
     }
     if top >= 2 && top > second {
-        steps.push(format!(
-            "agreement: {} made the same change",
-            names(groups[0].iter().map(|m| m.number))
-        ));
+        steps.push(format!("agreement: {}", agreed(&groups[0])));
         return Choice::Winner(won(groups[0][0].number, SelectedBy::Agreement, steps));
     }
-    let tied: Vec<&Measured> = groups
+    // Among changes made equally often, a change wins over none.
+    let mut tied: Vec<&Measured> = groups
         .iter()
         .filter(|g| g.len() == top)
         .map(|g| g[0])
         .collect();
-    steps.push(match top {
+    let mut step = match top {
         1 => "agreement: no two made the same change".to_string(),
         n => format!(
-            "agreement: tied, {n} candidates each on {} changes",
+            "agreement: tied, {n} candidates on each of {} changes",
             tied.len()
         ),
-    });
+    };
+    if tied.iter().any(|m| m.key.is_empty()) && tied.iter().any(|m| !m.key.is_empty()) {
+        tied.retain(|m| !m.key.is_empty());
+        step.push_str("; a change wins over none");
+    }
+    steps.push(step);
     let least = tied.iter().map(|m| m.lines).min().unwrap_or(0);
     let smallest: Vec<CandidateNo> = tied
         .iter()
@@ -263,6 +261,15 @@ fn agree(
             ));
             Choice::Winner(won(smallest[0], SelectedBy::Order, steps))
         }
+    }
+}
+
+/// What the candidates of `group` agreed on, in words.
+fn agreed(group: &[&Measured]) -> String {
+    let who = names(group.iter().map(|m| m.number));
+    match group[0].key.is_empty() {
+        true => format!("{who} changed nothing"),
+        false => format!("{who} made the same change"),
     }
 }
 

@@ -119,9 +119,9 @@ impl Scheduler {
             .candidate
             .context("a candidate's attempt without its number")?;
         flight.stops.remove(&(a.idx, k));
-        let stats = match (a.status, a.tip) {
-            (TaskStatus::Done, Some(tip)) => self.diffstat(a.start, tip),
-            _ => (0, 0),
+        let stats = match a.tip.filter(|tip| *tip != a.start) {
+            Some(tip) => self.diffstat(a.start, tip),
+            None => (0, 0),
         };
         let run_stopped = self.shared.cancel.is_cancelled();
         let t = self.report.task_mut(a.idx);
