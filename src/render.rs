@@ -390,6 +390,7 @@ impl Live {
 /// One line about `event` for a log, or `None` for events not worth a line.
 fn plain_text(event: &Event) -> Option<String> {
     task_line(event)
+        .or_else(|| candidate_line(event))
         .or_else(|| group_line(event))
         .or_else(|| run_line(event))
 }
@@ -432,28 +433,6 @@ fn task_line(event: &Event) -> Option<String> {
             ),
         },
         Event::Merged { task, commit, .. } => format!("merged    {task} ({})", &commit[..10]),
-        Event::CandidateFinished {
-            task,
-            candidate,
-            status,
-            error,
-            insertions,
-            deletions,
-            ..
-        } => format!(
-            "candidate {task} c{candidate}: {} (+{insertions} -{deletions}){}",
-            status.as_str(),
-            error
-                .as_deref()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default()
-        ),
-        Event::CandidateChosen {
-            task,
-            candidate,
-            by,
-            ..
-        } => format!("chose     {task} c{candidate} ({})", by.as_str()),
         Event::Conflict {
             task,
             paths,
@@ -472,6 +451,40 @@ fn task_line(event: &Event) -> Option<String> {
             status,
             reason,
         } => format!("refused   {task}: {request} ({status}): {reason}"),
+        _ => return None,
+    };
+    Some(line)
+}
+
+/// A candidate's line (`--tries`, `--best-of`): how it ended, which won.
+fn candidate_line(event: &Event) -> Option<String> {
+    let line = match event {
+        Event::CandidateFinished {
+            task,
+            candidate,
+            status,
+            error,
+            insertions,
+            deletions,
+            cost_usd,
+        } => format!(
+            "candidate {task} c{candidate}: {} (+{insertions} -{deletions}{}){}",
+            status.as_str(),
+            match *cost_usd > 0.0 {
+                true => format!(", ${cost_usd:.2}"),
+                false => String::new(),
+            },
+            error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ),
+        Event::CandidateChosen {
+            task,
+            candidate,
+            by,
+            ..
+        } => format!("chose     {task} c{candidate} ({})", by.as_str()),
         _ => return None,
     };
     Some(line)

@@ -353,20 +353,22 @@ fn a_killed_run_resumes_without_running_finished_candidates_again() {
     assert_eq!(task(&report, "a.txt")["selection"]["by"], "agreement");
 }
 
-/// Candidate 1 tries to read and write candidate 2's worktree while both run (candidate 2
-/// leaves a note there meanwhile): it sees nothing of it, and candidate 2's commit has only
-/// its own change.
+/// Candidate 1 looks for candidate 2's secret while both run: in its worktree (a note it
+/// leaves there meanwhile), its layer, its log, anywhere in swarm's state; and writes into
+/// every other worktree it finds. It sees nothing of candidate 2's, and candidate 2's commit
+/// has only its own change. (The secret is made at run time: the plan holds no copy.)
 #[test]
 fn a_candidate_cannot_see_or_touch_another_candidates_worktree() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
     let exec = r#"
+secret="secret-of-c$SWARM_CANDIDATE"; theirs="secret-of-c$((SWARM_CANDIDATE + 1))"
 if [ "$SWARM_CANDIDATE" = 2 ]; then
-  echo secret-of-c2 > note.txt; sleep 2; rm note.txt; sed -i s/foo/bar/ a.txt
+  echo "$secret"; echo "$secret" > note.txt; sleep 2; rm note.txt; sed -i s/foo/bar/ a.txt
 else
   sleep 1
+  grep -rls "$theirs" "$SWARM_WORKTREE/../.." 2>/dev/null | sed 's/^/SAW /'
   for d in "$SWARM_WORKTREE"/../* "$SWARM_WORKTREE"/../../*/*; do
     [ "$d" -ef "$SWARM_WORKTREE" ] && continue
-    cat "$d/note.txt" 2>/dev/null && echo SAW
     echo pwned > "$d/a.txt" 2>/dev/null && echo WROTE "$d"
   done
   sed -i s/foo/bar/ a.txt
@@ -398,10 +400,7 @@ fi"#;
         "a.txt"
     );
     let log = std::fs::read_to_string(a["candidates"][0]["log"].as_str().unwrap()).unwrap();
-    assert!(
-        !log.contains("secret-of-c2") && !log.contains("SAW"),
-        "{log}"
-    );
+    assert!(!log.contains("SAW"), "{log}");
     assert_eq!(repo.git(&["show", "main:a.txt"]), "bar");
     // The same attack, unconfined, reaches candidate 2: the test would see a leak.
     let open = TestRepo::with_files(&[("a.txt", "foo\n")]);
@@ -421,7 +420,7 @@ fi"#;
     let report = open.report(&run);
     let c1 = &task(&report, "a.txt")["candidates"][0];
     let log = std::fs::read_to_string(c1["log"].as_str().unwrap()).unwrap();
-    assert!(log.contains("secret-of-c2") && log.contains("SAW"), "{log}");
+    assert!(log.contains("SAW"), "{log}");
 }
 
 #[test]

@@ -24,6 +24,13 @@ use crate::ids::{RunId, TaskId};
 use crate::report::Report;
 pub(crate) use swarm_sandbox::files::{lock, rename_noreplace, try_lock};
 
+/// Hides swarm's state in the repository (`.git/swarm/`: the run's worktrees, their layers,
+/// every task's logs and files) from every worker `policy` confines: a worker sees its own
+/// worktree and its own task's files there, nothing of another's (`JailSpec::keep`).
+pub(crate) fn hide_from_workers(policy: &mut swarm_sandbox::SandboxPolicy, common_dir: &Path) {
+    policy.hide.push(swarm_dir(common_dir));
+}
+
 pub(crate) fn swarm_dir(common_dir: &Path) -> PathBuf {
     common_dir.join("swarm")
 }

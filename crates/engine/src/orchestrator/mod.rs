@@ -461,6 +461,8 @@ impl Shared {
             cancel,
             meter,
         } = services;
+        let mut settings = settings;
+        state::hide_from_workers(&mut settings.sandbox, &info.common_dir);
         let base = plan.base;
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
         let client = |name: &String| {

@@ -260,6 +260,8 @@ async fn run_process(
             }),
         state_views,
         git_view: git.map(|l| &l.view),
+        // TASK.md, in swarm's hidden state.
+        keep: &[task.task_dir],
     };
     // A command's jail ends while swarm goes on with what it left; an agent's state views
     // are read as soon as it returns, so its jail is waited for.

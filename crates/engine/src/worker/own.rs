@@ -53,6 +53,7 @@ impl<'a> OwnCommands<'a> {
             gateway: None,
             state_views: &[],
             git_view: None,
+            keep: &[],
         }
     }
 

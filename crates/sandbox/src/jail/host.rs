@@ -279,7 +279,12 @@ fn init_task(
     drop((output, null));
     let argv = super::argv_of(task)?;
     anyhow::ensure!(
-        task.forwards.is_empty() && task.network == host.network && task.hide.is_empty(),
+        task.forwards.is_empty()
+            && task.network == host.network
+            && task
+                .hide
+                .iter()
+                .all(|p| !task.kept_inside(&path(p)).is_empty()),
         "a task a jail host cannot run"
     );
     for (key, _) in std::env::vars_os() {

@@ -63,13 +63,20 @@ impl JailSpec {
         {
             return Err(output);
         }
+        // A hidden folder that holds what the task keeps is hidden in the task's own
+        // namespace, around what it keeps; the others once, in the host's.
+        let (own, shared): (Vec<Bytes>, Vec<Bytes>) = self
+            .hide
+            .iter()
+            .cloned()
+            .partition(|p| !self.kept_inside(&super::path(p)).is_empty());
         let key = HostSpec {
-            hide: self.hide.clone(),
+            hide: shared,
             network: self.network,
             parent: std::process::id(),
         };
         let mut task = self.clone();
-        task.hide = Vec::new();
+        task.hide = own;
         let order = Order::Run {
             spec: Box::new(task),
             env: env

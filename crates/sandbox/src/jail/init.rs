@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use anyhow::Context as _;
 
 use super::forward::start_forwarders;
-use super::mounts::{hide, mount, mount_git_view, mount_state_view, mount_view};
+use super::mounts::{hide, hide_but, mount, mount_git_view, mount_state_view, mount_view};
 use super::{JAIL_FAILED, JailSpec, Never, errno, path};
 
 /// PID 1 of the new namespace: mounts, Landlock, then the worker; reaps orphans, passes
@@ -102,8 +102,14 @@ fn confine(spec: &JailSpec) -> anyhow::Result<()> {
     if let Some((view, worktree)) = &spec.git_view {
         mount_git_view(view, &path(worktree))?;
     }
+    // What the worker runs in, and its own files, stay where a hidden folder holds them.
     for p in &spec.hide {
-        hide(&path(p))?;
+        let p = path(p);
+        let inside = spec.kept_inside(&p);
+        match inside.is_empty() {
+            true => hide(&p)?,
+            false => hide_but(&p, &inside)?,
+        }
     }
     let writable: Vec<PathBuf> = spec.writable.iter().map(path).collect();
     crate::restrict_writes(&writable).context("Landlock")

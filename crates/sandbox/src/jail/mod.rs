@@ -102,6 +102,10 @@ pub struct JailSpec {
     /// Paths whose content is hidden (an empty directory, or an empty file); always the
     /// folder of swarm's doors.
     pub hide: Vec<Bytes>,
+    /// Paths shown as they are even inside a hidden folder (besides `cwd`, which always
+    /// is): the worker's own files among swarm's hidden state.
+    #[serde(default)]
+    pub keep: Vec<Bytes>,
     /// Keep the network (no network namespace).
     pub network: bool,
     /// Ports of the namespace's loopback forwarded to Unix sockets of swarm's: its
@@ -152,6 +156,7 @@ impl JailSpec {
                 .map(|p| Bytes::of(p.as_os_str()))
                 .collect(),
             network,
+            keep: Vec::new(),
             forwards: Vec::new(),
             keys: Vec::new(),
             parent: std::process::id(),
@@ -179,6 +184,21 @@ impl JailSpec {
     /// Shows the git directory of `view` copy-on-write, `worktree` (below it) as it is.
     pub fn with_git_view(mut self, view: Option<&StateView>, worktree: &Path) -> Self {
         self.git_view = view.map(|v| (v.clone(), Bytes::of(worktree.as_os_str())));
+        self
+    }
+
+    /// What this jail shows as it is below the hidden folder `p`: its `cwd` and its `keep`.
+    pub(super) fn kept_inside(&self, p: &Path) -> Vec<PathBuf> {
+        std::iter::once(&self.cwd)
+            .chain(&self.keep)
+            .map(path)
+            .filter(|k| k.starts_with(p) && k != p)
+            .collect()
+    }
+
+    /// Shows `paths` as they are, though a hidden folder holds them.
+    pub fn keeping(mut self, paths: &[&Path]) -> Self {
+        self.keep = paths.iter().map(|p| Bytes::of(p.as_os_str())).collect();
         self
     }
 

@@ -82,6 +82,81 @@ pub(super) fn hide(p: &Path) -> anyhow::Result<()> {
     mounted.with_context(|| format!("cannot hide {}", p.display()))
 }
 
+/// Hides directory `dir` but for `keep` (paths below it): each is held (a clone of what is
+/// mounted there, `open_tree`), an empty folder goes over `dir`, each is put back at its
+/// place in it, and the folder is made read-only. What else `dir` holds (another worker's
+/// worktree, its logs) is not there for this one.
+pub(super) fn hide_but(dir: &Path, keep: &[PathBuf]) -> anyhow::Result<()> {
+    let held = keep
+        .iter()
+        .map(|k| Ok((k, clone_tree(k)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let target = dir.to_str().context("a path to hide that is not UTF-8")?;
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    mount(
+        Some("tmpfs"),
+        target,
+        Some("tmpfs"),
+        flags,
+        Some("size=64k,mode=0755"),
+    )
+    .with_context(|| format!("cannot hide {}", dir.display()))?;
+    for (place, tree) in held {
+        std::fs::create_dir_all(place)
+            .with_context(|| format!("cannot make a place for {}", place.display()))?;
+        move_tree(tree, place)?;
+    }
+    mount(
+        None,
+        target,
+        None,
+        libc::MS_REMOUNT | libc::MS_RDONLY | flags,
+        None,
+    )
+    .with_context(|| format!("cannot make the cover of {} read-only", dir.display()))
+}
+
+/// A detached clone of what is mounted at (or is) `at`, with what is mounted below it.
+fn clone_tree(at: &Path) -> anyhow::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    let c = CString::new(at.as_os_str().as_encoded_bytes()).context("NUL byte")?;
+    // SAFETY: open_tree on a valid C string; the result is a descriptor owned below.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_ulong,
+        )
+    } as i32;
+    if fd < 0 {
+        return Err(errno(&format!("cannot hold {}", at.display())));
+    }
+    // SAFETY: a descriptor open_tree just returned, owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Mounts the detached `tree` at `at`.
+fn move_tree(tree: std::os::fd::OwnedFd, at: &Path) -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let c = CString::new(at.as_os_str().as_encoded_bytes()).context("NUL byte")?;
+    // SAFETY: move_mount of a descriptor this function owns onto a valid C string path.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(errno(&format!("cannot put {} back", at.display()))),
+    }
+}
+
 /// Mounts the overlay `view` on its worktree (before Landlock, which then lets the worker
 /// write beneath the mount point: into the upper layer, never the shared base).
 pub(super) fn mount_view(view: &OverlayView) -> anyhow::Result<()> {

@@ -106,5 +106,6 @@ fn request<'a>(
         gateway: None,
         state_views: &[],
         git_view: None,
+        keep: &[],
     }
 }

@@ -227,7 +227,8 @@ fn jailed(
     let mut spec = JailSpec::new(argv, req.cwd, &writable, &policy.hide, policy.network)
         .with_overlay(req.view)
         .with_git_view(req.git_view, req.cwd)
-        .with_state_views(req.state_views);
+        .with_state_views(req.state_views)
+        .keeping(req.keep);
     let gateway_door = gateway.as_ref().and_then(Listener::door);
     let proxy = match policy.network_access() {
         NetworkAccess::AllowList(domains) => {

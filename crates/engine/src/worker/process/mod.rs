@@ -92,6 +92,9 @@ pub(crate) struct ProcessRequest<'a> {
     pub state_views: &'a [StateView],
     /// A copy-on-write view of the repository's git directory, for the worker's own git.
     pub git_view: Option<&'a StateView>,
+    /// Shown as they are, though a hidden folder holds them (the task's own files in swarm's
+    /// state, which is hidden from workers).
+    pub keep: &'a [&'a Path],
 }
 
 /// The gateway an agent's process reaches, for which of its APIs.
