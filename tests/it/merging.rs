@@ -252,3 +252,54 @@ fn atomic_keeps_the_target_unless_every_task_merged() {
 }
 
 const SED_ONE_FILE: &str = r#"sed -i s/foo/bar/ "$SWARM_FILE""#;
+
+/// With `--best-of 2`, a task whose winner conflicts is run again on the merged result as
+/// that winner (its branch, its number), and every task merges; no candidate branch is left.
+#[test]
+fn a_winning_candidate_that_conflicts_is_retried_as_itself() {
+    let repo = shared_file_repo();
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "*.txt",
+        "-j",
+        "2",
+        "--scope",
+        "any",
+        "--best-of",
+        "2",
+        "--exec",
+        APPEND_TO_SHARED,
+    ]);
+    run.assert_code(0);
+    let changes = repo.read("CHANGES");
+    for f in ["a.txt", "b.txt", "c.txt", "d.txt"] {
+        assert_eq!(
+            changes.matches(&format!("changed {f}\n")).count(),
+            1,
+            "{changes}"
+        );
+        assert_eq!(repo.read(f), "bar\n");
+    }
+    let report = repo.report(&run);
+    assert!(statuses(&report).iter().all(|(_, s)| s == "merged"));
+    let retried: Vec<&serde_json::Value> = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["attempts"] == 2)
+        .collect();
+    assert!(!retried.is_empty(), "at -j 2 the appends conflict");
+    // The retry ran as the winner: a third task_started of the task, with its number.
+    let events = repo.events(&run);
+    for t in retried {
+        let winner = &t["selection"]["winner"];
+        let again = events
+            .iter()
+            .filter(|e| e["kind"] == "task_started" && e["task"] == t["id"] && e["attempt"] == 2)
+            .collect::<Vec<_>>();
+        assert_eq!(again.len(), 1, "{t}");
+        assert_eq!(&again[0]["candidate"], winner, "{t}");
+    }
+    repo.assert_clean_after_run();
+}

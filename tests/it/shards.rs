@@ -338,3 +338,63 @@ fn a_run_held_by_another_process_is_refused_with_exit_2() {
     repo.swarm(&["run", plan.to_str().unwrap(), "-y"])
         .assert_code(0);
 }
+
+/// Shards of a plan with `--best-of 2`: each shard chooses its tasks' winners, pushes their
+/// branches (`swarm/<RUN>/<TASK>/c<K>`) with its record, and the merge brings in each winner.
+#[test]
+fn shards_of_a_best_of_plan_merge_each_tasks_winner() {
+    let repo = seven_files();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let remote = repo.bare_remote();
+    let plan = repo.home.join("plan.json");
+    // Candidate 1 breaks its file (the check catches it); candidate 2 renames.
+    let flaky = r#"if [ "$SWARM_CANDIDATE" = 1 ]; then echo broken > "$SWARM_FILE"; else sed -i s/foo/bar/ "$SWARM_FILE"; fi"#;
+    repo.swarm(&[
+        "plan",
+        "foo to bar",
+        "*.txt",
+        "--grep",
+        "foo",
+        "--exec",
+        flaky,
+        "--verify",
+        "! grep -q broken *.txt",
+        "--best-of",
+        "2",
+        "-o",
+        plan.to_str().unwrap(),
+    ])
+    .assert_code(0);
+    let plan = plan.to_str().unwrap();
+    for (k, name) in [("1/2", "shard1"), ("2/2", "shard2")] {
+        let dir = clone(&repo, &remote, name);
+        swarm_in(
+            &repo,
+            &dir,
+            &["run", plan, "--shard", k, "--push", "origin"],
+        )
+        .assert_code(0);
+    }
+    let merger = clone(&repo, &remote, "merge");
+    let merged = swarm_in(&repo, &merger, &["merge", plan, "--fetch", "origin"]);
+    merged.assert_code(0);
+    for f in ["f1.txt", "f2.txt", "f3.txt", "f4.txt", "f5.txt", "f7.txt"] {
+        let text = git_in(&repo, &merger, &["show", &format!("main:{f}")]);
+        assert!(text.starts_with("bar "), "{f}: {text}");
+    }
+    assert_eq!(
+        git_in(
+            &repo,
+            &merger,
+            &["rev-list", "--merges", "--count", &format!("{base}..main")]
+        ),
+        "6"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(plan).unwrap()).unwrap();
+    let report = report_in(&merger, &json);
+    for t in report["tasks"].as_array().unwrap() {
+        assert_eq!(t["status"], "merged", "{t}");
+        assert_eq!(t["selection"]["winner"], 2, "{t}");
+    }
+}

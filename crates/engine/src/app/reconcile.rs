@@ -345,8 +345,10 @@ fn gather(
         .collect();
     for t in &mut report.tasks {
         let recorded = recorded_tasks.get(&t.id).copied();
+        // With candidates, the task's branch is its winner's, which the record names.
+        let branch = recorded.map_or(t.branch.as_str(), |r| r.branch.as_str());
         let tip = repo
-            .find_branch(&t.branch, git2::BranchType::Local)
+            .find_branch(branch, git2::BranchType::Local)
             .ok()
             .and_then(|b| b.get().target());
         match (tip, recorded) {
