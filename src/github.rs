@@ -247,6 +247,16 @@ fn task_table(report: &Report, out: &mut String) {
             (None, None) if task.status == TaskStatus::Merged => task.change_words(),
             (None, None) => String::new(),
         };
+        // With candidates: which won, and by which step.
+        let detail = match &task.selection {
+            Some(s) => format!(
+                "{detail} (chose c{} of {}: {})",
+                s.winner,
+                task.candidates.len(),
+                s.by.as_str()
+            ),
+            None => detail,
+        };
         let _ = writeln!(
             out,
             "| `{}` | {} | {} | {} |",

@@ -126,19 +126,30 @@ fn best_of_merges_the_change_two_of_three_agree_on() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
     // The odd one out finishes first, so every candidate finishes before the choice.
     let exec = r#"case $SWARM_CANDIDATE in 3) sed -i s/foo/baz/ "$SWARM_FILE";; *) sleep 0.5; sed -i s/foo/bar/ "$SWARM_FILE";; esac"#;
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        ".",
-        "-j",
-        "3",
-        "--best-of",
-        "3",
-        "--exec",
-        exec,
-    ]);
+    let summary = repo.home.join("step-summary.md");
+    let run = Run::from(
+        repo.swarm_cmd()
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_STEP_SUMMARY", &summary)
+            .args([
+                "refactor",
+                "x",
+                ".",
+                "-j",
+                "3",
+                "--best-of",
+                "3",
+                "--exec",
+                exec,
+            ])
+            .output()
+            .unwrap(),
+    );
     run.assert_code(0);
     assert_eq!(repo.git(&["show", "main:a.txt"]), "bar");
+    // A CI job's step summary says which won, and by which step.
+    let summary = std::fs::read_to_string(&summary).unwrap();
+    assert!(summary.contains("(chose c1 of 3: agreement)"), "{summary}");
     let report = repo.report(&run);
     let a = task(&report, "a.txt");
     assert_eq!(a["selection"]["by"], "agreement", "{a}");
