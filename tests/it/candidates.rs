@@ -25,6 +25,14 @@ fn flaky_run(repo: &TestRepo, extra: &[&str]) -> Run {
     repo.swarm(&args)
 }
 
+/// `swarm refactor x . -j N --best-of N EXTRA --exec EXEC`: N candidates of every task at once.
+fn best_of(repo: &TestRepo, n: &str, exec: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["refactor", "x", ".", "-j", n, "--best-of", n];
+    args.extend_from_slice(extra);
+    args.extend(["--exec", exec]);
+    repo.swarm(&args)
+}
+
 fn task<'a>(report: &'a Value, file: &str) -> &'a Value {
     crate::common::task_of(report, file)
 }
@@ -384,17 +392,7 @@ else
   done
   sed -i s/foo/bar/ a.txt
 fi"#;
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        ".",
-        "-j",
-        "2",
-        "--best-of",
-        "2",
-        "--exec",
-        exec,
-    ]);
+    let run = best_of(&repo, "2", exec, &[]);
     run.assert_code(0);
     let report = repo.report(&run);
     let a = task(&report, "a.txt");
@@ -415,19 +413,7 @@ fi"#;
     assert_eq!(repo.git(&["show", "main:a.txt"]), "bar");
     // The same attack, unconfined, reaches candidate 2: the test would see a leak.
     let open = TestRepo::with_files(&[("a.txt", "foo\n")]);
-    let run = open.swarm(&[
-        "refactor",
-        "x",
-        ".",
-        "-j",
-        "2",
-        "--best-of",
-        "2",
-        "--sandbox",
-        "off",
-        "--exec",
-        exec,
-    ]);
+    let run = best_of(&open, "2", exec, &["--sandbox", "off"]);
     let report = open.report(&run);
     let c1 = &task(&report, "a.txt")["candidates"][0];
     let log = std::fs::read_to_string(c1["log"].as_str().unwrap()).unwrap();
@@ -517,17 +503,7 @@ fn the_built_in_worker_runs_a_model_a_candidate() {
 fn no_change_is_an_outcome_candidates_agree_on() {
     let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
     let exec = r#"[ "$SWARM_CANDIDATE" = 3 ] && sed -i s/foo/bar/ "$SWARM_FILE"; true"#;
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        ".",
-        "-j",
-        "3",
-        "--best-of",
-        "3",
-        "--exec",
-        exec,
-    ]);
+    let run = best_of(&repo, "3", exec, &[]);
     run.assert_code(0);
     let report = repo.report(&run);
     let a = task(&report, "a.txt");
@@ -541,17 +517,7 @@ fn no_change_is_an_outcome_candidates_agree_on() {
     );
     assert_eq!(repo.git(&["show", "main:a.txt"]), "foo");
     let exec = r#"[ "$SWARM_CANDIDATE" = 2 ] && sed -i s/foo/bar/ "$SWARM_FILE"; true"#;
-    let run = repo.swarm(&[
-        "refactor",
-        "x",
-        ".",
-        "-j",
-        "2",
-        "--best-of",
-        "2",
-        "--exec",
-        exec,
-    ]);
+    let run = best_of(&repo, "2", exec, &[]);
     run.assert_code(0);
     let report = repo.report(&run);
     let a = task(&report, "a.txt");

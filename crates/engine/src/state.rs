@@ -76,6 +76,11 @@ impl RunDir {
         self.path.join("tasks").join(task_id.as_str())
     }
 
+    /// Candidate `k`'s directory in task `task_id`'s (`--tries`, `--best-of`).
+    pub(crate) fn candidate_dir(&self, task_id: &TaskId, k: crate::ids::CandidateNo) -> PathBuf {
+        self.task_dir(task_id).join(format!("c{k}"))
+    }
+
     /// Is there a directory (not a symbolic link) for this run?
     pub fn exists(&self) -> bool {
         std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir())

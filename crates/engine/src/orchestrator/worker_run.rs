@@ -164,10 +164,9 @@ impl Runner {
 
     /// Its directory in the run directory: the task's, or a candidate's inside it.
     pub(super) fn dir(&self, shared: &Shared, task: &TaskId) -> PathBuf {
-        let dir = shared.run_dir.task_dir(task);
         match self.candidate {
-            None => dir,
-            Some(k) => dir.join(format!("c{k}")),
+            None => shared.run_dir.task_dir(task),
+            Some(k) => shared.run_dir.candidate_dir(task, k),
         }
     }
 }

@@ -76,6 +76,14 @@ pub struct Tokens {
     pub completion: u64,
 }
 
+impl Tokens {
+    /// Adds `other` (saturating).
+    pub(crate) fn add(&mut self, other: Tokens) {
+        self.prompt = self.prompt.saturating_add(other.prompt);
+        self.completion = self.completion.saturating_add(other.completion);
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskReport {
     pub id: TaskId,
@@ -240,6 +248,13 @@ impl TaskReport {
             (None, Some(last)) => last.branch.clone(),
             (None, None) => run.task_branch(&self.id),
         };
+    }
+
+    /// Counts what one of its workers (an attempt, a candidate, the judge) was charged.
+    pub(crate) fn add_spend(&mut self, tokens: Tokens, cost_usd: f64, requests: u32) {
+        self.tokens.add(tokens);
+        self.cost_usd += cost_usd;
+        self.requests = self.requests.saturating_add(requests);
     }
 
     /// The winning candidate's record, once chosen.
@@ -519,8 +534,7 @@ impl Report {
                 TaskStatus::Pending | TaskStatus::Running => t.unfinished += 1,
                 TaskStatus::Done => t.unmerged += 1,
             }
-            t.tokens.prompt = t.tokens.prompt.saturating_add(task.tokens.prompt);
-            t.tokens.completion = t.tokens.completion.saturating_add(task.tokens.completion);
+            t.tokens.add(task.tokens);
             t.cost_usd += task.cost_usd;
             t.requests = t.requests.saturating_add(task.requests);
             t.candidates += task.candidates.iter().filter(|c| c.start.is_some()).count();

@@ -216,38 +216,12 @@ pub(super) fn mount_git_view(view: &StateView, carry: &Path) -> anyhow::Result<(
     if !carry.starts_with(&view.dir) {
         return mount_state_view(view);
     }
-    let at = CString::new(carry.as_os_str().as_encoded_bytes()).context("NUL byte")?;
-    // SAFETY: open_tree on a valid C string; the result is a descriptor this function owns.
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            at.as_ptr(),
-            OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_ulong,
-        )
-    } as i32;
-    if tree < 0 {
-        return Err(errno(
-            "cannot hold the worktree while the git view is mounted",
-        ));
-    }
+    let tree =
+        clone_tree(carry).context("cannot hold the worktree while the git view is mounted")?;
     let mounted = mount_state_view(view);
-    // SAFETY: move_mount of the descriptor onto a valid C string path, then closing it.
-    let moved = unsafe {
-        let rc = libc::syscall(
-            libc::SYS_move_mount,
-            tree,
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            at.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        );
-        let err = (rc != 0).then(|| errno("cannot put the worktree back over the git view"));
-        libc::close(tree);
-        err
-    };
+    let moved = move_tree(tree, carry).context("cannot put the worktree back over the git view");
     mounted?;
-    moved.map_or(Ok(()), Err)
+    moved
 }
 
 /// Is anything mounted strictly below `dir`, but at `except`? (`/proc/self/mountinfo`'s

@@ -28,9 +28,9 @@ pub(super) struct JudgeEnd {
 /// finishes, so a killed run's resume keeps it whatever the report says.
 const RECORD: &str = "candidate.json";
 
-/// Candidate `k`'s record in its task's directory `dir`, if it finished.
+/// Candidate `k`'s record in its directory `dir`, if it finished.
 fn recorded(dir: &std::path::Path, k: CandidateNo) -> Option<CandidateReport> {
-    let text = std::fs::read(dir.join(format!("c{k}")).join(RECORD)).ok()?;
+    let text = std::fs::read(dir.join(RECORD)).ok()?;
     let c: CandidateReport = serde_json::from_slice(&text).ok()?;
     (c.number == k && c.finished()).then_some(c)
 }
@@ -51,7 +51,7 @@ impl Scheduler {
         idx: TaskIdx,
         flight: &mut Flight,
     ) -> anyhow::Result<()> {
-        let dir = self.shared.run_dir.task_dir(&self.shared.plan.task(idx).id);
+        let (run_dir, id) = (&self.shared.run_dir, &self.shared.plan.task(idx).id);
         let base = self.shared.base;
         let t = self.report.task_mut(idx);
         t.status = TaskStatus::Running;
@@ -60,6 +60,7 @@ impl Scheduler {
         let mut adopted = Vec::new();
         for c in t.candidates.iter_mut().filter(|c| !c.finished()) {
             // A killed process may have recorded it, finished, before the report was saved.
+            let dir = run_dir.candidate_dir(id, c.number);
             match recorded(&dir, c.number).filter(|r| r.start == Some(base)) {
                 Some(finished) => {
                     *c = CandidateReport {
@@ -74,10 +75,7 @@ impl Scheduler {
         // What they spent, which the report saved before the kill did not count yet.
         for c in adopted {
             t.duration_ms += c.duration_ms;
-            t.tokens.prompt = t.tokens.prompt.saturating_add(c.tokens.prompt);
-            t.tokens.completion = t.tokens.completion.saturating_add(c.tokens.completion);
-            t.cost_usd += c.cost_usd;
-            t.requests = t.requests.saturating_add(c.requests);
+            t.add_spend(c.tokens, c.cost_usd, c.requests);
         }
         self.advance(idx, flight)
     }
@@ -126,11 +124,8 @@ impl Scheduler {
         let run_stopped = self.shared.cancel.is_cancelled();
         let t = self.report.task_mut(a.idx);
         t.duration_ms += a.duration.as_millis() as u64;
-        t.tokens.prompt = t.tokens.prompt.saturating_add(a.tokens.prompt);
-        t.tokens.completion = t.tokens.completion.saturating_add(a.tokens.completion);
+        t.add_spend(a.tokens, a.cost_usd, a.requests);
         t.turns += a.turns;
-        t.cost_usd += a.cost_usd;
-        t.requests = t.requests.saturating_add(a.requests);
         t.network.add(&a.network);
         let task = t.id.clone();
         let Some(c) = t.candidates.iter_mut().find(|c| c.number == k) else {
@@ -154,7 +149,7 @@ impl Scheduler {
             _ => a.error.clone(),
         };
         if c.finished() {
-            let dir = self.shared.run_dir.task_dir(&task).join(format!("c{k}"));
+            let dir = self.shared.run_dir.candidate_dir(&task, k);
             if let Err(e) = crate::state::write_json_atomic(&dir.join(RECORD), &*c) {
                 tracing::warn!("cannot record candidate {k} of {task}: {e:#}");
             }
@@ -369,10 +364,7 @@ impl Scheduler {
             mut steps,
         } = end;
         let t = self.report.task_mut(idx);
-        t.tokens.prompt = t.tokens.prompt.saturating_add(judged.tokens.prompt);
-        t.tokens.completion = t.tokens.completion.saturating_add(judged.tokens.completion);
-        t.cost_usd += judged.cost_usd;
-        t.requests = t.requests.saturating_add(1);
+        t.add_spend(judged.tokens, judged.cost_usd, 1);
         let finalist = |k: CandidateNo| t.candidates.iter().any(|c| c.number == k && c.passed());
         let (winner, by) = match judged.choice {
             Ok((k, reason)) if finalist(k) => {

@@ -89,11 +89,8 @@ impl Scheduler {
         t.deleted_files = a.deleted.clone();
         t.commit = a.tip.filter(|tip| *tip != a.start);
         t.summary = a.summary.clone();
-        t.tokens.prompt = t.tokens.prompt.saturating_add(a.tokens.prompt);
-        t.tokens.completion = t.tokens.completion.saturating_add(a.tokens.completion);
+        t.add_spend(a.tokens, a.cost_usd, a.requests);
         t.turns += a.turns;
-        t.cost_usd += a.cost_usd;
-        t.requests = t.requests.saturating_add(a.requests);
         if a.reported.is_some() {
             t.reported = a.reported.clone();
         }

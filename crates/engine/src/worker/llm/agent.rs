@@ -281,26 +281,8 @@ async fn ask(
     reservation: Reservation,
 ) -> Result<Reply, AttemptError> {
     let asked = ask_fitting(task, talk, definitions, turn).await;
-    let charge = match &asked {
-        Ok(reply) => reservation.settle(reply.usage.map(|u| {
-            let tokens = Tokens {
-                prompt: u.prompt,
-                completion: u.completion,
-            };
-            (None, tokens)
-        })),
-        Err(
-            AttemptError::Status { .. }
-            | AttemptError::ContextOverflow { .. }
-            | AttemptError::Connect(_)
-            | AttemptError::Invalid(_),
-        ) => {
-            reservation.release();
-            return asked;
-        }
-        Err(
-            AttemptError::Timeout | AttemptError::Interrupted(_) | AttemptError::StaleConnection(_),
-        ) => reservation.settle(None),
+    let Some(charge) = super::charge_for(reservation, &asked) else {
+        return asked;
     };
     state.tokens.prompt += charge.tokens.prompt;
     state.tokens.completion += charge.tokens.completion;

@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 use super::LlmShared;
 use crate::gateway::meter::estimated_input;
 use crate::ids::{CandidateNo, TaskId};
-use crate::model::client::AttemptError;
 use crate::report::Tokens;
 
 /// The most bytes of one finalist's patch the judge is shown.
@@ -49,23 +48,10 @@ pub(crate) async fn judge(
     };
     let messages = messages.as_array().cloned().unwrap_or_default();
     let asked = llm.client.chat(&messages, &tools, 1, &|_| {}).await;
-    let charge = match &asked {
-        Ok(reply) => reservation.settle(reply.usage.map(|u| (None, u))),
-        Err(
-            AttemptError::Status { .. }
-            | AttemptError::ContextOverflow { .. }
-            | AttemptError::Connect(_)
-            | AttemptError::Invalid(_),
-        ) => {
-            reservation.release();
-            let why = asked.err().map(|e| e.to_string()).unwrap_or_default();
-            judged.choice = Err(format!("the judge's model failed: {why}"));
-            return judged;
-        }
-        Err(_) => reservation.settle(None),
-    };
-    judged.tokens = charge.tokens;
-    judged.cost_usd = charge.cost_usd.unwrap_or(0.0);
+    if let Some(charge) = super::charge_for(reservation, &asked) {
+        judged.tokens = charge.tokens;
+        judged.cost_usd = charge.cost_usd.unwrap_or(0.0);
+    }
     judged.choice = match asked {
         Ok(reply) => named(&reply.tool_calls, finalists),
         Err(e) => Err(format!("the judge's model failed: {e}")),

@@ -49,6 +49,31 @@ impl LlmShared {
     }
 }
 
+/// Ends `reservation` for the answer `asked`: settled at the usage it metered, charged whole
+/// when the answer broke off (its usage cannot be trusted); `None`, given back, for an error
+/// the API does not bill.
+pub(crate) fn charge_for(
+    reservation: crate::gateway::Reservation,
+    asked: &Result<crate::model::sse::Reply, client::AttemptError>,
+) -> Option<crate::gateway::meter::Charge> {
+    use client::AttemptError;
+    match asked {
+        Ok(reply) => Some(reservation.settle(reply.usage.map(|u| (None, u)))),
+        Err(
+            AttemptError::Status { .. }
+            | AttemptError::ContextOverflow { .. }
+            | AttemptError::Connect(_)
+            | AttemptError::Invalid(_),
+        ) => {
+            reservation.release();
+            None
+        }
+        Err(
+            AttemptError::Timeout | AttemptError::Interrupted(_) | AttemptError::StaleConnection(_),
+        ) => Some(reservation.settle(None)),
+    }
+}
+
 /// One task for the built-in agent: what it is asked, where, and within which limits.
 pub(crate) struct AgentTask<'a> {
     pub shared: &'a LlmShared,
