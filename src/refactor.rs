@@ -12,7 +12,7 @@ use swarm_engine::app::env_vars;
 use swarm_engine::app::prepare::{self, PrepareRequest, Prepared, Purpose, Ready};
 use swarm_engine::app::reconcile;
 use swarm_engine::app::settings::{
-    Layer, OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode,
+    Layer, MergeWith, OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode,
 };
 use swarm_engine::app::{self, AppError};
 use swarm_engine::app::{RunMode, RunRequest};
@@ -125,6 +125,14 @@ pub(crate) struct PlanningArgs {
     /// does not exist.
     #[arg(long, value_name = "BRANCH")]
     pub into: Option<String>,
+
+    /// A structured merge tool for each file git's line merge leaves in conflict, in the
+    /// languages it knows, before --on-conflict decides: mergiraf (installed on PATH; run
+    /// confined, as a merge driver). The repository's own merge drivers (.gitattributes
+    /// `merge=NAME` and `merge.NAME.driver` in git config) run with or without it.
+    #[arg(long, value_name = "TOOL", env = env_vars::SWARM_MERGE_WITH,
+          value_parser = super::keywords::<MergeWith>(MergeWith::NAMES))]
+    pub merge_with: Option<MergeWith>,
 
     /// What a task whose merge conflicts gets: retry (once, on the merged result), skip (keep
     /// its branch), fail (stop merging), repair (the model resolves it; needs --model)
@@ -295,6 +303,7 @@ impl PlanningArgs {
         layer.model.max_output_tokens = self.max_output_tokens;
         layer.sandbox.mode = self.sandbox;
         layer.worktree.mode = self.worktrees;
+        layer.merge.with = self.merge_with;
         layer.worktree.reuse_base = self.reuse_base.then_some(true);
         layer.sandbox.network = self.network.then_some(true);
         layer.sandbox.allow_domains = Some(self.allow_domains.clone()).filter(|d| !d.is_empty());

@@ -19,6 +19,7 @@ add --verify "${INPUT_VERIFY:-}"
 add --verify-merged "${INPUT_VERIFY_MERGED:-}"
 add --per-process "${INPUT_PER_PROCESS:-}"
 add --on-conflict "${INPUT_ON_CONFLICT:-}"
+add --merge-with "${INPUT_MERGE_WITH:-}"
 add --ok-exit-codes "${INPUT_OK_EXIT_CODES:-}"
 [ "${INPUT_ATOMIC:-false}" = true ] && args+=(--atomic)
 [ "${INPUT_ALLOW_EMPTY:-false}" = true ] && args+=(--allow-empty)

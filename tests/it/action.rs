@@ -46,6 +46,32 @@ fn the_run_script_passes_inputs_as_arguments() {
     assert_eq!(report["instruction"], "foo to bar $(touch pwned)");
 }
 
+/// `merge-with` becomes `--merge-with`: here, with no mergiraf installed, its refusal.
+#[test]
+fn the_run_script_passes_merge_with() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let mut cmd = Command::new("bash");
+    hermetic(&mut cmd, &repo.home);
+    let run = Run::from(
+        cmd.arg(script("run.sh"))
+            .current_dir(&repo.path)
+            .env("PATH", "/usr/bin:/bin")
+            .env("SWARM_BIN", env!("CARGO_BIN_EXE_swarm"))
+            .env("INPUT_INSTRUCTION", "foo to bar")
+            .env("INPUT_EXEC", SED_FOO_BAR)
+            .env("INPUT_MERGE_WITH", "mergiraf")
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("--merge-with mergiraf: mergiraf is not on PATH"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// The attack: inputs a workflow fills from a pull request or an issue (pathspecs, the
 /// instruction, grep, into) that look like options. None becomes one: the sandbox stays on
 /// (the worker cannot write into HOME) and the network off.

@@ -27,6 +27,7 @@ mod live_checkout;
 mod llm;
 mod llm_server;
 mod mcp;
+mod merge_drivers;
 mod merging;
 mod module_graph;
 mod network;

@@ -10,6 +10,7 @@ pub const SWARM_PER_PROCESS: &str = "SWARM_PER_PROCESS";
 pub const SWARM_TRIES: &str = "SWARM_TRIES";
 pub const SWARM_BEST_OF: &str = "SWARM_BEST_OF";
 pub const SWARM_JUDGE_MODEL: &str = "SWARM_JUDGE_MODEL";
+pub const SWARM_MERGE_WITH: &str = "SWARM_MERGE_WITH";
 pub const SWARM_EXEC: &str = "SWARM_EXEC";
 pub const SWARM_AGENT: &str = "SWARM_AGENT";
 pub const SWARM_MODEL: &str = "SWARM_MODEL";

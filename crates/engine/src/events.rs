@@ -174,6 +174,16 @@ pub enum Event {
         paths: Vec<RepoPath>,
         action: ConflictAction,
     },
+    /// A merge driver was given a file of a task's merge (`.gitattributes`' `merge=NAME`, or
+    /// `--merge-with`); `merged` false: the file is a conflict, for `error`.
+    MergeDriver {
+        task: TaskId,
+        path: RepoPath,
+        driver: String,
+        merged: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     Warning {
         task: Option<TaskId>,
         message: String,
@@ -290,6 +300,7 @@ impl Event {
             | Event::ToolResult { task, .. }
             | Event::Approval { task, .. }
             | Event::Merged { task, .. }
+            | Event::MergeDriver { task, .. }
             | Event::Excluded { task, .. }
             | Event::GatewayRefused { task, .. }
             | Event::Conflict { task, .. } => Some(task),

@@ -97,6 +97,8 @@ impl Limits {
         run.verify_merged = work.verify_merged.clone();
         run.scope = keyword("scope", &work.scope)?;
         run.on_conflict = keyword("on_conflict", &work.on_conflict)?;
+        layer.merge.with = keyword("merge_with", &work.merge_with)?;
+        let run = &mut layer.run;
         run.ok_exit_codes = work.ok_exit_codes.clone();
         run.timeout = work.timeout;
         run.tries = work.tries;
@@ -191,6 +193,18 @@ mod tests {
         let why = limits.call_layer(&bad, || Ok(1)).unwrap_err();
         assert!(
             why.starts_with("scope: unknown scope 'everything'"),
+            "{why}"
+        );
+        let merge = work(&|w| w.merge_with = Some("mergiraf".into()));
+        let layer = limits.call_layer(&merge, || Ok(1)).unwrap();
+        assert_eq!(
+            layer.merge.with,
+            Some(swarm_engine::app::settings::MergeWith::Mergiraf)
+        );
+        let bad = work(&|w| w.merge_with = Some("meld".into()));
+        let why = limits.call_layer(&bad, || Ok(1)).unwrap_err();
+        assert!(
+            why.starts_with("merge_with: unknown merge tool 'meld'"),
             "{why}"
         );
     }

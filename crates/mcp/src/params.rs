@@ -44,6 +44,10 @@ pub(crate) struct Work {
     pub scope: Option<String>,
     /// `retry`, `fail`, `skip` or `repair`.
     pub on_conflict: Option<String>,
+    /// `mergiraf`: a structured merge tool (installed where the server runs) for each file
+    /// git's line merge leaves in conflict, before `on_conflict` decides. The repository's
+    /// own merge drivers run either way.
+    pub merge_with: Option<String>,
     /// Exit statuses of the worker's command that mean success (`[0, 1]` for ruff).
     pub ok_exit_codes: Option<Vec<i32>>,
     /// Seconds a worker may take.

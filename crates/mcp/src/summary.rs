@@ -115,6 +115,8 @@ pub(crate) fn result(report: &Report, diffstat: Option<&str>) -> Value {
         "summary": report.totals.describe().join(", "),
         "candidates_run": report.totals.candidates,
         "needed_more_than_one_candidate": report.totals.rescued,
+        "merged_by_driver": report.totals.merged_by_driver,
+        "reruns_spared_by_drivers": report.totals.reruns_spared,
         "merged": ids(|s| s == TaskStatus::Merged),
         "no_change": ids(|s| s == TaskStatus::NoChange),
         "failures_not_listed": failures.len().saturating_sub(FAILURES),

@@ -64,22 +64,7 @@ pub fn installed(settings: &Settings) -> AppResult<()> {
     }
 }
 
-/// `program` as the shell would find it on PATH.
-pub fn which(program: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let runnable = |p: &Path| {
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if program.contains('/') {
-        let p = PathBuf::from(program);
-        return runnable(&p).then_some(p);
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|p| runnable(p))
-}
+pub use crate::worker::which;
 
 async fn version(program: &Path) -> Option<String> {
     let run = tokio::process::Command::new(program)

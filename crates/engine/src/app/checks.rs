@@ -117,11 +117,25 @@ fn missing_program(command: &str) -> Option<String> {
     (plain && super::agents::which(first).is_none()).then(|| first.clone())
 }
 
+/// `--merge-with`'s tool is installed and says which files it merges.
+pub(crate) fn merge_tool(settings: &Settings) -> AppResult<()> {
+    match settings.merge_with {
+        Some(tool) => crate::orchestrator::merge_tool(tool)
+            .map(drop)
+            .map_err(|problem| AppError::MergeTool {
+                tool: tool.to_string(),
+                problem,
+            }),
+        None => Ok(()),
+    }
+}
+
 /// The run's secrets, read from the environment once: the model's key, checked as
 /// [`worker`] does, and the credentials of the `--agent`'s APIs, each checked to go only
 /// where a key may go, and able to meter the run's budgets.
 pub(crate) fn secrets(settings: &Settings) -> AppResult<Secrets> {
     let model_key = worker(settings)?;
+    merge_tool(settings)?;
     let agent = agent_secrets(settings)?;
     Ok(Secrets { model_key, agent })
 }

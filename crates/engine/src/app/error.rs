@@ -53,6 +53,9 @@ pub enum AppError {
     /// The program an `--exec` command starts with is not on PATH.
     #[error("`{0}`, the program --exec starts with, is not found on PATH")]
     ExecNotFound(String),
+    /// `--merge-with TOOL` that cannot be found or asked what it merges.
+    #[error("--merge-with {tool}: {problem}")]
+    MergeTool { tool: String, problem: String },
     /// A task of several files (`--batch`, `--split llm`) for a command that names only
     /// `$SWARM_FILE`, which holds the first.
     #[error(

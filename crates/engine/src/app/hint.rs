@@ -89,6 +89,11 @@ fn worker_hint(e: &AppError) -> Option<String> {
     AppError::ExecNotFound(program) => Some(format!(
         "install it, or check the spelling; workers run `sh -c CMD` with your PATH (`command -v {program}` tells where it is)"
     )),
+    AppError::MergeTool { .. } => Some(
+        "install it (`cargo install --locked mergiraf`, docs/WORKERS.md) and put it on PATH, \
+         or leave --merge-with (and [merge] with) out"
+            .into(),
+    ),
     AppError::NoWorker { for_plan: true } => {
         Some("pass --exec CMD or --model NAME; the plan records it for swarm run".into())
     }

@@ -57,7 +57,8 @@ pub mod ids {
 /// What a run did (`report.json`, docs/USAGE.md).
 pub mod report {
     pub use crate::report::{
-        CandidateReport, Report, RunState, SelectedBy, Selection, TaskReport, TaskStatus,
+        CandidateReport, DriverMerge, Report, RunState, SelectedBy, Selection, TaskReport,
+        TaskStatus,
     };
 }
 
@@ -65,8 +66,8 @@ pub mod report {
 pub mod settings {
     pub use crate::settings::home::tilde;
     pub use crate::settings::{
-        Candidates, CandidatesProblem, Count, Layer, OnConflict, PerProcess, SandboxMode, Scope,
-        Settings, SettingsError, WorktreeMode,
+        Candidates, CandidatesProblem, Count, Layer, MergeWith, OnConflict, PerProcess,
+        SandboxMode, Scope, Settings, SettingsError, WorktreeMode,
     };
 }
 

@@ -230,6 +230,7 @@ fn mark_merged_from_git(
 /// `swarm merge` runs no worker, but may run the merged check or repair conflicts; `swarm
 /// resume` runs workers.
 async fn check_for_continuing(settings: &Settings, merge_only: bool) -> AppResult<Secrets> {
+    checks::merge_tool(settings)?;
     let repairs = settings.on_conflict == OnConflict::Repair;
     let model_key = match merge_only && !repairs {
         true => None,

@@ -165,6 +165,25 @@ pub(crate) fn entry_at(
     }
 }
 
+/// An index entry of `path` at blob `id` with `mode`, with no stat data.
+pub(crate) fn index_entry(path: &RepoPath, id: git2::Oid, mode: u32) -> git2::IndexEntry {
+    let bytes = path.as_bytes().to_vec();
+    git2::IndexEntry {
+        ctime: git2::IndexTime::new(0, 0),
+        mtime: git2::IndexTime::new(0, 0),
+        dev: 0,
+        ino: 0,
+        mode,
+        uid: 0,
+        gid: 0,
+        file_size: 0,
+        id,
+        flags: bytes.len().min(0xfff) as u16,
+        flags_extended: 0,
+        path: bytes,
+    }
+}
+
 /// `base` with every path in `paths` set to its entry in `from` (or removed).
 pub(crate) fn apply_paths(
     repo: &Repository,

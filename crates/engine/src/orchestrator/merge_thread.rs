@@ -140,6 +140,8 @@ fn merge_one(train: &mut MergeTrain, shared: &Shared, job: MergeJob) -> MergeDon
             .map(|commit| MergeOutcome::Merged {
                 commit,
                 fast_path: false,
+                drivers: Vec::new(),
+                spared: false,
             }),
     };
     MergeDone {

@@ -29,6 +29,8 @@ use crate::worker::llm::LlmShared;
 mod error;
 mod finish;
 mod group;
+mod merge_drivers;
+pub(crate) use merge_drivers::merge_tool;
 mod merge_thread;
 mod mode;
 mod network;

@@ -86,6 +86,8 @@ pub(crate) fn new_report(
                     false => Vec::new(),
                 },
                 selection: None,
+                merge_drivers: Vec::new(),
+                rerun_spared: false,
             })
             .collect(),
         totals: Default::default(),

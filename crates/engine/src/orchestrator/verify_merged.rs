@@ -461,7 +461,7 @@ fn remerge(
             idx,
             match outcome {
                 MergeOutcome::Merged { commit, .. } => Remerged::Merged(commit),
-                MergeOutcome::Conflict { paths } => Remerged::Conflict(paths),
+                MergeOutcome::Conflict { paths, .. } => Remerged::Conflict(paths),
             },
         ));
     }

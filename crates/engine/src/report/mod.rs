@@ -9,7 +9,9 @@ use crate::ids::{RunBranch, RunId, TaskId, TaskIdx, oid_hex};
 use crate::repo_path::RepoPath;
 
 mod candidate;
+mod merge;
 pub use candidate::{CandidateReport, SelectedBy, Selection};
+pub use merge::DriverMerge;
 
 pub(crate) const REPORT_SCHEMA_VERSION: u32 = 1;
 
@@ -149,6 +151,13 @@ pub struct TaskReport {
     /// How the winner was chosen, once it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<Selection>,
+    /// The files of its last merge that merge drivers were given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merge_drivers: Vec<DriverMerge>,
+    /// Its merge conflicted under git's line merge and the drivers resolved it: a re-run
+    /// (`--on-conflict retry`) or a repair spared.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rerun_spared: bool,
 }
 
 /// What an agent printed about its own spend (`--agent`), checked to be plausible: a negative,
@@ -334,6 +343,13 @@ pub struct Totals {
     /// than one.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub rescued: usize,
+    /// Of the merged, those whose merge a driver decided for at least one file.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub merged_by_driver: usize,
+    /// Of the merged, those that git's line merge left in conflict and the drivers resolved:
+    /// each a re-run (or repair) spared.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub reruns_spared: usize,
     /// Model tokens, metered.
     pub tokens: Tokens,
     /// What the model answers cost at your prices, in US dollars (metered).
@@ -375,9 +391,22 @@ impl Totals {
 
     /// Every count, in words: "18 merged (9 after a retry), 2 no change, 1 timeout".
     pub fn describe(&self) -> Vec<String> {
-        let merged = match self.retried {
-            0 => format!("{} merged", self.merged),
-            n => format!("{} merged ({n} after a retry)", self.merged),
+        let mut notes = Vec::new();
+        if self.retried > 0 {
+            notes.push(format!("{} after a retry", self.retried));
+        }
+        if self.merged_by_driver > 0 {
+            notes.push(match self.reruns_spared {
+                0 => format!("{} by a merge driver", self.merged_by_driver),
+                n => format!(
+                    "{} by a merge driver, {n} re-run(s) spared",
+                    self.merged_by_driver
+                ),
+            });
+        }
+        let merged = match notes.is_empty() {
+            true => format!("{} merged", self.merged),
+            false => format!("{} merged ({})", self.merged, notes.join("; ")),
         };
         let mut parts = vec![merged, format!("{} no change", self.no_change)];
         parts.extend(self.problem_words());
@@ -523,6 +552,8 @@ impl Report {
                 TaskStatus::Merged => {
                     t.merged += 1;
                     t.retried += usize::from(task.attempts > 1);
+                    t.merged_by_driver += usize::from(task.merge_drivers.iter().any(|d| d.merged));
+                    t.reruns_spared += usize::from(task.rerun_spared);
                 }
                 TaskStatus::NoChange => t.no_change += 1,
                 TaskStatus::Failed => t.failed += 1,

@@ -17,6 +17,7 @@ pub enum Count {
     MaxCost,
     Tries,
     BestOf,
+    MergeTimeout,
 }
 
 impl std::fmt::Display for Count {
@@ -33,6 +34,7 @@ impl std::fmt::Display for Count {
             Count::MaxCost => "max_cost",
             Count::Tries => "tries",
             Count::BestOf => "best_of",
+            Count::MergeTimeout => "[merge] timeout",
         })
     }
 }
@@ -80,6 +82,10 @@ impl Count {
             Count::BestOf => (
                 "--best-of must be at least 1",
                 "pass --best-of 2 or more for several candidates per task",
+            ),
+            Count::MergeTimeout => (
+                "[merge] timeout must be at least 1 second",
+                "set it to the seconds a merge driver may run (the default is 60), or leave it out",
             ),
             Count::ContextWindow => (
                 "[model] context_window must be at least 1",

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::agents::AgentTable;
 use super::error::SettingsError;
-use super::policy::{OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
+use super::policy::{MergeWith, OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
 use crate::env_vars;
 
 /// Two layers into one: `self` wins where it has a value.
@@ -53,6 +53,8 @@ pub struct Layer {
     pub model: ModelTable,
     #[serde(default)]
     pub sandbox: SandboxTable,
+    #[serde(default)]
+    pub merge: MergeTable,
     /// `[agents.NAME]`: the user's own agent presets (user config only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub agents: BTreeMap<String, AgentTable>,
@@ -71,8 +73,23 @@ combine_fields!(Layer {
     worktree,
     model,
     sandbox,
+    merge,
     agents
 });
+
+/// `[merge]`: how the merge train merges a file both sides changed.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeTable {
+    /// `--merge-with`: a structured merge tool for what git's line merge leaves in conflict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with: Option<MergeWith>,
+    /// Seconds one merge driver may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+}
+
+combine_fields!(MergeTable { with, timeout });
 
 /// `[run]`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

@@ -23,6 +23,7 @@ pub(crate) struct RepositoryLimits {
     timeout: Option<u64>,
     idle_timeout: Option<u64>,
     max_turns: Option<u32>,
+    merge_timeout: Option<u64>,
     max_tokens: Option<u64>,
     max_cost: Option<serde_json::Number>,
     price: Option<Price>,
@@ -36,6 +37,7 @@ impl RepositoryLimits {
             timeout: repo.run.timeout.take(),
             idle_timeout: repo.run.idle_timeout.take(),
             max_turns: repo.run.max_turns.take(),
+            merge_timeout: repo.merge.timeout.take(),
             max_tokens: repo.run.max_tokens.take(),
             max_cost: repo.run.max_cost.take(),
             price: repo.model.price.take(),
@@ -98,6 +100,12 @@ pub(crate) fn apply(
         "[run] max_turns",
         &mut run.max_turns,
         repo.max_turns,
+        &mut warn,
+    );
+    lower_only(
+        "[merge] timeout",
+        &mut mine.merge.timeout,
+        repo.merge_timeout,
         &mut warn,
     );
     lower_only(

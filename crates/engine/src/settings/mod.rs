@@ -27,7 +27,7 @@ pub use error::{CandidatesProblem, Count, SettingsError};
 pub(crate) use layer::Combine;
 pub use layer::Layer;
 pub(crate) use policy::{ApiKey, ModelSettings, RunToolPolicy, WorktreeSettings};
-pub use policy::{Candidates, OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
+pub use policy::{Candidates, MergeWith, OnConflict, PerProcess, SandboxMode, Scope, WorktreeMode};
 pub(crate) use rotation::Rotation;
 use sandbox::Untrusted;
 pub(crate) use swarm_sandbox::allow_list::AllowList;
@@ -78,6 +78,10 @@ pub struct Settings {
     /// The workers candidates take in turn (`--agent a,b`, `--model a,b`): `agent` and
     /// `model.name` are the first.
     pub rotation: Rotation,
+    /// `--merge-with`: the structured merge tool of what git's line merge leaves in conflict.
+    pub merge_with: Option<MergeWith>,
+    /// Seconds one merge driver may run (`[merge] timeout`).
+    pub merge_timeout_secs: u64,
 }
 
 /// Resolved settings, the layer they came from, and what the CLI should warn about.
@@ -113,6 +117,7 @@ impl Settings {
     pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
     pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 300;
     pub const DEFAULT_MAX_TURNS: u32 = 50;
+    pub const DEFAULT_MERGE_TIMEOUT_SECS: u64 = 60;
 
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_secs)
@@ -120,6 +125,11 @@ impl Settings {
 
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    /// How long one merge driver may run.
+    pub fn merge_timeout(&self) -> Duration {
+        Duration::from_secs(self.merge_timeout_secs)
     }
 
     /// Does the run call a model: the built-in worker (no `--exec`), `--repair`, or
@@ -204,6 +214,11 @@ impl Settings {
             run.exec = Some(agent.exec.clone());
         }
         let counts = Counts::of(&run)?;
+        let merge_timeout_secs = match layer.merge.timeout {
+            Some(0) => return Err(SettingsError::Zero(Count::MergeTimeout)),
+            Some(secs) => secs,
+            None => Settings::DEFAULT_MERGE_TIMEOUT_SECS,
+        };
         rotation.check(counts.candidates)?;
         check_model(&model)?;
         if run
@@ -256,6 +271,8 @@ impl Settings {
             candidates: counts.candidates,
             judge_model: run.judge_model,
             rotation,
+            merge_with: layer.merge.with,
+            merge_timeout_secs,
         })
     }
 }

@@ -102,7 +102,17 @@ pub enum SandboxMode {
 keyword_enum!(SandboxMode, "sandbox mode", "workspace-write" => WorkspaceWrite, "off" => Off);
 keyword_enum!(OnConflict, "conflict policy", "retry" => Retry, "skip" => Skip, "fail" => Fail, "repair" => Repair);
 keyword_enum!(Scope, "scope", "task" => Task, "any" => Any);
+keyword_enum!(MergeWith, "merge tool", "mergiraf" => Mergiraf);
 keyword_enum!(WorktreeMode, "worktree mode", "auto" => Auto, "overlay" => Overlay, "pool" => Pool);
+
+/// `--merge-with`: a structured merge tool the merge train gives each file git's line merge
+/// left in conflict, for the languages it knows, before `--on-conflict` decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeWith {
+    /// mergiraf (syntax-aware; run as a program, never linked).
+    Mergiraf,
+}
 
 /// `--worktrees`: how a worker's worktree is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
-use git2::{IndexEntry, IndexTime, Oid, Repository, RepositoryState, Status};
+use git2::{IndexEntry, Oid, Repository, RepositoryState, Status};
 
 use crate::repo_path::RepoPath;
 
@@ -519,20 +519,7 @@ fn write_index(
             continue;
         };
         debug_assert!(new_tree.get_path(c.path.as_path()).is_ok());
-        let mut entry = IndexEntry {
-            ctime: IndexTime::new(0, 0),
-            mtime: IndexTime::new(0, 0),
-            dev: 0,
-            ino: 0,
-            mode,
-            uid: 0,
-            gid: 0,
-            file_size: 0,
-            id,
-            flags: (c.path.as_bytes().len().min(0xfff)) as u16,
-            flags_extended: 0,
-            path: c.path.as_bytes().to_vec(),
-        };
+        let mut entry = super::index_entry(&c.path, id, mode);
         if c.sparse {
             entry.flags_extended = old_entry.map_or(SKIP_WORKTREE, |e| e.flags_extended);
             entry.flags |= 0x4000; // extended flags present

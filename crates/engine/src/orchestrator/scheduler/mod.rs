@@ -170,8 +170,7 @@ impl Scheduler {
         merge_first: Vec<TaskIdx>,
     ) -> Result<(), RunError> {
         let shared = self.shared.clone();
-        let train = MergeTrain::new(&info.common_dir, &result_branch(&shared.plan.run_id), start)
-            .map_err(|e| RunError::classify("starting the merge train", e))?;
+        let train = start_train(&shared, info, start)?;
         let (job_tx, job_rx) = std::sync::mpsc::channel::<MergeJob>();
         let (done_tx, done_rx) = mpsc::unbounded_channel::<MergeDone>();
         let merge_thread = {
@@ -439,4 +438,17 @@ impl Scheduler {
             tracing::warn!("cannot save report.json: {e:#}");
         }
     }
+}
+
+/// The run's merge train at `start`, with the repository's merge drivers and `--merge-with`.
+fn start_train(shared: &Arc<Shared>, info: &RepoInfo, start: Oid) -> Result<MergeTrain, RunError> {
+    let drivers = super::merge_drivers::setup(shared)
+        .map_err(|e| RunError::classify("finding the merge tool", e))?;
+    MergeTrain::new(
+        &info.common_dir,
+        &result_branch(&shared.plan.run_id),
+        start,
+        Some(drivers),
+    )
+    .map_err(|e| RunError::classify("starting the merge train", e))
 }

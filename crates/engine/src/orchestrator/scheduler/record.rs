@@ -11,6 +11,7 @@ use crate::orchestrator::merge_thread::{MergeDone, MergeJob};
 use crate::orchestrator::repair::ConflictRepair;
 use crate::orchestrator::task::Attempt;
 use crate::repo_path::RepoPath;
+use crate::report::DriverMerge;
 use crate::report::TaskStatus;
 use crate::settings::OnConflict;
 
@@ -144,9 +145,17 @@ impl Scheduler {
             return None;
         };
         match outcome {
-            Ok(MergeOutcome::Merged { commit, fast_path }) => {
+            Ok(MergeOutcome::Merged {
+                commit,
+                fast_path,
+                drivers,
+                spared,
+            }) => {
                 t.status = TaskStatus::Merged;
                 t.merge_commit = Some(commit);
+                emit_drivers(&self.shared.sink, &t.id, &drivers);
+                t.merge_drivers = drivers;
+                t.rerun_spared = spared;
                 self.tip = commit;
                 self.shared.sink.emit(Event::Merged {
                     task: t.id.clone(),
@@ -154,14 +163,19 @@ impl Scheduler {
                     fast_path,
                 });
             }
-            Ok(MergeOutcome::Conflict { paths }) => {
+            Ok(MergeOutcome::Conflict { paths, drivers }) => {
                 t.status = TaskStatus::Conflict;
-                let list = paths
+                t.error = Some(conflict_error(&paths, &drivers));
+                if let Some(log) = drivers
                     .iter()
-                    .map(|p| p.display())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                t.error = Some(format!("merge conflict in {list}"));
+                    .filter(|d| !d.merged)
+                    .find_map(|d| d.log.clone())
+                {
+                    t.log = Some(log);
+                }
+                emit_drivers(&self.shared.sink, &t.id, &drivers);
+                t.merge_drivers = drivers;
+                t.rerun_spared = false;
                 let action = match policy {
                     OnConflict::Retry if t.attempts < 2 => {
                         retry = Some((done.idx, FollowUp::Retry(paths.clone())));
@@ -233,4 +247,36 @@ pub(super) fn conflict_context(paths: &[RepoPath]) -> String {
 pub(super) fn not_merged(t: &mut crate::report::TaskReport, reason: &str) {
     t.status = TaskStatus::Skipped;
     t.error = Some(format!("not merged: {reason}"));
+}
+
+/// "merge conflict in a, b", and why each driver that was given one of them did not merge it.
+fn conflict_error(paths: &[crate::repo_path::RepoPath], drivers: &[DriverMerge]) -> String {
+    let list = paths
+        .iter()
+        .map(|p| p.display())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut error = format!("merge conflict in {list}");
+    for run in drivers.iter().filter(|d| !d.merged) {
+        let why = run.error.as_deref().unwrap_or("it did not merge it");
+        error.push_str(&format!("; {} ({}): {why}", run.path.display(), run.driver));
+    }
+    error
+}
+
+/// A `merge_driver` event for each file of a task's merge a driver was given.
+fn emit_drivers(
+    sink: &crate::events::EventSink,
+    task: &crate::ids::TaskId,
+    drivers: &[DriverMerge],
+) {
+    for run in drivers {
+        sink.emit(Event::MergeDriver {
+            task: task.clone(),
+            path: run.path.clone(),
+            driver: run.driver.clone(),
+            merged: run.merged,
+            error: run.error.clone(),
+        });
+    }
 }

@@ -11,10 +11,19 @@
 //! proportional to the changed paths). Otherwise git2's full `merge_commits` decides, with
 //! rename detection, and a conflicted index is reported as a conflict.
 //!
+//! The full merge reads attributes from the integration tip's tree, never from a checkout
+//! ([`drivers::AttributeSource`]), and where they name a merge driver git config defines, or
+//! with a structured merge tool (`--merge-with`), that driver merges the file as `git merge`
+//! would ([`files`]).
+//!
 //! When tasks finish faster than they merge, the train takes every waiting task at once
 //! ([`MergeTrain::merge_many`]): each gets its own merge commit, and the integration branch
 //! moves once, to the last of them (a reference update, with its lock file and reflog entry,
 //! was a third of a merge's time on a disk where making a file is slow).
+
+mod conflicts;
+pub(crate) mod drivers;
+pub(crate) mod files;
 
 use std::path::Path;
 
@@ -23,16 +32,48 @@ use git2::{MergeOptions, Oid, Repository, Tree};
 
 use crate::ids::{RunId, TaskId};
 use crate::repo_path::RepoPath;
+use crate::report::DriverMerge;
+pub(crate) use conflicts::{with_conflict_markers, write_conflicts};
+use files::{DriverSetup, FileMerging};
 
 pub(crate) enum MergeOutcome {
-    Merged { commit: Oid, fast_path: bool },
-    Conflict { paths: Vec<RepoPath> },
+    Merged {
+        commit: Oid,
+        fast_path: bool,
+        /// The files merge drivers were given.
+        drivers: Vec<DriverMerge>,
+        /// git's line merge conflicted, and the drivers resolved every file.
+        spared: bool,
+    },
+    Conflict {
+        paths: Vec<RepoPath>,
+        drivers: Vec<DriverMerge>,
+    },
 }
 
 pub(crate) struct MergeTrain {
+    /// Opened bare: nothing of a checkout (its `.gitattributes`, its index) enters a merge.
     repo: Repository,
     result_ref: String,
     tip: Oid,
+    /// The merge drivers, and what runs them (`None`: git's built-in ones only).
+    merging: Option<FileMerging>,
+}
+
+/// A merge's tree, or its conflict.
+struct Merged {
+    tree: Oid,
+    fast_path: bool,
+    /// The paths the task changed.
+    paths: usize,
+    drivers: Vec<DriverMerge>,
+    spared: bool,
+}
+
+/// A merge that conflicts: the paths, and what the drivers did.
+struct Conflicted {
+    paths: Vec<RepoPath>,
+    drivers: Vec<DriverMerge>,
 }
 
 /// One task ready to merge.
@@ -56,8 +97,16 @@ impl MergeTrain {
         common_dir: &Path,
         result_branch: &str,
         into_start: Oid,
+        drivers: Option<DriverSetup>,
     ) -> anyhow::Result<Self> {
-        let repo = Repository::open(common_dir)?;
+        let repo = Repository::open_bare(common_dir)?;
+        let merging = match drivers {
+            Some(setup) => Some(FileMerging {
+                drivers: drivers::Drivers::read(&repo, setup.structured)?,
+                runner: setup.runner,
+            }),
+            None => None,
+        };
         let result_ref = super::branch_ref(result_branch);
         repo.reference(&result_ref, into_start, true, "swarm: start integration")
             .with_context(|| format!("cannot create branch {result_branch}"))?;
@@ -65,6 +114,7 @@ impl MergeTrain {
             repo,
             result_ref,
             tip: into_start,
+            merging,
         })
     }
 
@@ -197,13 +247,24 @@ impl MergeTrain {
         sig: &git2::Signature<'_>,
         req: &MergeRequest<'_>,
     ) -> anyhow::Result<MergeOutcome> {
-        let (tree, fast_path, paths) = match merged_tree(&self.repo, self.tip, req)? {
+        let merged = match merged_tree(&self.repo, self.tip, req, self.merging.as_ref())? {
             Ok(merged) => merged,
-            Err(paths) => return Ok(MergeOutcome::Conflict { paths }),
+            Err(Conflicted { paths, drivers }) => {
+                return Ok(MergeOutcome::Conflict { paths, drivers });
+            }
         };
-        let commit = self.write_merge(sig, req, tree, "")?;
-        log_merge(req, fast_path, paths, commit);
-        Ok(MergeOutcome::Merged { commit, fast_path })
+        let note = match merged.spared {
+            true => "merge drivers merged what git's line merge left in conflict",
+            false => "",
+        };
+        let commit = self.write_merge(sig, req, merged.tree, note)?;
+        log_merge(req, merged.fast_path, merged.paths, commit);
+        Ok(MergeOutcome::Merged {
+            commit,
+            fast_path: merged.fast_path,
+            drivers: merged.drivers,
+            spared: merged.spared,
+        })
     }
 }
 
@@ -217,13 +278,14 @@ fn log_merge(req: &MergeRequest<'_>, fast_path: bool, paths: usize, commit: Oid)
     );
 }
 
-/// The tree of `tip` merged with the task: (tree, by the fast path?, paths the task
-/// changed), or the conflicting paths.
+/// The tree of `tip` merged with the task, or the conflicting paths (and what the drivers
+/// did).
 fn merged_tree(
     repo: &Repository,
     tip: Oid,
     req: &MergeRequest<'_>,
-) -> anyhow::Result<Result<(Oid, bool, usize), Vec<RepoPath>>> {
+    merging: Option<&FileMerging>,
+) -> anyhow::Result<Result<Merged, Conflicted>> {
     let ours = repo.find_commit(tip)?;
     let ours_tree = ours.tree()?;
     let read;
@@ -236,21 +298,44 @@ fn merged_tree(
             &read
         }
     };
+    let merged = |tree, fast_path, drivers, spared| Merged {
+        tree,
+        fast_path,
+        paths: changes.len(),
+        drivers,
+        spared,
+    };
     if untouched_since_start(changes, &ours_tree)? {
         // A directory/file clash can still make the tree edit fail; the full merge below
         // then decides.
         if let Ok(tree) = super::apply_changes(repo, changes, &ours_tree) {
-            return Ok(Ok((tree, true, changes.len())));
+            return Ok(Ok(merged(tree, true, Vec::new(), false)));
         }
     }
+    drivers::AttributeSource::set(repo, &ours_tree, changes.iter().map(|c| c.path.clone()))?;
     let theirs = repo.find_commit(req.tip)?;
     let mut opts = MergeOptions::new();
     opts.find_renames(true);
     let mut index = repo.merge_commits(&ours, &theirs, Some(&opts))?;
-    if index.has_conflicts() {
-        return Ok(Err(conflict_paths(&index)?));
+    let plain_conflict = index.has_conflicts();
+    let driven = match merging {
+        Some(m) if m.drivers.any() => {
+            files::run_drivers(repo, m, req.task_id, &ours_tree, changes, &mut index)?
+        }
+        _ => files::Driven::default(),
+    };
+    if index.has_conflicts() || !driven.failed.is_empty() {
+        let mut paths = conflict_paths(&index)?;
+        paths.extend(driven.failed);
+        paths.sort();
+        paths.dedup();
+        return Ok(Err(Conflicted {
+            paths,
+            drivers: driven.runs,
+        }));
     }
-    Ok(Ok((index.write_tree_to(repo)?, false, changes.len())))
+    let tree = index.write_tree_to(repo)?;
+    Ok(Ok(merged(tree, false, driven.runs, plain_conflict)))
 }
 
 /// Is each changed path's entry in `tree` still what the task started from?
@@ -301,55 +386,6 @@ fn merge_message(req: &MergeRequest<'_>, note: &str) -> String {
         req.run_id,
         req.task_id
     )
-}
-
-/// Prepares a worktree (checked out at `ours`) for a conflict to be resolved by hand: the
-/// merge of `theirs` is written into its files, conflicted ones with diff3-style markers
-/// (ours, the common ancestor, theirs), while its index stays at `ours`, so every
-/// difference from HEAD is part of the resolution. Returns the conflicted paths. `repo` is
-/// the worktree, opened through its administrative directory.
-pub(crate) fn write_conflicts(
-    repo: &Repository,
-    ours: Oid,
-    theirs: Oid,
-) -> anyhow::Result<Vec<RepoPath>> {
-    let ours_commit = repo.find_commit(ours)?;
-    let theirs_commit = repo.find_commit(theirs)?;
-    let mut opts = MergeOptions::new();
-    opts.find_renames(true);
-    let mut merged = repo.merge_commits(&ours_commit, &theirs_commit, Some(&opts))?;
-    let paths = conflict_paths(&merged)?;
-    let mut checkout = git2::build::CheckoutBuilder::new();
-    checkout
-        .force()
-        .allow_conflicts(true)
-        .conflict_style_diff3(true)
-        .our_label("already merged")
-        .their_label("this task");
-    repo.checkout_index(Some(&mut merged), Some(&mut checkout))
-        .context("cannot write the conflicted merge into the worktree")?;
-    let mut index = repo.index()?;
-    index.read_tree(&ours_commit.tree()?)?;
-    index.write()?;
-    Ok(paths)
-}
-
-/// Paths among `paths` (in `worktree`) that still hold conflict markers (regular files only:
-/// a link is not followed).
-pub(crate) fn with_conflict_markers(worktree: &Path, paths: &[RepoPath]) -> Vec<RepoPath> {
-    paths
-        .iter()
-        .filter(|p| {
-            let path = worktree.join(p.as_path());
-            let file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
-            file && std::fs::read(&path).is_ok_and(|bytes| {
-                bytes
-                    .split(|&b| b == b'\n')
-                    .any(|line| line.starts_with(b"<<<<<<< ") || line.starts_with(b">>>>>>> "))
-            })
-        })
-        .cloned()
-        .collect()
 }
 
 /// The task merges on the first-parent chain from `from` (excluded) to `tip`, oldest first:
@@ -438,7 +474,7 @@ mod tests {
         let run: RunId = RunId::new_now();
         let ids: Vec<TaskId> = (1..=4).map(|k| format!("t{k}").parse().unwrap()).collect();
         let files = [RepoPath::from("a.txt")];
-        let mut train = MergeTrain::new(dir.path(), "swarm/r/result", base).unwrap();
+        let mut train = MergeTrain::new(dir.path(), "swarm/r/result", base, None).unwrap();
         let base_tree = repo.find_commit(base).unwrap().tree().unwrap();
         let changes: Vec<_> = tasks
             .iter()
@@ -462,7 +498,7 @@ mod tests {
             })
             .collect();
         // Under `--on-conflict fail`, nothing after the conflict (the third) is tried.
-        let mut stopping = MergeTrain::new(dir.path(), "swarm/r/stopped", base).unwrap();
+        let mut stopping = MergeTrain::new(dir.path(), "swarm/r/stopped", base, None).unwrap();
         let tried = stopping.merge_many(&reqs, true).unwrap();
         assert!(tried.len() == 3 && matches!(tried[2], Ok(MergeOutcome::Conflict { .. })));
         let outcomes = train.merge_many(&reqs, false).unwrap();
