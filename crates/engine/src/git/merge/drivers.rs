@@ -121,6 +121,9 @@ impl Drivers {
             };
             let definition = match trusted(entry.level(), entry.include_depth()) {
                 Ok(()) => match entry.value() {
+                    Ok(command) if command.trim().is_empty() => {
+                        Definition::Refused("its command is empty".into())
+                    }
                     Ok(command) => Definition::Command(command.to_owned()),
                     Err(_) => Definition::Refused("its command is not UTF-8".into()),
                 },
@@ -344,6 +347,38 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(out.stdout, b"it's $(x) `y` \\ \"z\"");
+    }
+
+    #[test]
+    fn drivers_come_from_the_repositorys_own_config_never_through_an_include() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path().join("r.git")).unwrap();
+        let included = dir.path().join("shared.gitconfig");
+        std::fs::write(&included, "[merge \"shared\"]\n\tdriver = cat %B\n").unwrap();
+        let mut config = repo
+            .config()
+            .unwrap()
+            .open_level(ConfigLevel::Local)
+            .unwrap();
+        config
+            .set_str("merge.own.driver", "sort -u %A %B -o %A")
+            .unwrap();
+        config.set_str("merge.blank.driver", " ").unwrap();
+        config
+            .set_str("include.path", included.to_str().unwrap())
+            .unwrap();
+        let drivers = Drivers::read(&repo, None).unwrap();
+        let named = |n: &str| MergeAttr::Named(n.into());
+        assert!(matches!(
+            drivers.choice(&named("own")),
+            Choice::Command { .. }
+        ));
+        for refused in ["shared", "blank"] {
+            assert!(
+                matches!(drivers.choice(&named(refused)), Choice::Refused { .. }),
+                "{refused}"
+            );
+        }
     }
 
     #[test]
