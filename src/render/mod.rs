@@ -182,8 +182,13 @@ impl Live {
     /// The overall line: tasks by status, and what the run has spent so far.
     fn refresh_overall(&self) {
         let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        let mut parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        parts.sort();
+        // By status, in the summary's words: "3 merged, 1 no change".
+        let mut by_status: Vec<_> = counts.iter().collect();
+        by_status.sort();
+        let mut parts: Vec<String> = by_status
+            .into_iter()
+            .map(|(k, v)| format!("{v} {}", k.replace('_', " ")))
+            .collect();
         let (tokens, cost) = *self.spent.lock().unwrap_or_else(|e| e.into_inner());
         if tokens > 0 {
             parts.push(format!("{} tokens", super::summary::human_count(tokens)));
