@@ -70,7 +70,7 @@ pub(crate) async fn execute(request: RunRequest, out: &Output) -> CommandResult<
     if show_diffs && !out.json {
         print_task_diffs(&common_dir, &outcome.report)?;
     }
-    super::summary::print_summary(&outcome.report, outcome.interrupted);
+    super::summary::print_summary(&outcome.report, outcome.interrupted, merges);
     drop(stopped);
     if super::github::enabled() {
         super::github::publish(&outcome.report);

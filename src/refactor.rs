@@ -449,7 +449,7 @@ async fn review_then_merge(
     let outcome = on_terminal(request, events.as_deref()).await?;
     let mut report = outcome.report;
     if outcome.interrupted {
-        super::summary::print_summary(&report, true);
+        super::summary::print_summary(&report, true, true);
         return Ok(exit::INTERRUPTED);
     }
     let color = super::use_color(std::io::stderr().is_terminal());
@@ -457,7 +457,7 @@ async fn review_then_merge(
     report.compute_totals(report.totals.duration_ms);
     app::save_report(&common_dir, &report)?;
     if accepted == 0 {
-        super::summary::print_summary(&report, false);
+        super::summary::print_summary(&report, false, false);
         eprintln!("review: nothing accepted, nothing merged");
         return Ok(if report.all_succeeded() {
             exit::SUCCESS

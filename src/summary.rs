@@ -4,8 +4,9 @@
 use super::render::is_quiet;
 use swarm_engine::app::report::{Report, TaskStatus};
 
-/// The table printed after a run (stderr).
-pub(crate) fn print_summary(report: &Report, interrupted: bool) {
+/// The table printed after a run (stderr). `merges`: does the run merge (else where its
+/// branches go is the command's to say: a dry run, a shard, a review that took nothing)?
+pub(crate) fn print_summary(report: &Report, interrupted: bool, merges: bool) {
     let shown = super::visible::value(report);
     let report = shown.as_ref().unwrap_or(report);
     let t = &report.totals;
@@ -58,7 +59,9 @@ pub(crate) fn print_summary(report: &Report, interrupted: bool) {
         print_kept(report);
         print_verify_merged(report);
     }
-    print_result(report);
+    if merges {
+        print_result(report);
+    }
     if interrupted {
         // The documented way to finish: the tasks left run, then everything merges.
         eprintln!("  finish it with: swarm resume {}", report.run_id);

@@ -108,6 +108,13 @@ fn two_shards_in_two_clones_merge_in_a_third_as_on_one_machine() {
             base,
             "a shard merges nothing"
         );
+        // Said as what comes next, not as a failure to merge.
+        assert!(!run.stderr.contains("nothing merged"), "{}", run.stderr);
+        assert!(
+            run.stderr.contains("merge every shard with: swarm merge"),
+            "{}",
+            run.stderr
+        );
     }
     let merger = clone(&repo, &remote, "merge");
     let merged = swarm_in(
