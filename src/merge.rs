@@ -95,7 +95,13 @@ pub(crate) async fn run(args: MergeArgs) -> CommandResult<i32> {
         super::resume::run_continuing(continuing, RunMode::MergeOnly, args.json, args.events)
             .await?;
     match target {
-        Some((info, id)) => push(&info, &id, args.push.as_deref(), code),
+        Some((info, id)) => push(
+            &info,
+            &id,
+            args.push.as_deref(),
+            code,
+            &reconcile::Records::default(),
+        ),
         None => Ok(code),
     }
 }
@@ -171,21 +177,36 @@ async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> CommandResult<i
         },
     )
     .await?;
+    let mut records = reconcile::Records::default();
     if code != exit::INTERRUPTED {
         // The records are merged into this run's report now.
-        reconcile::drop_records(&info, &merge.records);
+        records = reconcile::drop_records(&info, &merge.records);
     }
-    push(&info, &run_id, args.push.as_deref(), code)
+    push(&info, &run_id, args.push.as_deref(), code, &records)
 }
 
-/// `--push`: the target if it moved, else the branch holding the result.
-fn push(info: &RepoInfo, run: &RunId, remote: Option<&str>, code: i32) -> CommandResult<i32> {
+/// `--push`: the target if it moved, else the branch holding the result; then the merged
+/// tasks' branches and the shard `records` are removed from the remote.
+fn push(
+    info: &RepoInfo,
+    run: &RunId,
+    remote: Option<&str>,
+    code: i32,
+    records: &reconcile::Records,
+) -> CommandResult<i32> {
     let Some(remote) = remote.filter(|_| code != exit::INTERRUPTED) else {
         return Ok(code);
     };
-    match reconcile::push_result(info, run, remote)? {
+    let pushed = reconcile::push_result(info, run, remote, records)?;
+    match pushed.branch {
         Some(branch) => eprintln!("swarm: pushed {branch} to {remote}"),
         None => eprintln!("swarm: nothing merged, nothing pushed"),
+    }
+    if !pushed.removed.is_empty() {
+        eprintln!(
+            "swarm: removed {} merged branch(es) of the run from {remote}",
+            pushed.removed.len()
+        );
     }
     Ok(code)
 }

@@ -149,16 +149,70 @@ fn two_shards_in_two_clones_merge_in_a_third_as_on_one_machine() {
     let st = statuses(&report);
     assert_eq!(count(&st, "merged"), 6, "{st:?}");
     assert_eq!(count(&st, "no_change"), 1, "{st:?}");
-    // --push sent the result.
+    // --push sent the result, and took the merged branches and the records off the remote.
     assert_eq!(
         git_in(&repo, &remote, &["rev-parse", "main"]),
         git_in(&repo, &merger, &["rev-parse", "main"])
+    );
+    assert_eq!(
+        git_in(&repo, &remote, &["branch", "--list", "swarm/*"]),
+        "",
+        "{}",
+        merged.stderr
+    );
+    assert!(
+        merged
+            .stderr
+            .contains("removed 8 merged branch(es) of the run from origin"),
+        "{}",
+        merged.stderr
     );
     // Nothing of swarm is left in the merging clone.
     assert_eq!(
         git_in(&repo, &merger, &["branch", "--list", "swarm/*"]),
         "",
         "merged branches and shard records are removed"
+    );
+}
+
+#[test]
+fn merge_push_takes_only_merged_branches_off_the_remote() {
+    let repo = seven_files();
+    let remote = repo.bare_remote();
+    let plan = repo.home.join("plan.json");
+    // f1's and f2's workers both create CHANGES: whichever merges second conflicts, and
+    // `skip` keeps its branch.
+    let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; case "$SWARM_FILE" in f1.txt|f2.txt) echo "$SWARM_FILE" > CHANGES;; esac"#;
+    repo.swarm(&[
+        "plan",
+        "x",
+        "*.txt",
+        "--scope",
+        "any",
+        "--on-conflict",
+        "skip",
+        "--exec",
+        exec,
+        "-o",
+        plan.to_str().unwrap(),
+    ])
+    .assert_code(0);
+    let plan = plan.to_str().unwrap();
+    let dir = clone(&repo, &remote, "shard");
+    swarm_in(&repo, &dir, &["run", plan, "--push", "origin"]).assert_code(0);
+    let merger = clone(&repo, &remote, "merge");
+    let merged = swarm_in(
+        &repo,
+        &merger,
+        &["merge", plan, "--fetch", "origin", "--push", "origin"],
+    );
+    merged.assert_code(1);
+    let left = git_in(&repo, &remote, &["branch", "--list", "swarm/*"]);
+    let left: Vec<&str> = left.lines().map(str::trim).collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        left[0].contains("/f1-txt-") || left[0].contains("/f2-txt-"),
+        "{left:?}"
     );
 }
 

@@ -40,9 +40,26 @@ pub fn fetch_run(cwd: &Path, wanted: &RunSelector, remote: &str) -> AppResult<()
     Ok(shard::fetch_run(&info.workdir, remote, &id)?)
 }
 
-/// After a plan's merge: its shard records are merged into the run's report now.
-pub fn drop_records(info: &RepoInfo, records: &[String]) {
+/// The shard records a merge took in: their branches and where they pointed.
+#[derive(Debug, Default)]
+pub struct Records(Vec<(String, Oid)>);
+
+/// After a plan's merge: its shard records are merged into the run's report now. Gives the
+/// records' branches and where they pointed, for `--push` to remove them from the remote.
+pub fn drop_records(info: &RepoInfo, records: &[String]) -> Records {
+    let tips = git2::Repository::open(&info.common_dir)
+        .map(|repo| {
+            records
+                .iter()
+                .filter_map(|name| {
+                    let id = repo.refname_to_id(&format!("refs/heads/{name}")).ok()?;
+                    Some((name.clone(), id))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     crate::git::finish::delete_branches(&info.common_dir, records);
+    Records(tips)
 }
 
 /// Continues run `wanted` in `mode` (resume, resume `--failed`, or merge only), with
@@ -388,15 +405,51 @@ fn gather(
     Ok((report, names))
 }
 
-/// `--push REMOTE` after a merge: the target if it moved, else the branch holding the result.
-/// Returns the branch pushed, if any.
-pub fn push_result(info: &RepoInfo, run: &RunId, remote: &str) -> AppResult<Option<String>> {
+/// What `--push` did.
+#[derive(Debug, Default)]
+pub struct Pushed {
+    /// The branch pushed: the target if it moved, else the one holding the result.
+    pub branch: Option<String>,
+    /// The run's branches removed from the remote: the merged tasks' and the shard records.
+    pub removed: Vec<String>,
+}
+
+/// `--push REMOTE` after a merge: the target if it moved, else the branch holding the
+/// result; then the run's branches on the remote that the result holds (merged tasks', and
+/// `records`, the shard records merged), each only where it still points as merged. Branches
+/// of tasks that did not merge stay.
+pub fn push_result(
+    info: &RepoInfo,
+    run: &RunId,
+    remote: &str,
+    records: &Records,
+) -> AppResult<Pushed> {
     let report = RunDir::new(&info.common_dir, run).load_report()?;
     let branch = match (&report.result, report.into_updated, &report.result_branch) {
-        (None, _, _) | (Some(_), false, None) => return Ok(None),
+        (None, _, _) | (Some(_), false, None) => return Ok(Pushed::default()),
         (Some(_), true, _) => report.into.clone(),
         (Some(_), false, Some(branch)) => branch.clone(),
     };
     shard::push(&info.workdir, remote, std::slice::from_ref(&branch), false)?;
-    Ok(Some(branch))
+    let mut merged: Vec<(String, Oid)> = records.0.clone();
+    for task in report
+        .tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::Merged)
+    {
+        merged.extend(task.commit.map(|c| (task.branch.clone(), c)));
+        for candidate in &task.candidates {
+            merged.extend(candidate.commit.map(|c| (candidate.branch.clone(), c)));
+        }
+    }
+    let on_remote = shard::remote_run_branches(&info.workdir, remote, run)?;
+    let removable: Vec<(String, Oid)> = on_remote
+        .into_iter()
+        .filter(|there| merged.contains(there))
+        .collect();
+    shard::delete_remote(&info.workdir, remote, &removable)?;
+    Ok(Pushed {
+        branch: Some(branch),
+        removed: removable.into_iter().map(|(name, _)| name).collect(),
+    })
 }

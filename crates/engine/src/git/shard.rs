@@ -116,6 +116,52 @@ pub(crate) fn push(
     run_git(cmd, &format!("git push {remote}"))
 }
 
+/// The `swarm/<RUN-ID>/*` branches of `remote` and where they point (`git ls-remote`).
+pub(crate) fn remote_run_branches(
+    workdir: &Path,
+    remote: &str,
+    run_id: &RunId,
+) -> Result<Vec<(String, Oid)>, RemoteError> {
+    let prefix = format!("refs/heads/{}", run_id.branch_prefix());
+    let mut cmd = Command::new("git");
+    cmd.current_dir(workdir)
+        .args(["ls-remote", "--heads", "--end-of-options", remote])
+        .arg(format!("{prefix}*"));
+    let listed = git_stdout(cmd, &format!("git ls-remote {remote}"))?;
+    Ok(listed
+        .lines()
+        .filter_map(|line| {
+            let (id, name) = line.split_once('\t')?;
+            let name = name.strip_prefix("refs/heads/")?;
+            Some((name.to_string(), id.parse().ok()?))
+        })
+        .filter(|(name, _)| name.starts_with(&prefix["refs/heads/".len()..]))
+        .collect())
+}
+
+/// Deletes branches of `remote`, each only if it still points where it is expected to
+/// (`--force-with-lease`): a branch someone pushed again since is left alone.
+pub(crate) fn delete_remote(
+    workdir: &Path,
+    remote: &str,
+    branches: &[(String, Oid)],
+) -> Result<(), RemoteError> {
+    if branches.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = Command::new("git");
+    cmd.current_dir(workdir)
+        .args(["push", "--quiet", "--atomic"]);
+    for (name, id) in branches {
+        cmd.arg(format!("--force-with-lease=refs/heads/{name}:{id}"));
+    }
+    cmd.args(["--end-of-options", remote]);
+    for (name, _) in branches {
+        cmd.arg(format!(":refs/heads/{name}"));
+    }
+    run_git(cmd, &format!("git push --delete {remote}"))
+}
+
 /// Fetches every `swarm/<RUN-ID>/*` branch of `remote` into the local branches of the same
 /// names.
 pub(crate) fn fetch_run(workdir: &Path, remote: &str, run_id: &RunId) -> Result<(), RemoteError> {
