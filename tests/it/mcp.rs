@@ -124,6 +124,11 @@ fn an_agent_plans_starts_follows_and_reads_a_run() {
         "cancel", "clean", "diff", "merge", "plan", "refactor", "result", "resume", "status",
     ];
     assert_eq!(seen["tools"], json!(tools));
+    // The server says its own name, not its SDK's.
+    assert_eq!(
+        seen["server"],
+        json!({"name": "swarm", "version": env!("CARGO_PKG_VERSION")})
+    );
     let plan = answer(&seen, 0);
     assert_eq!(plan["tasks"], 4);
     assert_eq!(plan["settings"]["run"]["exec"], SED_FOO_BAR);

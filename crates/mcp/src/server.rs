@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, ProgressNotificationParam, RequestMetaObject, ServerCapabilities,
-    ServerConfig,
+    CallToolResult, ContentBlock, Implementation, ProgressNotificationParam, RequestMetaObject,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::{Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
@@ -470,11 +470,13 @@ fn interrupt(pid: u32) -> std::io::Result<()> {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Swarm {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
-            "swarm applies one change across many files of this git repository: plan shows the \
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("swarm", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "swarm applies one change across many files of this git repository: plan shows the \
              tasks, refactor starts a run (workers in parallel, each in its own worktree, \
              merged back with --no-ff) and returns its run id; result gives the outcome, diff \
              the change. Runs belong to the repository and go on without this connection.",
-        )
+            )
     }
 }

@@ -21,10 +21,11 @@ async def main(spec):
         cwd=spec.get("cwd"),
         env=dict(os.environ),
     )
-    out = {"tools": [], "calls": []}
+    out = {"server": None, "tools": [], "calls": []}
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write) as session:
-            await session.initialize()
+            init = await session.initialize()
+            out["server"] = {"name": init.server_info.name, "version": init.server_info.version}
             listed = await session.list_tools()
             out["tools"] = sorted(tool.name for tool in listed.tools)
             for call in spec["calls"]:
