@@ -31,7 +31,7 @@ Examples:
 
   # Fix lint in every Python file, into a new branch (ruff exits 1 when findings are left):
   swarm refactor 'ruff fixes' '*.py' --into lint-fixes -y --ok-exit-codes 0,1 \\
-      --exec 'ruff check --fix \"$SWARM_FILE\"'
+      --exec 'ruff check --fix --force-exclude \"$SWARM_FILE\"'
 
 Workers get SWARM_FILE, SWARM_FILES, SWARM_INSTRUCTION, SWARM_TASK_ID, SWARM_RUN_ID,
 SWARM_WORKTREE, SWARM_TASK_FILE and SWARM_RESULT_FILE (see docs/WORKERS.md).
@@ -42,30 +42,30 @@ pub(crate) struct RefactorArgs {
     pub planning: PlanningArgs,
 
     /// Keep worktrees and task branches after the run.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub keep: bool,
 
     /// Run the workers but merge nothing: print each task's diff and keep its branch;
     /// `swarm merge RUN-ID` merges them later.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub dry_run: bool,
 
     /// Run the workers, then show each task's diff and ask accept/skip/quit before merging
     /// it (on a terminal).
-    #[arg(long, conflicts_with = "dry_run")]
+    #[arg(help_heading = "Output", long, conflicts_with = "dry_run")]
     pub review: bool,
 
     /// Print the run report as JSON on stdout (human output stays on stderr).
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub json: bool,
 
     /// Also append every event to FILE as a JSON line while the run goes (besides the run's
     /// own events.jsonl).
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Output", long, value_name = "FILE")]
     pub events: Option<std::path::PathBuf>,
 
     /// Do not ask for confirmation (swarm asks only on a terminal).
-    #[arg(short = 'y', long)]
+    #[arg(help_heading = "Output", short = 'y', long)]
     pub yes: bool,
 }
 
@@ -81,133 +81,143 @@ pub(crate) struct PlanningArgs {
     pub pathspecs: Vec<String>,
 
     /// Keep only files whose content matches this regular expression.
-    #[arg(long, value_name = "REGEX")]
+    #[arg(help_heading = "Selection", long, value_name = "REGEX")]
     pub grep: Option<String>,
 
     /// Exit 0 when no file matches the pathspecs and --grep (else it is an error, exit 2, as
     /// a typo in CI should be).
-    #[arg(long)]
+    #[arg(help_heading = "Selection", long)]
     pub allow_empty: bool,
 
     /// Files per task [default: 1].
-    #[arg(long, value_name = "N", env = env_vars::SWARM_BATCH)]
+    #[arg(help_heading = "Selection", long, value_name = "N", env = env_vars::SWARM_BATCH)]
     pub batch: Option<usize>,
 
     /// Tasks one worker process runs at most: N, or auto (several when the --exec command
     /// takes a list of files, naming $SWARM_FILES; one otherwise). Each task is still
     /// committed and merged on its own; a failing process's tasks run again in halves
     /// [default: auto].
-    #[arg(long, value_name = "N|auto", env = env_vars::SWARM_PER_PROCESS)]
+    #[arg(help_heading = "Worker", long, value_name = "N|auto", env = env_vars::SWARM_PER_PROCESS)]
     pub per_process: Option<PerProcess>,
 
     /// How files become tasks: file (one task per file, or per --batch files) or llm (a
     /// planner model groups them and writes each task's instruction) [default: file].
-    #[arg(long, value_name = "HOW", conflicts_with = "batch")]
+    #[arg(
+        help_heading = "Selection",
+        long,
+        value_name = "HOW",
+        conflicts_with = "batch"
+    )]
     pub split: Option<SplitMode>,
 
     /// Model of --split llm [default: the worker model, --model].
-    #[arg(long, value_name = "NAME")]
+    #[arg(help_heading = "Selection", long, value_name = "NAME")]
     pub planner_model: Option<String>,
 
     /// Worker command, run with `sh -c` in the task's worktree.
-    #[arg(long, value_name = "CMD", env = env_vars::SWARM_EXEC)]
+    #[arg(help_heading = "Worker", long, value_name = "CMD", env = env_vars::SWARM_EXEC)]
     pub exec: Option<String>,
 
     /// Workers running at once [default: 4].
-    #[arg(short, long, value_name = "N", env = env_vars::SWARM_JOBS)]
+    #[arg(help_heading = "Worker", short, long, value_name = "N", env = env_vars::SWARM_JOBS)]
     pub jobs: Option<usize>,
 
     /// Commit the tasks start from.
-    #[arg(long, value_name = "REV", default_value = "HEAD")]
+    #[arg(
+        help_heading = "Selection",
+        long,
+        value_name = "REV",
+        default_value = "HEAD"
+    )]
     pub base: String,
 
     /// Branch that receives the merges [default: the current branch]; created at --base if it
     /// does not exist.
-    #[arg(long, value_name = "BRANCH")]
+    #[arg(help_heading = "Selection", long, value_name = "BRANCH")]
     pub into: Option<String>,
 
     /// A structured merge tool for each file git's line merge leaves in conflict, in the
     /// languages it knows, before --on-conflict decides: mergiraf (installed on PATH; run
     /// confined, as a merge driver). The repository's own merge drivers (.gitattributes
     /// `merge=NAME` and `merge.NAME.driver` in git config) run with or without it.
-    #[arg(long, value_name = "TOOL", env = env_vars::SWARM_MERGE_WITH,
+    #[arg(help_heading = "Checks and merging", long, value_name = "TOOL", env = env_vars::SWARM_MERGE_WITH,
           value_parser = super::keywords::<MergeWith>(MergeWith::NAMES))]
     pub merge_with: Option<MergeWith>,
 
     /// What a task whose merge conflicts gets: retry (once, on the merged result), skip (keep
     /// its branch), fail (stop merging), repair (the model resolves it; needs --model)
     /// [default: retry].
-    #[arg(long, value_name = "POLICY", env = env_vars::SWARM_ON_CONFLICT,
+    #[arg(help_heading = "Checks and merging", long, value_name = "POLICY", env = env_vars::SWARM_ON_CONFLICT,
           value_parser = super::keywords::<OnConflict>(OnConflict::NAMES))]
     pub on_conflict: Option<OnConflict>,
 
     /// May a worker change files outside its task? task: no (such a task fails), any: yes
     /// [default: task].
-    #[arg(long, value_name = "SCOPE", env = env_vars::SWARM_SCOPE,
+    #[arg(help_heading = "Checks and merging", long, value_name = "SCOPE", env = env_vars::SWARM_SCOPE,
           value_parser = super::keywords::<Scope>(Scope::NAMES))]
     pub scope: Option<Scope>,
 
     /// Model of the built-in worker (used when there is no --exec), e.g. gpt-4.1-mini.
-    #[arg(long, value_name = "NAME", env = env_vars::SWARM_MODEL)]
+    #[arg(help_heading = "Worker", long, value_name = "NAME", env = env_vars::SWARM_MODEL)]
     pub model: Option<String>,
 
     /// OpenAI-compatible endpoint [default: OPENAI_BASE_URL, else https://api.openai.com/v1].
     /// The key comes from SWARM_API_KEY or OPENAI_API_KEY.
-    #[arg(long, value_name = "URL", env = env_vars::SWARM_BASE_URL)]
+    #[arg(help_heading = "Worker", long, value_name = "URL", env = env_vars::SWARM_BASE_URL)]
     pub base_url: Option<String>,
 
     /// Model round-trips per task (built-in worker) [default: 50].
-    #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_TURNS)]
+    #[arg(help_heading = "Worker", long, value_name = "N", env = env_vars::SWARM_MAX_TURNS)]
     pub max_turns: Option<u32>,
 
     /// Token budget of the whole run (the built-in worker's tokens and what --agent workers
     /// report): no new task starts once it is spent; `swarm resume` finishes the rest.
-    #[arg(long, visible_alias = "max-run-tokens", value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
+    #[arg(help_heading = "Safety and limits", long, visible_alias = "max-run-tokens", value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
     pub max_tokens: Option<u64>,
 
     /// Spending cap of the whole run in US dollars (what --agent workers report, and the
     /// built-in worker's tokens at your [model] price): no new task starts once it is
     /// reached; `swarm resume --max-cost MORE` finishes the rest.
-    #[arg(long, value_name = "USD", env = env_vars::SWARM_MAX_COST)]
+    #[arg(help_heading = "Safety and limits", long, value_name = "USD", env = env_vars::SWARM_MAX_COST)]
     pub max_cost: Option<f64>,
 
     /// The most tokens of one model answer (`max_tokens` of each request), so that a local
     /// server with no cap cannot generate for minutes [default: the server's].
-    #[arg(long, value_name = "N", env = env_vars::SWARM_MAX_OUTPUT_TOKENS)]
+    #[arg(help_heading = "Worker", long, value_name = "N", env = env_vars::SWARM_MAX_OUTPUT_TOKENS)]
     pub max_output_tokens: Option<u32>,
 
     /// Check run in a task's worktree after its worker (`sh -c`); a failing task is not
     /// merged. The built-in worker sees the failure and gets to fix it.
-    #[arg(long, value_name = "CMD", env = env_vars::SWARM_VERIFY)]
+    #[arg(help_heading = "Checks and merging", long, value_name = "CMD", env = env_vars::SWARM_VERIFY)]
     pub verify: Option<String>,
 
     /// Check run (`sh -c`, confined) on the merged result before the target moves. If it
     /// fails, swarm finds the tasks that break it by bisecting the merge sequence, leaves
     /// them out (status `excluded`, branch kept) and merges the rest.
-    #[arg(long, value_name = "CMD", env = env_vars::SWARM_VERIFY_MERGED)]
+    #[arg(help_heading = "Checks and merging", long, value_name = "CMD", env = env_vars::SWARM_VERIFY_MERGED)]
     pub verify_merged: Option<String>,
 
     /// With --exec and --model: a task whose --verify fails after the command is handed to
     /// the built-in agent, in the same worktree, with the failure output.
-    #[arg(long)]
+    #[arg(help_heading = "Checks and merging", long)]
     pub repair: bool,
 
     /// Exit statuses of the worker's command that mean success, comma-separated (`0,1` for
     /// codemods that exit 1 when they rewrote a file or left findings: pyupgrade, `ruff check
     /// --fix`) [default: 0].
-    #[arg(long, value_name = "CODES", value_delimiter = ',', env = env_vars::SWARM_OK_EXIT_CODES)]
+    #[arg(help_heading = "Worker", long, value_name = "CODES", value_delimiter = ',', env = env_vars::SWARM_OK_EXIT_CODES)]
     pub ok_exit_codes: Option<Vec<i32>>,
 
     /// A worker process with no output and no file change for this many seconds is stale and
     /// killed [default: 300].
-    #[arg(long, value_name = "SECS", env = env_vars::SWARM_IDLE_TIMEOUT)]
+    #[arg(help_heading = "Worker", long, value_name = "SECS", env = env_vars::SWARM_IDLE_TIMEOUT)]
     pub idle_timeout: Option<u64>,
 
     /// Confinement of worker processes: workspace-write (each in a jail: write only in the
     /// task's worktree and a private temp dir, no network, credential stores hidden, no
     /// process outlives it) or off [default: workspace-write]. Only this flag or your own
     /// config can turn it off, not the repository's swarm.toml.
-    #[arg(long, value_name = "MODE", env = env_vars::SWARM_SANDBOX,
+    #[arg(help_heading = "Safety and limits", long, value_name = "MODE", env = env_vars::SWARM_SANDBOX,
           value_parser = super::keywords::<SandboxMode>(SandboxMode::NAMES))]
     pub sandbox: Option<SandboxMode>,
 
@@ -215,62 +225,66 @@ pub(crate) struct PlanningArgs {
     /// an overlay mount in the worker's jail: start-up and per-task cost follow the change,
     /// not the repository), pool (full checkouts, reused), or auto (overlay where the run
     /// can use it) [default: auto].
-    #[arg(long, value_name = "MODE", env = env_vars::SWARM_WORKTREES,
+    #[arg(help_heading = "Safety and limits", long, value_name = "MODE", env = env_vars::SWARM_WORKTREES,
           value_parser = super::keywords::<WorktreeMode>(WorktreeMode::NAMES))]
     pub worktrees: Option<WorktreeMode>,
 
     /// Keep the base checkout of overlay worktrees in .git/swarm/base for the next run, which
     /// brings it to its own base in proportion to what changed instead of checking the whole
     /// tree out again (swarm clean --all removes it).
-    #[arg(long)]
+    #[arg(help_heading = "Safety and limits", long)]
     pub reuse_base: bool,
 
     /// Let worker processes reach the network.
-    #[arg(long)]
+    #[arg(help_heading = "Safety and limits", long)]
     pub network: bool,
 
     /// A coding agent as the worker: claude, codex, gemini, aider, opencode, or one of your
     /// [agents.NAME] (`swarm agents` lists them). It runs under the sandbox with what that
     /// agent needs (its API's domains, its state directory, its key variables); --model is
     /// passed to it (docs/AGENTS.md).
-    #[arg(long, value_name = "NAME", env = env_vars::SWARM_AGENT, conflicts_with = "exec")]
+    #[arg(help_heading = "Worker", long, value_name = "NAME", env = env_vars::SWARM_AGENT, conflicts_with = "exec")]
     pub agent: Option<String>,
 
     /// Let worker processes reach this domain (and nothing else) through swarm's proxy:
     /// `api.example.com`, `*.example.com`, or `host:port` (else ports 443 and 80).
     /// Repeatable; adds to `[sandbox] allow_domains` of your config.
-    #[arg(long = "allow-domain", value_name = "DOMAIN")]
+    #[arg(
+        help_heading = "Safety and limits",
+        long = "allow-domain",
+        value_name = "DOMAIN"
+    )]
     pub allow_domains: Vec<String>,
 
     /// Let the built-in worker's `run` tool run any command (still confined); without it,
     /// only commands matching `[sandbox] allow_run` in swarm.toml.
-    #[arg(long)]
+    #[arg(help_heading = "Worker", long)]
     pub allow_run: bool,
 
     /// Wall-clock limit of one task, in seconds [default: 600].
-    #[arg(long, value_name = "SECS", env = env_vars::SWARM_TIMEOUT)]
+    #[arg(help_heading = "Worker", long, value_name = "SECS", env = env_vars::SWARM_TIMEOUT)]
     pub timeout: Option<u64>,
 
     /// Move the target only if every task merged (or needed no change); otherwise the merged
     /// result stays on swarm/<RUN-ID>/result and the target where it was.
-    #[arg(long)]
+    #[arg(help_heading = "Checks and merging", long)]
     pub atomic: bool,
 
     /// Up to N candidates per task, one after another: a candidate that fails (its exit,
     /// its scope, --verify) gets another from the task's base; the first that passes wins
     /// (at most 8; branches swarm/<RUN-ID>/<TASK-ID>/c<K>, SWARM_CANDIDATE=K).
-    #[arg(long, value_name = "N", env = env_vars::SWARM_TRIES, conflicts_with = "best_of")]
+    #[arg(help_heading = "Worker", long, value_name = "N", env = env_vars::SWARM_TRIES, conflicts_with = "best_of")]
     pub tries: Option<u32>,
 
     /// N candidates per task at once, within --jobs; swarm chooses: it must pass, then the
     /// change most candidates agree on, then the smaller change, then --judge-model (at
     /// most 8).
-    #[arg(long, value_name = "N", env = env_vars::SWARM_BEST_OF)]
+    #[arg(help_heading = "Worker", long, value_name = "N", env = env_vars::SWARM_BEST_OF)]
     pub best_of: Option<u32>,
 
     /// With --best-of: a model (at the --base-url endpoint) that picks between finalists
     /// that still tie, against the instruction; its answers are metered and budgeted.
-    #[arg(long, value_name = "NAME", env = env_vars::SWARM_JUDGE_MODEL)]
+    #[arg(help_heading = "Worker", long, value_name = "NAME", env = env_vars::SWARM_JUDGE_MODEL)]
     pub judge_model: Option<String>,
 }
 
