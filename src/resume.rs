@@ -24,6 +24,13 @@ pub(crate) struct ResumeArgs {
     /// Keep worktrees and task branches after the run.
     #[arg(long)]
     pub keep: bool,
+    /// A corrected worker command for the tasks this resume runs (with --failed, the failed
+    /// ones); the run's plan keeps its own.
+    #[arg(long, value_name = "CMD")]
+    pub exec: Option<String>,
+    /// A corrected --verify check for the tasks this resume runs.
+    #[arg(long, value_name = "CMD")]
+    pub verify: Option<String>,
     /// Check the merged result with this command (instead of the run's own
     /// --verify-merged, if any); tasks that break it are left out.
     #[arg(long, value_name = "CMD")]
@@ -58,9 +65,20 @@ pub(crate) async fn run(args: ResumeArgs) -> CommandResult<i32> {
         max_cost: args.max_cost,
         // An --atomic run stays atomic: the setting is the plan's.
         atomic: false,
+        exec: args.exec.clone(),
+        verify: args.verify.clone(),
     };
     let continuing =
         reconcile::continue_run(&cwd, &args.run_id, mode, args.keep, overrides).await?;
+    if matches!(continuing, Continuing::Ready { .. }) {
+        for (flag, command) in [("--exec", &args.exec), ("--verify", &args.verify)] {
+            if let Some(command) = command {
+                super::render::say(&format!(
+                    "swarm: the tasks this resume runs use {flag} {command} (not the run's own)"
+                ));
+            }
+        }
+    }
     run_continuing(continuing, mode, args.json, args.events).await
 }
 

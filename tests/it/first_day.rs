@@ -11,14 +11,16 @@ use crate::common::{Run, TestRepo, hermetic};
 
 /// The stand-ins, as executables in a folder put first on PATH.
 const RUFF: &str = r#"#!/bin/sh
-# ruff check --fix FILE: splits `import os, sys`; caches as ruff does, in the current folder.
+# ruff check --fix [--force-exclude] FILE: splits `import os, sys`; caches as ruff does, in
+# the current folder.
 [ "$1" = check ] && [ "$2" = --fix ] || { echo "stand-in ruff: unexpected $*" >&2; exit 2; }
+for f in "$@"; do :; done
 mkdir -p .ruff_cache/0.17.6
 printf '*\n' > .ruff_cache/.gitignore
 printf 'Signature: 8a477f597d28d172789f06886806bc55\n' > .ruff_cache/CACHEDIR.TAG
 echo cache > ".ruff_cache/0.17.6/$$"
-sed -i 's/^import os, sys$/import os\nimport sys/' "$3"
-if grep -q unfixable "$3"; then echo "$3:1:1: E999 unfixable"; echo "Found 1 error."; exit 1; fi
+sed -i 's/^import os, sys$/import os\nimport sys/' "$f"
+if grep -q unfixable "$f"; then echo "$f:1:1: E999 unfixable"; echo "Found 1 error."; exit 1; fi
 "#;
 
 const PRETTIER: &str = r#"#!/bin/sh

@@ -423,3 +423,41 @@ fn a_run_killed_before_its_first_report_says_what_to_do() {
         run.stderr
     );
 }
+
+/// The summary's next step for a command that failed, taken: `swarm resume RUN --failed
+/// --exec FIXED` runs the failed tasks with the fixed command, and says so; the run's plan
+/// keeps its own.
+#[test]
+fn resume_failed_runs_the_failed_tasks_with_a_corrected_command() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")]);
+    let broken = r#"[ "$SWARM_FILE" != b.txt ] && sed -i s/foo/bar/ "$SWARM_FILE""#;
+    let run = repo.swarm(&["refactor", "x", "*.txt", "--exec", broken]);
+    run.assert_code(1);
+    let id = run.run_id();
+    assert!(
+        run.stderr.contains(&format!(
+            "swarm resume {id} --failed --exec 'FIXED COMMAND'"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(repo.read("b.txt"), "foo\n");
+    let fixed = crate::common::SED_FOO_BAR;
+    let resumed = repo.swarm(&["resume", &id, "--failed", "--exec", fixed]);
+    resumed.assert_code(0);
+    assert!(
+        resumed
+            .stderr
+            .contains(&format!("the tasks this resume runs use --exec {fixed}")),
+        "{}",
+        resumed.stderr
+    );
+    for f in ["a.txt", "b.txt", "c.txt"] {
+        assert_eq!(repo.read(f), "bar\n", "{f}");
+    }
+    let report = repo.report(&resumed);
+    assert_eq!(report["totals"]["merged"], 3);
+    let plan = repo.run_file(&id, "plan.json");
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    assert_eq!(plan["settings"]["run"]["exec"], broken);
+}

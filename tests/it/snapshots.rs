@@ -75,6 +75,24 @@ fn the_summary_of_a_run() {
     assert_text!("summary", steady(&run.stderr));
 }
 
+/// Past 20 tasks the summary lists no task: what did not merge is grouped by reason (same
+/// status, same error but for the file), each group with its first output and next step.
+#[test]
+fn the_summary_of_a_big_run_groups_failures_by_reason() {
+    let files: Vec<(String, &str)> = (1..=24)
+        .map(|i| (format!("f{i:02}.txt"), "foo\n"))
+        .collect();
+    let repo = TestRepo::with_files(&files);
+    let exec = r#"sed -i s/foo/bar/ "$SWARM_FILE"; case "$SWARM_FILE" in
+  f0[1-3].txt) echo "error: cannot parse $SWARM_FILE"; exit 3 ;;
+  f04.txt) echo "Traceback: boom"; exit 4 ;;
+esac"#;
+    let run = repo.swarm(&["refactor", "x", ".", "-j", "2", "--exec", exec]);
+    run.assert_code(1);
+    let summary = run.stderr.split("\nswarm: run ").nth(1).unwrap();
+    assert_text!("summary_grouped", format!("swarm: run {summary}"));
+}
+
 #[test]
 fn the_status_of_a_run() {
     let repo = three_files();

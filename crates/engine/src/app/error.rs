@@ -53,6 +53,9 @@ pub enum AppError {
     /// The program an `--exec` command starts with is not on PATH.
     #[error("`{0}`, the program --exec starts with, is not found on PATH")]
     ExecNotFound(String),
+    /// `swarm resume --exec` of a run whose worker is an `--agent`.
+    #[error("run's worker is the agent {0}: --exec cannot replace it")]
+    ExecOverAgent(String),
     /// `--merge-with TOOL` that cannot be found or asked what it merges.
     #[error("--merge-with {tool}: {problem}")]
     MergeTool { tool: String, problem: String },

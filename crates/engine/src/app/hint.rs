@@ -89,6 +89,11 @@ fn worker_hint(e: &AppError) -> Option<String> {
     AppError::ExecNotFound(program) => Some(format!(
         "install it, or check the spelling; workers run `sh -c CMD` with your PATH (`command -v {program}` tells where it is)"
     )),
+    AppError::ExecOverAgent(_) => Some(
+        "leave --exec out to run the agent again (`swarm resume RUN --failed`), or start a new \
+         run with the command: swarm refactor … --exec CMD"
+            .into(),
+    ),
     AppError::MergeTool { .. } => Some(
         "install it (`cargo install --locked mergiraf`, docs/WORKERS.md) and put it on PATH, \
          or leave --merge-with (and [merge] with) out"

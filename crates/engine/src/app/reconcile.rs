@@ -72,6 +72,10 @@ pub struct Overrides {
     pub atomic: bool,
     pub max_tokens: Option<u64>,
     pub max_cost: Option<f64>,
+    /// `swarm resume --exec`: a corrected worker command for the tasks this resume runs.
+    pub exec: Option<String>,
+    /// `swarm resume --verify`: a corrected check, likewise.
+    pub verify: Option<String>,
 }
 
 impl Overrides {
@@ -81,6 +85,8 @@ impl Overrides {
         layer.run.verify_merged = self.verify_merged;
         layer.run.atomic = self.atomic.then_some(true);
         layer.run.max_tokens = self.max_tokens;
+        layer.run.exec = self.exec;
+        layer.run.verify = self.verify;
         layer.run.max_cost = match self.max_cost {
             // Not a number: refused as a budget of nothing is.
             Some(usd) => Some(
@@ -122,8 +128,12 @@ pub async fn continue_run(
         _ => Busy::Resume,
     };
     let (lock, recovered) = runs::recover_killed(&info, &id, busy)?;
+    let new_exec = overrides.exec.is_some();
     let (plan, resolved) = run_settings(&info, &run_dir, overrides.layer()?)?;
     let (settings, warnings) = (resolved.settings, resolved.warnings);
+    if let (true, Some(agent)) = (new_exec, &settings.agent) {
+        return Err(AppError::ExecOverAgent(agent.name.clone()));
+    }
     if !run_dir.report().exists() {
         return Err(AppError::NeverStarted(id));
     }

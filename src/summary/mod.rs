@@ -1,6 +1,8 @@
 //! The summary after a run (stderr): the counts, a line per task with why the unsuccessful
 //! ones failed, kept branches, the merged check, and where the result is.
 
+mod groups;
+
 use super::render::is_quiet;
 use swarm_engine::app::report::{Report, TaskStatus};
 
@@ -56,6 +58,7 @@ pub(crate) fn print_summary(report: &Report, interrupted: bool, merges: bool) {
     }
     if !is_quiet() {
         print_table(report);
+        print_groups(report);
         print_kept(report);
         print_verify_merged(report);
     }
@@ -80,14 +83,18 @@ pub(super) fn human_count(n: u64) -> String {
 /// Unsuccessful tasks whose output the summary shows (`swarm status RUN` shows all).
 const EXPLAINED: usize = 10;
 
-/// One row per task (only the unsuccessful ones past 20 tasks).
+/// Past this many tasks, the table is left out: the unsuccessful ones are shown by group.
+const LISTED: usize = 20;
+
+/// One row per task, up to [`LISTED`] tasks.
 fn print_table(report: &Report) {
-    let show_all = report.tasks.len() <= 20;
+    if report.tasks.len() > LISTED {
+        return;
+    }
     // Tasks that never started are counted, not listed one by one.
     let rows: Vec<_> = report
         .tasks
         .iter()
-        .filter(|t| show_all || !t.status.is_success())
         .filter(|t| t.status != TaskStatus::Pending)
         .collect();
     if !rows.is_empty() {
@@ -134,6 +141,41 @@ fn print_table(report: &Report) {
                 }
             }
         }
+    }
+}
+
+/// The unsuccessful tasks by reason, each group with its next step. Past [`LISTED`] tasks
+/// (no table), a group also shows its first task's output, as the table would.
+fn print_groups(report: &Report) {
+    let groups = groups::groups(report);
+    if groups.is_empty() {
+        return;
+    }
+    let listed = report.tasks.len() <= LISTED;
+    eprintln!(
+        "{}",
+        match listed {
+            true => "next steps:",
+            false => "what did not merge, by reason:",
+        }
+    );
+    for group in &groups {
+        eprintln!(
+            "  {} {}: {} ({})",
+            group.tasks.len(),
+            group.status.as_str().replace('_', " "),
+            group.reason,
+            groups::first_files(group)
+        );
+        if !listed && let Some(first) = group.tasks.first() {
+            for line in failure_lines(first) {
+                eprintln!("      {line}");
+            }
+        }
+        eprintln!(
+            "    next: {}",
+            groups::next_step(group, report.run_id.as_str())
+        );
     }
 }
 
