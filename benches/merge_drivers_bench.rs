@@ -30,7 +30,7 @@
 
 mod common;
 
-use common::{git, option, option_str};
+use common::{git, git_command, option, option_str};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -287,15 +287,8 @@ fn git_cli_tree(
     );
     for parents in log.lines() {
         let task = parents.split(' ').nth(1).unwrap();
-        let merged = Command::new("git")
-            .current_dir(&clone)
+        let merged = git_command(&clone)
             .args(["merge", "-q", "--no-ff", "--no-edit", task])
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "bench")
-            .env("GIT_AUTHOR_EMAIL", "bench@example.com")
-            .env("GIT_COMMITTER_NAME", "bench")
-            .env("GIT_COMMITTER_EMAIL", "bench@example.com")
             .output()
             .unwrap();
         if !merged.status.success() {

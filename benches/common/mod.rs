@@ -3,19 +3,22 @@
 use std::path::Path;
 use std::process::Command;
 
-/// `git ARGS` in `dir`, as a fixed author with no user or system config; its stdout.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
+/// `git` in `dir`, as a fixed author with no user or system config.
+pub fn git_command(dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_AUTHOR_NAME", "bench")
         .env("GIT_AUTHOR_EMAIL", "bench@example.com")
         .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
-        .output()
-        .expect("git runs");
+        .env("GIT_COMMITTER_EMAIL", "bench@example.com");
+    cmd
+}
+
+/// `git ARGS` in `dir`, as [`git_command`] runs it; its stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = git_command(dir).args(args).output().expect("git runs");
     assert!(
         out.status.success(),
         "git {args:?} failed: {}",
