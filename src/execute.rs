@@ -158,6 +158,7 @@ fn spawn_signal_handler(
                     "swarm: interrupted: stopping the workers and keeping what merged — Ctrl-C \
                      again to stop at once; `swarm resume {run}` finishes the run later"
                 ));
+                reporter.stopping();
                 cancel.cancel();
             } else {
                 reporter.finish();

@@ -119,6 +119,14 @@ impl TerminalReporter {
         }
     }
 
+    /// The run is stopping (Ctrl-C): the overall line says so instead of an ETA, which would
+    /// read 0s.
+    pub(crate) fn stopping(&self) {
+        if let TerminalReporter::Live(live) = self {
+            live.overall.set_style(overall_style(STOPPING));
+        }
+    }
+
     /// Clears the live view before the summary is printed.
     pub(crate) fn finish(&self) {
         if let TerminalReporter::Live(live) = self {
@@ -126,6 +134,16 @@ impl TerminalReporter {
             let _ = live.multi.clear();
         }
     }
+}
+
+/// The overall line while tasks run, and once the run is stopping.
+const RUNNING: &str = "{bar:30.cyan/blue} {pos}/{len} tasks  {elapsed_precise} (ETA {eta})  {msg}";
+const STOPPING: &str = "{bar:30.cyan/blue} {pos}/{len} tasks  {elapsed_precise} (stopping)  {msg}";
+
+fn overall_style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("█▉▊▋▌▍▎▏ ")
 }
 
 pub(crate) struct Live {
@@ -146,13 +164,7 @@ impl Live {
         // Counted from where the run was, its ETA from what this process does.
         overall.set_position(settled as u64);
         overall.reset_eta();
-        overall.set_style(
-            ProgressStyle::with_template(
-                "{bar:30.cyan/blue} {pos}/{len} tasks  {elapsed_precise} (ETA {eta})  {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("█▉▊▋▌▍▎▏ "),
-        );
+        overall.set_style(overall_style(RUNNING));
         overall.enable_steady_tick(Duration::from_millis(200));
         let mut counts = HashMap::new();
         if settled > 0 {

@@ -40,11 +40,12 @@ pub(super) fn groups(report: &Report) -> Vec<Group<'_>> {
     groups
 }
 
+/// Not interrupted either: the summary's `finish it with: swarm resume RUN` is their step.
 fn unsuccessful(task: &TaskReport) -> bool {
     !task.status.is_success()
         && !matches!(
             task.status,
-            TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done
+            TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done | TaskStatus::Interrupted
         )
 }
 
@@ -104,7 +105,6 @@ pub(super) fn next_step(group: &Group<'_>, run: &str) -> String {
         TaskStatus::Conflict => {
             format!("swarm resume {run} --failed runs them again on the merged result")
         }
-        TaskStatus::Interrupted => format!("swarm resume {run} runs them"),
         _ => format!("swarm resume {run} --failed runs them again"),
     }
 }
