@@ -30,7 +30,7 @@
 
 mod common;
 
-use common::{git, git_command, option, option_str};
+use common::{fixed_identity, git, git_command, option, option_str};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -199,13 +199,8 @@ fn round(
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_swarm"));
     cmd.current_dir(&repo)
         .args(["refactor", "x", "*.txt", "-y", "--json", "--scope", "any"])
-        .args(["-j", &jobs.to_string(), "--exec", &worker(lang, work_ms)])
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.com");
+        .args(["-j", &jobs.to_string(), "--exec", &worker(lang, work_ms)]);
+    fixed_identity(&mut cmd);
     if let (Way::Mergiraf, Some(m)) = (way, mergiraf) {
         let path = format!(
             "{}:{}",

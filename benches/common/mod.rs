@@ -6,14 +6,19 @@ use std::process::Command;
 /// `git` in `dir`, as a fixed author with no user or system config.
 pub fn git_command(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
-    cmd.current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+    cmd.current_dir(dir);
+    fixed_identity(&mut cmd);
+    cmd
+}
+
+/// A fixed author and committer, and no user or system git config, for `cmd` (git, or swarm).
+pub fn fixed_identity(cmd: &mut Command) -> &mut Command {
+    cmd.env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_AUTHOR_NAME", "bench")
         .env("GIT_AUTHOR_EMAIL", "bench@example.com")
         .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.com");
-    cmd
+        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
 }
 
 /// `git ARGS` in `dir`, as [`git_command`] runs it; its stdout.

@@ -153,12 +153,6 @@ fn group_line(event: &Event) -> Option<String> {
                 .map(|l| format!(" (log: {l})"))
                 .unwrap_or_default()
         ),
-        Event::GatewayRefused {
-            task,
-            request,
-            status,
-            reason,
-        } => format!("refused   {task}: {request} ({status}): {reason}"),
         _ => return None,
     };
     Some(line)
@@ -202,12 +196,6 @@ fn run_line(event: &Event) -> Option<String> {
             "refused   {}network access to {domain}:{port} (allow it with --allow-domain {domain})",
             task.as_ref().map(|t| format!("{t}: ")).unwrap_or_default()
         ),
-        Event::GatewayRefused {
-            task,
-            request,
-            status,
-            reason,
-        } => format!("refused   {task}: {request} ({status}): {reason}"),
         _ => return None,
     };
     Some(line)

@@ -15,21 +15,20 @@ pub(super) struct Group<'a> {
 /// The unsuccessful tasks (not pending, running or finished-unmerged), grouped, the largest
 /// group first (then by status, then reason).
 pub(super) fn groups(report: &Report) -> Vec<Group<'_>> {
-    let mut groups: Vec<Group<'_>> = Vec::new();
+    let mut by_reason: std::collections::BTreeMap<(&str, String), Vec<&TaskReport>> =
+        Default::default();
     for task in report.tasks.iter().filter(|t| unsuccessful(t)) {
-        let reason = shape(task);
-        match groups
-            .iter_mut()
-            .find(|g| g.status == task.status && g.reason == reason)
-        {
-            Some(group) => group.tasks.push(task),
-            None => groups.push(Group {
-                status: task.status,
-                reason,
-                tasks: vec![task],
-            }),
-        }
+        let key = (task.status.as_str(), shape(task));
+        by_reason.entry(key).or_default().push(task);
     }
+    let mut groups: Vec<Group<'_>> = by_reason
+        .into_iter()
+        .map(|((_, reason), tasks)| Group {
+            status: tasks[0].status,
+            reason,
+            tasks,
+        })
+        .collect();
     groups.sort_by(|a, b| {
         b.tasks
             .len()

@@ -441,7 +441,7 @@ pub fn push_result(
         (Some(_), false, Some(branch)) => branch.clone(),
     };
     shard::push(&info.workdir, remote, std::slice::from_ref(&branch), false)?;
-    let mut merged: Vec<(String, Oid)> = records.0.clone();
+    let mut merged: std::collections::HashSet<(String, Oid)> = records.0.iter().cloned().collect();
     for task in report
         .tasks
         .iter()

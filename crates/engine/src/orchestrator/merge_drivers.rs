@@ -29,10 +29,19 @@ impl JailedDrivers {
 }
 
 impl DriverRunner for JailedDrivers {
-    fn scratch(&self) -> std::io::Result<tempfile::TempDir> {
-        tempfile::Builder::new()
+    fn scratch(&self) -> std::io::Result<std::path::PathBuf> {
+        let dir = tempfile::Builder::new()
             .prefix("merge-")
-            .tempdir_in(&self.shared.run_dir.path)
+            .tempdir_in(&self.shared.run_dir.path)?;
+        Ok(dir.keep())
+    }
+
+    /// Through the engine's one removal of what swarm made under `.git/swarm` (never
+    /// following a link, folders a driver closed opened first).
+    fn discard(&self, dir: &std::path::Path) {
+        if let Err(e) = crate::state::remove_owned(&self.shared.common_dir, dir) {
+            tracing::warn!("{e:#}");
+        }
     }
 
     fn run(&self, call: &DriverCall<'_>) -> DriverExit {

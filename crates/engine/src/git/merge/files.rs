@@ -16,10 +16,24 @@ use crate::report::DriverMerge;
 
 /// Runs a driver's command for the merge train (the engine's jail, its clock, its log).
 pub(crate) trait DriverRunner: Send {
-    /// A new directory for a driver's files (removed when dropped).
-    fn scratch(&self) -> std::io::Result<tempfile::TempDir>;
+    /// A new, empty directory for a driver's files.
+    fn scratch(&self) -> std::io::Result<PathBuf>;
+    /// Removes a directory [`Self::scratch`] made, whatever the driver left in it.
+    fn discard(&self, dir: &Path);
     /// Runs `call.command` with `sh -c` in `call.dir`, confined to writing there, timed.
     fn run(&self, call: &DriverCall<'_>) -> DriverExit;
+}
+
+/// A driver's directory, discarded when dropped (on every path out of [`run_one`]).
+struct Scratch<'a> {
+    runner: &'a dyn DriverRunner,
+    dir: PathBuf,
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        self.runner.discard(&self.dir);
+    }
 }
 
 /// One run of a merge driver.
@@ -99,12 +113,9 @@ pub(super) fn run_drivers(
                 _ => continue,
             },
         };
-        let call = Call {
-            task,
-            name,
-            command: &drivers::command_line(command, file.path, marker_size),
-        };
-        let (run, merged) = run_one(repo, merging.runner.as_ref(), &call, &file)?;
+        let command = drivers::command_line(command, file.path, marker_size);
+        let runner = merging.runner.as_ref();
+        let (run, merged) = run_one(repo, runner, (task, name, &command), &file)?;
         driven.runs.push(run);
         match merged {
             Some(blob) => {
@@ -142,20 +153,18 @@ fn both_changed<'a>(
     })
 }
 
-struct Call<'a> {
-    task: &'a TaskId,
-    name: &'a str,
-    command: &'a str,
-}
-
-/// Runs one driver on `file`: its record, and the blob of its result if it merged the file.
+/// Runs driver `name` (`command`, placeholders filled) for `task` on `file`: its record, and
+/// the blob of its result if it merged the file.
 fn run_one(
     repo: &Repository,
     runner: &dyn DriverRunner,
-    call: &Call<'_>,
+    (task, name, command): (&TaskId, &str, &str),
     file: &BothChanged<'_>,
 ) -> anyhow::Result<(DriverMerge, Option<git2::Oid>)> {
-    let dir = runner.scratch()?;
+    let dir = Scratch {
+        runner,
+        dir: runner.scratch()?,
+    };
     let sides = [
         file.base.map(|(id, _)| id),
         Some(file.ours.0),
@@ -166,19 +175,19 @@ fn run_one(
             Some(id) => repo.find_blob(id)?.content().to_vec(),
             None => Vec::new(),
         };
-        std::fs::write(dir.path().join(name), content)?;
+        std::fs::write(dir.dir.join(name), content)?;
     }
     let exit = runner.run(&DriverCall {
-        task: call.task,
+        task,
         path: file.path,
-        driver: call.name,
-        command: call.command,
-        dir: dir.path(),
+        driver: name,
+        command,
+        dir: &dir.dir,
     });
-    let merged = exit.result.and_then(|()| result_of(dir.path()));
+    let merged = exit.result.and_then(|()| result_of(&dir.dir));
     let record = |error: Option<String>| DriverMerge {
         path: file.path.clone(),
-        driver: call.name.to_owned(),
+        driver: name.to_owned(),
         merged: error.is_none(),
         error,
         log: exit.log.clone(),
