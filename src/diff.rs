@@ -31,17 +31,19 @@ pub(crate) struct DiffArgs {
 pub(crate) fn run(args: DiffArgs) -> CommandResult<i32> {
     let cwd = std::env::current_dir()?;
     let color = super::use_color(std::io::stdout().is_terminal());
-    let mut out = std::io::stdout().lock();
     match diff::of_run(&cwd, &args.run_id, args.task_id.as_deref(), args.candidate)? {
         Shown::Nothing(why) => eprintln!("swarm: {why}"),
-        Shown::Changes(changes) => write_changes(&changes, args.stat, color, &mut out)?,
-        Shown::Tasks(tasks) => {
+        Shown::Changes(changes) => {
+            super::pager::page(|out| write_changes(&changes, args.stat, color, out))?;
+        }
+        Shown::Tasks(tasks) => super::pager::page(|out| {
             // A run that merged nothing: each task's change, waiting on its branch.
             for (title, changes) in &tasks {
-                std::io::Write::write_all(&mut out, format!("{title}\n").as_bytes())?;
-                write_changes(changes, args.stat, color, &mut out)?;
+                out.write_all(format!("{title}\n").as_bytes())?;
+                write_changes(changes, args.stat, color, out)?;
             }
-        }
+            Ok(())
+        })?,
     }
     Ok(exit::SUCCESS)
 }
@@ -52,7 +54,7 @@ pub(super) fn write_changes(
     changes: &Changes,
     stat: bool,
     color: bool,
-    out: &mut impl std::io::Write,
+    out: &mut (impl std::io::Write + ?Sized),
 ) -> std::io::Result<()> {
     if stat {
         return out.write_all(changes.stat.as_bytes());

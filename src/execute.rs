@@ -25,6 +25,9 @@ pub(crate) struct Output {
     pub show_diffs: bool,
     /// `--events FILE`: every event as a JSON line, while the run goes.
     pub events: Option<PathBuf>,
+    /// `--report [FILE]`: the report page written at the end (`None` inside: the run's
+    /// directory).
+    pub page: Option<Option<PathBuf>>,
 }
 
 /// Runs `request` with the terminal's reporter and Ctrl-C handling.
@@ -71,6 +74,9 @@ pub(crate) async fn execute(request: RunRequest, out: &Output) -> CommandResult<
         print_task_diffs(&common_dir, &outcome.report)?;
     }
     super::summary::print_summary(&outcome.report, outcome.interrupted, merges);
+    if let Some(to) = &out.page {
+        write_page(&outcome.report.run_id, to.as_deref())?;
+    }
     drop(stopped);
     if super::github::enabled() {
         super::github::publish(&outcome.report);
@@ -91,6 +97,17 @@ pub(crate) async fn execute(request: RunRequest, out: &Output) -> CommandResult<
         let _ = writeln!(stdout);
     }
     Ok(exit_code(&outcome, merges))
+}
+
+/// `--report`: the run's page, its path said on stderr.
+pub(crate) fn write_page(
+    run: &swarm_engine::app::ids::RunId,
+    to: Option<&std::path::Path>,
+) -> CommandResult<()> {
+    let cwd = std::env::current_dir()?;
+    let written = app::page::write(&cwd, &run.into(), to)?;
+    eprintln!("report page: {}", written.path.display());
+    Ok(())
 }
 
 /// 0 when everything succeeded (for a run that merges nothing: every task finished, its

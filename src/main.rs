@@ -28,6 +28,8 @@ mod land;
 mod mcp;
 mod merge;
 mod out;
+mod page;
+mod pager;
 mod plan;
 mod refactor;
 mod render;
@@ -115,6 +117,7 @@ enum Command {
     Run(run::RunArgs),
     Status(status::StatusArgs),
     Diff(diff::DiffArgs),
+    Report(page::ReportArgs),
     Merge(merge::MergeArgs),
     Land(land::LandArgs),
     Resume(resume::ResumeArgs),
@@ -157,6 +160,7 @@ fn run() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::run(args),
             Command::Diff(args) => diff::run(args),
+            Command::Report(args) => page::run(args),
             Command::Merge(args) => merge::run(args).await,
             Command::Land(args) => land::run(args).await,
             Command::Resume(args) => resume::run(args).await,

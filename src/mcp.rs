@@ -90,6 +90,7 @@ pub(crate) async fn detached(run: DetachedRun) -> CommandResult<i32> {
                 json: false,
                 show_diffs: dry_run,
                 events,
+                page: None,
             };
             super::execute::execute(request, &output).await
         }
@@ -103,7 +104,13 @@ pub(crate) async fn detached(run: DetachedRun) -> CommandResult<i32> {
             let overrides = reconcile::Overrides::default();
             let continuing =
                 reconcile::continue_run(&run.repo, &selector, mode, false, overrides).await?;
-            super::resume::run_continuing(continuing, mode, false, events).await
+            let output = super::execute::Output {
+                json: false,
+                show_diffs: true,
+                events,
+                page: None,
+            };
+            super::resume::run_continuing(continuing, mode, output).await
         }
     }
 }

@@ -91,9 +91,13 @@ pub(crate) async fn run(args: MergeArgs) -> CommandResult<i32> {
         }
         Continuing::Nothing(_) => None,
     };
-    let code =
-        super::resume::run_continuing(continuing, RunMode::MergeOnly, args.json, args.events)
-            .await?;
+    let out = Output {
+        json: args.json,
+        show_diffs: true,
+        events: args.events,
+        page: None,
+    };
+    let code = super::resume::run_continuing(continuing, RunMode::MergeOnly, out).await?;
     match target {
         Some((info, id)) => push(
             &info,
@@ -174,6 +178,7 @@ async fn merge_plan(args: MergeArgs, cwd: std::path::PathBuf) -> CommandResult<i
             json: args.json,
             show_diffs: true,
             events: args.events.clone(),
+            page: None,
         },
     )
     .await?;

@@ -64,6 +64,11 @@ pub(crate) struct RefactorArgs {
     #[arg(help_heading = "Output", long, value_name = "FILE")]
     pub events: Option<std::path::PathBuf>,
 
+    /// At the end, write the run's report page (`swarm report`): to FILE, or by default
+    /// `report.html` in the run's directory; its path is printed.
+    #[arg(help_heading = "Output", long, value_name = "FILE", num_args = 0..=1)]
+    pub report: Option<Option<std::path::PathBuf>>,
+
     /// Do not ask for confirmation (swarm asks only on a terminal).
     #[arg(help_heading = "Output", short = 'y', long)]
     pub yes: bool,
@@ -405,7 +410,13 @@ pub(crate) async fn run(args: RefactorArgs) -> CommandResult<i32> {
     };
     let request = ready.into_request(mode, args.keep);
     if args.review {
-        return review_then_merge(request, args.json, args.events.clone()).await;
+        let out = Output {
+            json: args.json,
+            show_diffs: true,
+            events: args.events.clone(),
+            page: args.report.clone(),
+        };
+        return review_then_merge(request, out).await;
     }
     execute(
         request,
@@ -413,6 +424,7 @@ pub(crate) async fn run(args: RefactorArgs) -> CommandResult<i32> {
             json: args.json,
             show_diffs: true,
             events: args.events.clone(),
+            page: args.report.clone(),
         },
     )
     .await
@@ -453,14 +465,10 @@ pub(crate) enum SplitMode {
 
 /// `--review`: the workers run as for `--dry-run`, each finished task is shown and accepted
 /// or skipped, then the accepted ones are merged as `swarm merge` would.
-async fn review_then_merge(
-    request: RunRequest,
-    json: bool,
-    events: Option<std::path::PathBuf>,
-) -> CommandResult<i32> {
+async fn review_then_merge(request: RunRequest, out: Output) -> CommandResult<i32> {
     let common_dir = request.info.common_dir.clone();
     let (run_id, keep) = (request.plan.run_id.clone(), request.keep);
-    let outcome = on_terminal(request, events.as_deref()).await?;
+    let outcome = on_terminal(request, out.events.as_deref()).await?;
     let mut report = outcome.report;
     if outcome.interrupted {
         super::summary::print_summary(&report, true, true);
@@ -473,6 +481,9 @@ async fn review_then_merge(
     if accepted == 0 {
         super::summary::print_summary(&report, false, false);
         eprintln!("review: nothing accepted, nothing merged");
+        if let Some(to) = &out.page {
+            super::execute::write_page(&report.run_id, to.as_deref())?;
+        }
         return Ok(if report.all_succeeded() {
             exit::SUCCESS
         } else {
@@ -488,7 +499,7 @@ async fn review_then_merge(
         Default::default(),
     )
     .await?;
-    super::resume::run_continuing(continuing, RunMode::MergeOnly, json, events).await
+    super::resume::run_continuing(continuing, RunMode::MergeOnly, out).await
 }
 
 fn confirm(ready: &Ready, everything: bool, skipped: &str) -> CommandResult<bool> {

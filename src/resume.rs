@@ -79,15 +79,20 @@ pub(crate) async fn run(args: ResumeArgs) -> CommandResult<i32> {
             }
         }
     }
-    run_continuing(continuing, mode, args.json, args.events).await
+    let out = Output {
+        json: args.json,
+        show_diffs: true,
+        events: args.events,
+        page: None,
+    };
+    run_continuing(continuing, mode, out).await
 }
 
 /// Announces and runs a continuing run (resume, merge of a run).
 pub(super) async fn run_continuing(
     continuing: Continuing,
     mode: RunMode,
-    json: bool,
-    events: Option<std::path::PathBuf>,
+    out: Output,
 ) -> CommandResult<i32> {
     let (request, to_do) = match continuing {
         Continuing::Nothing(why) => {
@@ -117,13 +122,5 @@ pub(super) async fn run_continuing(
         request.settings.jobs,
         request.into.branch
     ));
-    execute(
-        *request,
-        &Output {
-            json,
-            show_diffs: true,
-            events,
-        },
-    )
-    .await
+    execute(*request, &out).await
 }

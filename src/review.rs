@@ -52,17 +52,12 @@ pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> Comman
                 let Some(changes) = differ.task(t)? else {
                     continue;
                 };
-                writeln!(
-                    err,
-                    "\n── task {}/{}: {} ({}) ──",
-                    n + 1,
-                    to_review.len(),
-                    t.id,
-                    t.branch
-                )?;
-                super::diff::write_changes(&changes, true, color, &mut err)?;
-                super::diff::write_changes(&changes, false, color, &mut err)?;
-                let question = "merge this task? [a]ccept, [s]kip, [A]ccept all the rest, [q]uit: ";
+                let title = format!("task {}/{}: {}", n + 1, to_review.len(), t.id);
+                writeln!(err, "\n── {title} ({}) ──", t.branch)?;
+                show(&changes, color, &mut err)?;
+                // The question names the task again: a long diff scrolled its header away.
+                let question =
+                    format!("{title}: merge it? [a]ccept, [s]kip, [A]ccept all the rest, [q]uit: ");
                 write!(err, "{question}")?;
                 err.flush()?;
                 loop {
@@ -90,16 +85,36 @@ pub(super) fn ask(common_dir: &Path, report: &mut Report, color: bool) -> Comman
             }
             Answer::Skip => {
                 t.status = TaskStatus::Skipped;
+                t.review_skipped = true;
                 t.error = Some("skipped in review; its branch is kept".into());
             }
             Answer::Quit => {
                 t.status = TaskStatus::Skipped;
+                t.review_skipped = true;
                 t.error = Some("not merged: the review stopped (quit)".into());
                 rest = Some(Answer::Quit);
             }
         }
     }
     Ok(accepted)
+}
+
+/// A task's diffstat and diff: through the pager on a terminal ([`super::pager`]), else on
+/// standard error with the questions.
+fn show(
+    changes: &swarm_engine::app::diff::Changes,
+    color: bool,
+    err: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    if super::pager::wanted() {
+        err.flush()?;
+        return super::pager::page(|out| {
+            super::diff::write_changes(changes, true, color, out)?;
+            super::diff::write_changes(changes, false, color, out)
+        });
+    }
+    super::diff::write_changes(changes, true, color, err)?;
+    super::diff::write_changes(changes, false, color, err)
 }
 
 #[cfg(test)]

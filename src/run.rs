@@ -100,6 +100,7 @@ pub(crate) async fn run(args: RunArgs) -> CommandResult<i32> {
             json: args.json,
             show_diffs: false,
             events: args.events.clone(),
+            page: None,
         },
     )
     .await?;

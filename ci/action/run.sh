@@ -21,6 +21,11 @@ add --per-process "${INPUT_PER_PROCESS:-}"
 add --on-conflict "${INPUT_ON_CONFLICT:-}"
 add --merge-with "${INPUT_MERGE_WITH:-}"
 add --ok-exit-codes "${INPUT_OK_EXIT_CODES:-}"
+# The report page, for the next step to upload as an artifact.
+if [ -n "${INPUT_REPORT_PAGE:-}" ]; then
+  mkdir -p "$(dirname "$INPUT_REPORT_PAGE")"
+  args+=("--report=$INPUT_REPORT_PAGE")
+fi
 [ "${INPUT_ATOMIC:-false}" = true ] && args+=(--atomic)
 [ "${INPUT_ALLOW_EMPTY:-false}" = true ] && args+=(--allow-empty)
 # Anything else, as shell words (e.g. "--allow-domain api.example.com --timeout 900").

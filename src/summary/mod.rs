@@ -1,10 +1,8 @@
 //! The summary after a run (stderr): the counts, a line per task with why the unsuccessful
 //! ones failed, kept branches, the merged check, and where the result is.
 
-mod groups;
-
 use super::render::is_quiet;
-use swarm_engine::app::report::{Report, TaskStatus};
+use swarm_engine::app::report::{Report, TaskStatus, groups};
 
 /// The table printed after a run (stderr). `merges`: does the run merge (else where its
 /// branches go is the command's to say: a dry run, a shard, a review that took nothing)?
@@ -220,6 +218,7 @@ pub(crate) fn failure_lines(task: &swarm_engine::app::report::TaskReport) -> Vec
     const LAST: usize = 5;
     const WIDTH: usize = 160;
     if task.status.is_success()
+        || task.review_skipped
         || matches!(
             task.status,
             TaskStatus::Pending | TaskStatus::Running | TaskStatus::Done

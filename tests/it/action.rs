@@ -32,10 +32,14 @@ fn the_run_script_passes_inputs_as_arguments() {
             .env("INPUT_EXEC", SED_FOO_BAR)
             .env("INPUT_ATOMIC", "true")
             .env("INPUT_ARGS", "--timeout 60 -j 2")
+            .env("INPUT_REPORT_PAGE", repo.home.join("page/report.html"))
             .output()
             .unwrap(),
     );
     run.assert_code(0);
+    // The report page, for the action's next step to upload.
+    let page = std::fs::read_to_string(repo.home.join("page/report.html")).unwrap();
+    assert!(page.contains(&format!("<title>swarm run {}</title>", run.run_id())));
     let outputs = std::fs::read_to_string(outputs).unwrap();
     assert!(outputs.contains("merged=2\n"), "{outputs}");
     assert!(outputs.contains("into-updated=true\n"), "{outputs}");

@@ -56,7 +56,10 @@ pub fn hermetic(cmd: &mut Command, home: &Path) {
         .env("GIT_AUTHOR_EMAIL", "author@example.com")
         .env("GIT_COMMITTER_NAME", "Test Author")
         .env("GIT_COMMITTER_EMAIL", "author@example.com")
-        .env("SWARM_KILL_GRACE_MS", "300");
+        .env("SWARM_KILL_GRACE_MS", "300")
+        // On a pseudo-terminal swarm pages `diff` and `--review` (src/pager.rs): not in tests
+        // that do not ask for it.
+        .env("PAGER", "cat");
     // The suite runs once per kind of worktree (`.ci/run`): `SWARM_TEST_WORKTREES=pool` makes
     // every run use full checkouts, where a test does not choose with `--worktrees`.
     if let Some(mode) = std::env::var_os("SWARM_TEST_WORKTREES") {

@@ -37,6 +37,7 @@ mod planning;
 mod recovery;
 mod refactor;
 mod repair;
+mod report_page;
 mod reuse_base;
 mod sandbox;
 mod shards;

@@ -189,7 +189,14 @@ fn an_agent_plans_starts_follows_and_reads_a_run() {
     assert!(whole.contains("-foo\n+bar"), "{whole}");
     // The pages make the diff the command line prints (git's own, tested against git).
     assert_eq!(whole, repo.swarm(&["diff", run, task]).stdout);
-    assert_eq!(answer(&seen, 2)["run_id"], run);
+    let result = answer(&seen, 2);
+    assert_eq!(result["run_id"], run);
+    // The run's report page, written where the result says, with every task of the run.
+    let page = std::fs::read_to_string(result["page"].as_str().unwrap()).unwrap();
+    assert!(page.contains(&format!("<title>swarm run {run}</title>")));
+    assert_eq!(page.matches(r#""status":"merged""#).count(), 4);
+    // status lists what did not merge only: here nothing.
+    assert_eq!(status["tasks"], json!([]), "{status}");
 }
 
 #[test]

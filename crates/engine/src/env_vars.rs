@@ -37,6 +37,9 @@ pub use swarm_sandbox::proxy::SWARM_TEST_PROXY_RESOLVE;
 pub const XDG_CONFIG_HOME: &str = "XDG_CONFIG_HOME";
 pub const HOME: &str = "HOME";
 pub const NO_COLOR: &str = "NO_COLOR";
+/// The pager of `swarm diff` and `--review` on a terminal, before `PAGER` (as `GIT_PAGER`).
+pub const SWARM_PAGER: &str = "SWARM_PAGER";
+pub const PAGER: &str = "PAGER";
 
 /// Given to every worker process (docs/WORKERS.md).
 pub const SWARM_FILE: &str = "SWARM_FILE";

@@ -72,6 +72,11 @@ impl RunDir {
         self.path.join("events.jsonl")
     }
 
+    /// The report page `swarm report` writes by default.
+    pub fn page(&self) -> PathBuf {
+        self.path.join("report.html")
+    }
+
     pub fn task_dir(&self, task_id: &TaskId) -> PathBuf {
         self.path.join("tasks").join(task_id.as_str())
     }
@@ -166,6 +171,23 @@ pub(crate) fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> anyhow:
     text.push(b'\n');
     // No state file holds a secret (docs/SECURITY.md).
     std::io::Write::write_all(&mut tmp, &crate::secrets::redact_bytes(&text))?;
+    tmp.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Writes `contents` to `path` atomically, as [`write_json_atomic`] does.
+pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    // Readable as any new file of the user's (the umask decides), not only by its owner.
+    let mut tmp = tempfile::Builder::new()
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    std::io::Write::write_all(&mut tmp, contents)?;
     tmp.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())

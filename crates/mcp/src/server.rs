@@ -428,7 +428,13 @@ impl Swarm {
             },
             None => None,
         };
-        Ok(summary::result(&report, stat.as_deref()))
+        let mut value = summary::result(&report, stat.as_deref());
+        // The whole run, to open in a browser: `swarm report`'s page in the run's directory.
+        match app::page::write(&self.repo, &selector, None) {
+            Ok(written) => value["page"] = written.path.display().to_string().into(),
+            Err(e) => value["page_error"] = said(&e).into(),
+        }
+        Ok(value)
     }
 }
 

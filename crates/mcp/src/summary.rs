@@ -54,18 +54,26 @@ pub(crate) fn progress(report: &Report) -> (usize, usize, String) {
     )
 }
 
-/// `status` of one run: its state and counts, and each task's state (failures with their
-/// reason).
+/// Tasks `status` lists.
+const STATUS_TASKS: usize = 50;
+
+/// `status` of one run: its state and counts, and the tasks still to settle or that did not
+/// merge (the first fifty, failures with their reason); the merged and unchanged are counted
+/// only, so a run of thousands answers in a few kilobytes.
 pub(crate) fn status(report: &Report) -> Value {
-    let tasks: Vec<Value> = report
+    let open: Vec<&TaskReport> = report
         .tasks
         .iter()
-        .take(200)
+        .filter(|t| !t.status.is_success())
+        .collect();
+    let tasks: Vec<Value> = open
+        .iter()
+        .take(STATUS_TASKS)
         .map(|t| {
             let mut task = json!({"id": t.id.as_str(), "status": t.status.as_str(),
                                   "files": files(t)});
             if let Some(error) = &t.error {
-                task["error"] = error.as_str().into();
+                task["error"] = cut(error, 500).into();
             }
             task
         })
@@ -78,7 +86,7 @@ pub(crate) fn status(report: &Report) -> Value {
         "totals": report.totals,
         "progress": progress(report).2,
         "tasks": tasks,
-        "tasks_not_listed": report.tasks.len().saturating_sub(200),
+        "tasks_not_listed": open.len().saturating_sub(STATUS_TASKS),
     })
 }
 

@@ -19,6 +19,7 @@ pub mod diff;
 pub mod error;
 mod hint;
 pub mod land;
+pub mod page;
 pub mod prepare;
 mod process;
 pub mod reconcile;
@@ -56,6 +57,7 @@ pub mod ids {
 
 /// What a run did (`report.json`, docs/USAGE.md).
 pub mod report {
+    pub use crate::report::groups;
     pub use crate::report::{
         CandidateReport, DriverMerge, Report, RunState, SelectedBy, Selection, TaskReport,
         TaskStatus,

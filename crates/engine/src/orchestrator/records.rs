@@ -88,6 +88,7 @@ pub(crate) fn new_report(
                 selection: None,
                 merge_drivers: Vec::new(),
                 rerun_spared: false,
+                review_skipped: false,
             })
             .collect(),
         totals: Default::default(),

@@ -9,6 +9,7 @@ use crate::ids::{RunBranch, RunId, TaskId, TaskIdx, oid_hex};
 use crate::repo_path::RepoPath;
 
 mod candidate;
+pub mod groups;
 mod merge;
 pub use candidate::{CandidateReport, SelectedBy, Selection};
 pub use merge::DriverMerge;
@@ -158,6 +159,10 @@ pub struct TaskReport {
     /// (`--on-conflict retry`) or a repair spared.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rerun_spared: bool,
+    /// Skipped in `--review` by the person reviewing (not a failure: the run's exit code
+    /// does not count it); its branch is kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub review_skipped: bool,
 }
 
 /// What an agent printed about its own spend (`--agent`), checked to be plausible: a negative,
@@ -292,6 +297,7 @@ impl TaskReport {
         self.attempts = 0;
         self.branch_kept = false;
         self.over_budget = false;
+        self.review_skipped = false;
     }
 
     /// Does `swarm resume` work on this task? (`rerun_failed`: `--failed`.) A task skipped
@@ -575,8 +581,10 @@ impl Report {
         self.totals = t;
     }
 
-    /// Every task merged or needed no change.
+    /// Every task merged, needed no change, or was skipped in `--review` on purpose.
     pub fn all_succeeded(&self) -> bool {
-        self.tasks.iter().all(|t| t.status.is_success())
+        self.tasks
+            .iter()
+            .all(|t| t.status.is_success() || t.review_skipped)
     }
 }

@@ -2,10 +2,10 @@
 //! (the error with the task's own files and id taken out), with how many, the first files,
 //! and the next step: what fixes it, and the `swarm resume` that runs them again.
 
-use swarm_engine::app::report::{Report, TaskReport, TaskStatus};
+use super::{Report, TaskReport, TaskStatus};
 
 /// Tasks that failed the same way.
-pub(super) struct Group<'a> {
+pub struct Group<'a> {
     pub status: TaskStatus,
     /// The error, with `<file>` for the task's own file names.
     pub reason: String,
@@ -14,7 +14,7 @@ pub(super) struct Group<'a> {
 
 /// The unsuccessful tasks (not pending, running or finished-unmerged), grouped, the largest
 /// group first (then by status, then reason).
-pub(super) fn groups(report: &Report) -> Vec<Group<'_>> {
+pub fn groups(report: &Report) -> Vec<Group<'_>> {
     let mut by_reason: std::collections::BTreeMap<(&str, String), Vec<&TaskReport>> =
         Default::default();
     for task in report.tasks.iter().filter(|t| unsuccessful(t)) {
@@ -69,7 +69,7 @@ fn shape(task: &TaskReport) -> String {
 }
 
 /// The group's files, the first three and how many more.
-pub(super) fn first_files(group: &Group<'_>) -> String {
+pub fn first_files(group: &Group<'_>) -> String {
     const SHOWN: usize = 3;
     let files: Vec<String> = group
         .tasks
@@ -89,9 +89,15 @@ pub(super) fn first_files(group: &Group<'_>) -> String {
 }
 
 /// What to do about the group: the fix, and the command that runs its tasks again.
-pub(super) fn next_step(group: &Group<'_>, run: &str) -> String {
+pub fn next_step(group: &Group<'_>, run: &str) -> String {
     let over_budget = group.tasks.iter().any(|t| t.over_budget);
+    let reviewed = group.tasks.iter().all(|t| t.review_skipped);
     match group.status {
+        TaskStatus::Skipped if reviewed => {
+            format!(
+                "none: skipped in review, their branches kept (swarm diff {run} TASK shows one)"
+            )
+        }
         TaskStatus::Failed if group.reason.contains("--verify") => {
             format!("fix the code or the check, then: swarm resume {run} --failed [--verify CMD]")
         }
