@@ -26,8 +26,47 @@ pub(crate) fn run(args: CompletionsArgs) -> CommandResult<i32> {
     // Into memory first: clap_complete panics when its writer fails (a closed pipe).
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut command, "swarm", &mut script);
+    script.extend_from_slice(run_ids(args.shell).as_bytes());
     std::io::stdout().lock().write_all(&script)?;
     Ok(exit::SUCCESS)
+}
+
+/// The commands whose first argument is a run id.
+const TAKE_A_RUN: &str = "status diff report merge land resume clean";
+
+/// What completes a run id where a command takes one: the runs of the repository the shell
+/// is in (`.git/swarm/runs`), read when asked, so no swarm process starts on a key press.
+/// For bash and fish; the other shells complete the commands and options only.
+fn run_ids(shell: clap_complete::Shell) -> String {
+    match shell {
+        clap_complete::Shell::Bash => format!(
+            r#"
+# Run ids, from the repository the shell is in.
+_swarm_run_ids() {{
+    local dir
+    dir=$(git rev-parse --git-common-dir 2>/dev/null) && ls "$dir/swarm/runs" 2>/dev/null
+}}
+_swarm_with_run_ids() {{
+    _swarm "$@"
+    local cur=${{COMP_WORDS[COMP_CWORD]}}
+    if [ "$COMP_CWORD" -eq 2 ] && [[ "$cur" != -* ]] && [[ " {TAKE_A_RUN} " == *" ${{COMP_WORDS[1]}} "* ]]; then
+        mapfile -t COMPREPLY < <(compgen -W "$(_swarm_run_ids)" -- "$cur")
+    fi
+}}
+complete -F _swarm_with_run_ids -o nosort -o bashdefault -o default swarm
+"#
+        ),
+        clap_complete::Shell::Fish => format!(
+            r#"
+# Run ids, from the repository the shell is in.
+function __swarm_run_ids
+    set -l dir (command git rev-parse --git-common-dir 2>/dev/null); and command ls "$dir/swarm/runs" 2>/dev/null
+end
+complete -c swarm -n "__fish_seen_subcommand_from {TAKE_A_RUN}; and test (count (commandline -opc)) -eq 2" -f -a "(__swarm_run_ids)"
+"#
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Print a man page (roff): swarm's, or a command's (`swarm man refactor`), as git and jj

@@ -23,7 +23,9 @@ use swarm_engine::app::{RunMode, RunRequest};
 /// worktree on branch swarm/<RUN-ID>/<TASK-ID>; swarm commits what the worker changed and
 /// merges the branch into the target as soon as the task finishes.
 #[derive(Debug, Args)]
-#[command(after_help = "\
+#[command(
+    after_help = "More options, examples, and what workers get: swarm refactor --help",
+    after_long_help = "\
 Examples:
   # Rename a function in every Python file that mentions it, 8 workers at a time:
   swarm refactor 'rename foo to bar' 'src/**/*.py' --grep foo -j 8 \\
@@ -36,13 +38,14 @@ Examples:
 Workers get SWARM_FILE, SWARM_FILES, SWARM_INSTRUCTION, SWARM_TASK_ID, SWARM_RUN_ID,
 SWARM_WORKTREE, SWARM_TASK_FILE and SWARM_RESULT_FILE (see docs/WORKERS.md).
 Exit codes: 0 all merged or unchanged, 1 some tasks failed/conflicted/timed out,
-2 bad input (nothing changed), 3 swarm itself failed, 130 interrupted.")]
+2 bad input (nothing changed), 3 swarm itself failed, 130 interrupted."
+)]
 pub(crate) struct RefactorArgs {
     #[command(flatten)]
     pub planning: PlanningArgs,
 
     /// Keep worktrees and task branches after the run.
-    #[arg(help_heading = "Output", long)]
+    #[arg(hide_short_help = true, help_heading = "Output", long)]
     pub keep: bool,
 
     /// Run the workers but merge nothing: print each task's diff and keep its branch;
@@ -61,7 +64,12 @@ pub(crate) struct RefactorArgs {
 
     /// Also append every event to FILE as a JSON line while the run goes (besides the run's
     /// own events.jsonl).
-    #[arg(help_heading = "Output", long, value_name = "FILE")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Output",
+        long,
+        value_name = "FILE"
+    )]
     pub events: Option<std::path::PathBuf>,
 
     /// At the end, write the run's report page (`swarm report`): to FILE, or by default
@@ -91,23 +99,24 @@ pub(crate) struct PlanningArgs {
 
     /// Exit 0 when no file matches the pathspecs and --grep (else it is an error, exit 2, as
     /// a typo in CI should be).
-    #[arg(help_heading = "Selection", long)]
+    #[arg(hide_short_help = true, help_heading = "Selection", long)]
     pub allow_empty: bool,
 
     /// Files per task [default: 1].
-    #[arg(help_heading = "Selection", long, value_name = "N", env = env_vars::SWARM_BATCH)]
+    #[arg(hide_short_help = true, help_heading = "Selection", long, value_name = "N", env = env_vars::SWARM_BATCH)]
     pub batch: Option<usize>,
 
     /// Tasks one worker process runs at most: N, or auto (several when the --exec command
     /// takes a list of files, naming $SWARM_FILES; one otherwise). Each task is still
     /// committed and merged on its own; a failing process's tasks run again in halves
     /// [default: auto].
-    #[arg(help_heading = "Worker", long, value_name = "N|auto", env = env_vars::SWARM_PER_PROCESS)]
+    #[arg(hide_short_help = true, help_heading = "Worker", long, value_name = "N|auto", env = env_vars::SWARM_PER_PROCESS)]
     pub per_process: Option<PerProcess>,
 
     /// How files become tasks: file (one task per file, or per --batch files) or llm (a
     /// planner model groups them and writes each task's instruction) [default: file].
     #[arg(
+        hide_short_help = true,
         help_heading = "Selection",
         long,
         value_name = "HOW",
@@ -116,7 +125,12 @@ pub(crate) struct PlanningArgs {
     pub split: Option<SplitMode>,
 
     /// Model of --split llm [default: the worker model, --model].
-    #[arg(help_heading = "Selection", long, value_name = "NAME")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Selection",
+        long,
+        value_name = "NAME"
+    )]
     pub planner_model: Option<String>,
 
     /// Worker command, run with `sh -c` in the task's worktree.
@@ -129,6 +143,7 @@ pub(crate) struct PlanningArgs {
 
     /// Commit the tasks start from.
     #[arg(
+        hide_short_help = true,
         help_heading = "Selection",
         long,
         value_name = "REV",
@@ -168,16 +183,16 @@ pub(crate) struct PlanningArgs {
 
     /// OpenAI-compatible endpoint [default: OPENAI_BASE_URL, else https://api.openai.com/v1].
     /// The key comes from SWARM_API_KEY or OPENAI_API_KEY.
-    #[arg(help_heading = "Worker", long, value_name = "URL", env = env_vars::SWARM_BASE_URL)]
+    #[arg(hide_short_help = true, help_heading = "Worker", long, value_name = "URL", env = env_vars::SWARM_BASE_URL)]
     pub base_url: Option<String>,
 
     /// Model round-trips per task (built-in worker) [default: 50].
-    #[arg(help_heading = "Worker", long, value_name = "N", env = env_vars::SWARM_MAX_TURNS)]
+    #[arg(hide_short_help = true, help_heading = "Worker", long, value_name = "N", env = env_vars::SWARM_MAX_TURNS)]
     pub max_turns: Option<u32>,
 
     /// Token budget of the whole run (the built-in worker's tokens and what --agent workers
     /// report): no new task starts once it is spent; `swarm resume` finishes the rest.
-    #[arg(help_heading = "Safety and limits", long, visible_alias = "max-run-tokens", value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
+    #[arg(hide_short_help = true, help_heading = "Safety and limits", long, visible_alias = "max-run-tokens", value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
     pub max_tokens: Option<u64>,
 
     /// Spending cap of the whole run in US dollars (what --agent workers report, and the
@@ -188,7 +203,7 @@ pub(crate) struct PlanningArgs {
 
     /// The most tokens of one model answer (`max_tokens` of each request), so that a local
     /// server with no cap cannot generate for minutes [default: the server's].
-    #[arg(help_heading = "Worker", long, value_name = "N", env = env_vars::SWARM_MAX_OUTPUT_TOKENS)]
+    #[arg(hide_short_help = true, help_heading = "Worker", long, value_name = "N", env = env_vars::SWARM_MAX_OUTPUT_TOKENS)]
     pub max_output_tokens: Option<u32>,
 
     /// Check run in a task's worktree after its worker (`sh -c`); a failing task is not
@@ -204,7 +219,7 @@ pub(crate) struct PlanningArgs {
 
     /// With --exec and --model: a task whose --verify fails after the command is handed to
     /// the built-in agent, in the same worktree, with the failure output.
-    #[arg(help_heading = "Checks and merging", long)]
+    #[arg(hide_short_help = true, help_heading = "Checks and merging", long)]
     pub repair: bool,
 
     /// Exit statuses of the worker's command that mean success, comma-separated (`0,1` for
@@ -215,7 +230,7 @@ pub(crate) struct PlanningArgs {
 
     /// A worker process with no output and no file change for this many seconds is stale and
     /// killed [default: 300].
-    #[arg(help_heading = "Worker", long, value_name = "SECS", env = env_vars::SWARM_IDLE_TIMEOUT)]
+    #[arg(hide_short_help = true, help_heading = "Worker", long, value_name = "SECS", env = env_vars::SWARM_IDLE_TIMEOUT)]
     pub idle_timeout: Option<u64>,
 
     /// Confinement of worker processes: workspace-write (each in a jail: write only in the
@@ -230,14 +245,14 @@ pub(crate) struct PlanningArgs {
     /// an overlay mount in the worker's jail: start-up and per-task cost follow the change,
     /// not the repository), pool (full checkouts, reused), or auto (overlay where the run
     /// can use it) [default: auto].
-    #[arg(help_heading = "Safety and limits", long, value_name = "MODE", env = env_vars::SWARM_WORKTREES,
+    #[arg(hide_short_help = true, help_heading = "Safety and limits", long, value_name = "MODE", env = env_vars::SWARM_WORKTREES,
           value_parser = super::keywords::<WorktreeMode>(WorktreeMode::NAMES))]
     pub worktrees: Option<WorktreeMode>,
 
     /// Keep the base checkout of overlay worktrees in .git/swarm/base for the next run, which
     /// brings it to its own base in proportion to what changed instead of checking the whole
     /// tree out again (swarm clean --all removes it).
-    #[arg(help_heading = "Safety and limits", long)]
+    #[arg(hide_short_help = true, help_heading = "Safety and limits", long)]
     pub reuse_base: bool,
 
     /// Let worker processes reach the network.
@@ -263,7 +278,7 @@ pub(crate) struct PlanningArgs {
 
     /// Let the built-in worker's `run` tool run any command (still confined); without it,
     /// only commands matching `[sandbox] allow_run` in swarm.toml.
-    #[arg(help_heading = "Worker", long)]
+    #[arg(hide_short_help = true, help_heading = "Worker", long)]
     pub allow_run: bool,
 
     /// Wall-clock limit of one task, in seconds [default: 600].
@@ -289,7 +304,7 @@ pub(crate) struct PlanningArgs {
 
     /// With --best-of: a model (at the --base-url endpoint) that picks between finalists
     /// that still tie, against the instruction; its answers are metered and budgeted.
-    #[arg(help_heading = "Worker", long, value_name = "NAME", env = env_vars::SWARM_JUDGE_MODEL)]
+    #[arg(hide_short_help = true, help_heading = "Worker", long, value_name = "NAME", env = env_vars::SWARM_JUDGE_MODEL)]
     pub judge_model: Option<String>,
 }
 

@@ -84,17 +84,31 @@ const EXPLAINED: usize = 10;
 /// Past this many tasks, the table is left out: the unsuccessful ones are shown by group.
 const LISTED: usize = 20;
 
+/// Past this many tasks that changed nothing, the table counts them instead of listing them.
+const FOLDED: usize = 3;
+
 /// One row per task, up to [`LISTED`] tasks.
 fn print_table(report: &Report) {
     if report.tasks.len() > LISTED {
         return;
     }
-    // Tasks that never started are counted, not listed one by one.
+    // Tasks that never started are counted, not listed one by one; so are many that changed
+    // nothing beside a few that did (a dry run that found one change in eighteen files).
+    let unchanged = report
+        .tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::NoChange)
+        .count();
+    let fold = unchanged > FOLDED && unchanged < report.tasks.len();
     let rows: Vec<_> = report
         .tasks
         .iter()
         .filter(|t| t.status != TaskStatus::Pending)
+        .filter(|t| !(fold && t.status == TaskStatus::NoChange))
         .collect();
+    if fold {
+        eprintln!("  {unchanged} task(s) changed nothing (not listed)");
+    }
     if !rows.is_empty() {
         let width = rows
             .iter()

@@ -485,6 +485,38 @@ fn completions_and_man_page() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
+/// bash completes a run id where a command takes one, from the repository it is in.
+#[test]
+fn bash_completes_run_ids() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let run = repo.swarm(&["refactor", "x", ".", "--dry-run", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    let id = run.run_id();
+    let script = repo.swarm(&["completions", "bash"]).stdout;
+    std::fs::write(repo.root().join("swarm.bash"), script).unwrap();
+    let complete = |words: &str| {
+        let mut cmd = std::process::Command::new("bash");
+        crate::common::hermetic(&mut cmd, &repo.home);
+        let out = cmd
+            .current_dir(&repo.path)
+            .arg("-c")
+            .arg(format!(
+                "source ../swarm.bash; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+                 COMP_LINE=\"${{COMP_WORDS[*]}}\"; COMP_POINT=${{#COMP_LINE}}; \
+                 _swarm_with_run_ids swarm \"${{COMP_WORDS[-1]}}\" \"${{COMP_WORDS[-2]}}\"; \
+                 printf '%s\\n' \"${{COMPREPLY[@]}}\""
+            ))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(complete(&format!("swarm diff {}", &id[..4])).trim(), id);
+    assert_eq!(complete("swarm status ''").trim(), id);
+    // Not where no run id goes.
+    assert!(!complete("swarm refactor ''").contains(&id));
+}
+
 /// `-q` is quiet on every command that runs: the one-line result, warnings and errors.
 #[test]
 fn quiet_is_quiet_on_resume_merge_and_run() {
