@@ -380,7 +380,12 @@ async fn prepared(args: &PlanningArgs, purpose: Purpose) -> CommandResult<Option
             eprintln!("swarm: {why}");
             Ok(None)
         }
-        Prepared::Ready(ready) => Ok(Some(*ready)),
+        Prepared::Ready(ready) => {
+            for hint in &ready.hints {
+                super::render::say(&format!("hint: {hint}"));
+            }
+            Ok(Some(*ready))
+        }
     }
 }
 

@@ -309,3 +309,33 @@ fn auto_shares_processes_only_for_commands_that_take_a_list_of_files() {
     assert!(of_kind(&repo.events(&run), "group_started").is_empty());
     assert_eq!(count(&statuses(&repo.report(&run)), "merged"), 12);
 }
+
+/// A command that names `$SWARM_FILE` and runs a tool that takes a list gets a hint with the
+/// list form at plan time; the list form, or a few tasks, get none. The command runs as given.
+#[test]
+fn the_one_file_form_of_a_list_tool_is_told_its_list_form() {
+    let repo = files(24, &[]);
+    let run = repo.swarm(&["refactor", "x", "*.txt", "--exec", SED_ONE]);
+    run.assert_code(0);
+    let hint = run
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("hint: "))
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    assert!(hint.starts_with("sed takes a list of files"), "{hint}");
+    assert!(hint.contains("each of the 24 tasks"), "{hint}");
+    assert!(
+        hint.ends_with(r#"--exec 'sed -i '\''s/foo/bar/'\'' $SWARM_FILES'"#),
+        "{hint}"
+    );
+    // The run used the one-file form as asked: a process per task.
+    assert_eq!(repo.report(&run)["per_process"], 1);
+    let listed = files(24, &[]);
+    let run = listed.swarm(&["refactor", "x", "*.txt", "--exec", SED_LIST]);
+    run.assert_code(0);
+    assert!(!run.stderr.contains("hint: "), "{}", run.stderr);
+    let few = files(3, &[]);
+    let run = few.swarm(&["refactor", "x", "*.txt", "--exec", SED_ONE]);
+    run.assert_code(0);
+    assert!(!run.stderr.contains("hint: "), "{}", run.stderr);
+}

@@ -75,7 +75,11 @@ impl Swarm {
             return refused("dry_run and wait_seconds are refactor's: a plan runs nothing");
         }
         match self.planned(&work).await {
-            Ok(Planned::Ready(ready, said)) => answer(&summary::plan(&ready.plan, &said)),
+            Ok(Planned::Ready(ready, said)) => {
+                let mut value = summary::plan(&ready.plan, &said);
+                value["hints"] = json!(ready.hints);
+                answer(&value)
+            }
             Ok(Planned::Nothing(why)) => answer(&json!({"tasks": 0, "said": why})),
             Err(refusal) => refusal,
         }

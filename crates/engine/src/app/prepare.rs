@@ -70,6 +70,8 @@ pub struct Ready {
     /// Files the selection left out, in words ("2 binary file(s)"), or empty.
     pub skipped: String,
     pub file_count: usize,
+    /// What would make the run cheaper, in words (the list form of a `$SWARM_FILE` command).
+    pub hints: Vec<String>,
 }
 
 /// What preparing gave.
@@ -162,6 +164,12 @@ pub async fn prepare(
     if req.purpose == Purpose::Run {
         checks::checkout(&repo, &into, &tasks, settings.scope)?;
     }
+    let hints = settings
+        .exec
+        .as_deref()
+        .and_then(|exec| crate::worker::list_form::hint(exec, tasks.len()))
+        .into_iter()
+        .collect();
     let plan = new_plan(&req, base, &into, layer, tasks, not_tasks);
     let file_count = plan.tasks.iter().map(|t| t.files.len()).sum();
     Ok(Prepared::Ready(Box::new(Ready {
@@ -173,6 +181,7 @@ pub async fn prepare(
         secrets,
         skipped,
         file_count,
+        hints,
     })))
 }
 

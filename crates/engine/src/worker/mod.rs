@@ -12,6 +12,7 @@ mod direct;
 mod error;
 pub(crate) mod exec;
 pub(crate) mod file_vars;
+pub(crate) mod list_form;
 pub(crate) mod llm;
 pub(crate) mod own;
 pub(crate) mod process;
