@@ -465,7 +465,9 @@ fn an_engine_errors_hint_reaches_the_model_as_it_reaches_the_terminal() {
 #[ignore = "needs the Python MCP SDK: .ci/run installs it"]
 fn a_model_asks_for_the_best_of_three_and_reads_how_many_needed_it() {
     let repo = four_files();
-    let flaky = r#"if [ "$SWARM_CANDIDATE" = 1 ] && [ "$SWARM_FILE" != a.txt ]; then echo broken > "$SWARM_FILE"; else sed -i s/foo/bar/ "$SWARM_FILE"; fi"#;
+    // The first candidate ends first (the others wait 2 s), so agreement never stops it
+    // unfinished: it fails on b, c and d, and passes on a.
+    let flaky = r#"if [ "$SWARM_CANDIDATE" = 1 ] && [ "$SWARM_FILE" != a.txt ]; then echo broken > "$SWARM_FILE"; elif [ "$SWARM_CANDIDATE" = 1 ]; then sed -i s/foo/bar/ "$SWARM_FILE"; else sleep 2; sed -i s/foo/bar/ "$SWARM_FILE"; fi"#;
     let seen = session(
         &repo,
         &[],

@@ -345,8 +345,9 @@ pub struct Totals {
     /// Candidates started (`--tries`, `--best-of`; 0 without them).
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub candidates: usize,
-    /// Tasks merged or unchanged whose first candidate did not pass: those that needed more
-    /// than one.
+    /// Tasks merged or unchanged whose first candidate finished and did not pass: those that
+    /// needed more than one. A first candidate stopped unfinished, because the others had
+    /// already agreed, is not counted: the task did not need the others for it.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub rescued: usize,
     /// Of the merged, those whose merge a driver decided for at least one file.
@@ -575,8 +576,11 @@ impl Report {
             t.cost_usd += task.cost_usd;
             t.requests = t.requests.saturating_add(task.requests);
             t.candidates += task.candidates.iter().filter(|c| c.start.is_some()).count();
-            let first_passed = task.candidates.first().is_none_or(|c| c.passed());
-            t.rescued += usize::from(task.status.is_success() && !first_passed);
+            let first_failed = task
+                .candidates
+                .first()
+                .is_some_and(|c| c.finished() && !c.passed());
+            t.rescued += usize::from(task.status.is_success() && first_failed);
         }
         self.totals = t;
     }
