@@ -164,27 +164,28 @@ pub(crate) fn list_runs(common_dir: &Path) -> anyhow::Result<Vec<RunId>> {
 /// Writes `value` as pretty JSON to `path` atomically (a reader never sees half a file; a
 /// symbolic link at `path` is replaced, not followed).
 pub(crate) fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
     let mut text = serde_json::to_vec_pretty(value)?;
     text.push(b'\n');
     // No state file holds a secret (docs/SECURITY.md).
-    std::io::Write::write_all(&mut tmp, &crate::secrets::redact_bytes(&text))?;
-    tmp.persist(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    replace_whole(path, &crate::secrets::redact_bytes(&text), 0o600)
 }
 
-/// Writes `contents` to `path` atomically, as [`write_json_atomic`] does.
+/// Writes `contents` to `path` atomically, as [`write_json_atomic`] does, readable as any
+/// new file of the user's (the umask decides), not only by its owner: a file for people
+/// (the report page), not a state file.
 pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
+    replace_whole(path, contents, 0o666)
+}
+
+/// `contents` into a new file of `mode` beside `path`, then renamed over it: a reader never
+/// sees half a file, and a symbolic link at `path` is replaced, not followed.
+fn replace_whole(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    // Readable as any new file of the user's (the umask decides), not only by its owner.
     let mut tmp = tempfile::Builder::new()
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
         .tempfile_in(dir)
         .with_context(|| format!("cannot write in {}", dir.display()))?;
     std::io::Write::write_all(&mut tmp, contents)?;

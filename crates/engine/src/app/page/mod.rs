@@ -42,6 +42,12 @@ pub struct Written {
 
 /// The page of run `wanted`, as bytes.
 pub fn render(cwd: &Path, wanted: &RunSelector) -> AppResult<(Report, Vec<u8>)> {
+    let (_, report, page) = render_in(cwd, wanted)?;
+    Ok((report, page))
+}
+
+/// The page of run `wanted`, with the run's directory.
+fn render_in(cwd: &Path, wanted: &RunSelector) -> AppResult<(RunDir, Report, Vec<u8>)> {
     let info = repo::discover(cwd)?;
     let id = runs::resolve(&info.common_dir, wanted)?;
     let run_dir = RunDir::new(&info.common_dir, &id);
@@ -50,21 +56,15 @@ pub fn render(cwd: &Path, wanted: &RunSelector) -> AppResult<(Report, Vec<u8>)> 
     let repo = Repository::open(&info.common_dir)?;
     let data = gather(&repo, &run_dir, &report)?;
     let page = html::page(&report, &data)?;
-    Ok((report, page))
+    Ok((run_dir, report, page))
 }
 
 /// Writes the page of run `wanted` to `out`, or into the run's directory as `report.html`.
 /// The file is replaced whole (a reader never sees half of it; a link there is replaced, not
 /// followed).
 pub fn write(cwd: &Path, wanted: &RunSelector, out: Option<&Path>) -> AppResult<Written> {
-    let (report, page) = render(cwd, wanted)?;
-    let path = match out {
-        Some(path) => path.to_path_buf(),
-        None => {
-            let info = repo::discover(cwd)?;
-            RunDir::new(&info.common_dir, &report.run_id).page()
-        }
-    };
+    let (run_dir, report, page) = render_in(cwd, wanted)?;
+    let path = out.map_or_else(|| run_dir.page(), Path::to_path_buf);
     crate::state::write_atomic(&path, &page)?;
     Ok(Written {
         path,
