@@ -134,6 +134,7 @@ fn group_line(event: &Event) -> Option<String> {
             alone,
             error,
             log,
+            ..
         } => format!(
             "split     the process for {} tasks ({}) did not succeed: {error}; they run again, \
              {}{}",
@@ -142,7 +143,7 @@ fn group_line(event: &Event) -> Option<String> {
             match alone.len() {
                 0 => "in two halves".to_string(),
                 n => format!(
-                    "{} alone (named in its errors), the others together",
+                    "{} alone (named in its output), the others together",
                     match n {
                         1 => alone[0].to_string(),
                         n => format!("{n} tasks"),

@@ -177,7 +177,7 @@ fn a_failing_process_is_split_and_only_the_task_of_the_failing_file_fails() {
     assert_eq!(splits.len(), 1, "{}", run.stderr);
     assert_eq!(splits[0]["alone"], serde_json::json!([culprit["id"]]));
     assert!(
-        run.stderr.contains("alone (named in its errors)"),
+        run.stderr.contains("alone (named in its output)"),
         "{}",
         run.stderr
     );
@@ -215,11 +215,125 @@ fn a_process_that_fails_without_naming_a_file_is_split_in_halves() {
     assert_main_is_the_edit_of(&repo, &base, 8, &[3]);
 }
 
+/// The processes of a run, in the order they started, each as the ids of its tasks: a
+/// `group_started` and the `task_started` of its tasks, or a `task_started` alone.
+fn processes(events: &[Value]) -> Vec<Vec<String>> {
+    let mut processes: Vec<Vec<String>> = Vec::new();
+    let mut in_group: Vec<String> = Vec::new();
+    for e in events {
+        let id = |v: &Value| v.as_str().unwrap().to_string();
+        match e["kind"].as_str() {
+            Some("group_started") => {
+                in_group = e["tasks"].as_array().unwrap().iter().map(id).collect();
+                processes.push(in_group.clone());
+            }
+            Some("task_started") => {
+                let task = id(&e["task"]);
+                match in_group.iter().position(|t| *t == task) {
+                    Some(at) => drop(in_group.remove(at)),
+                    None => processes.push(vec![task]),
+                }
+            }
+            _ => {}
+        }
+    }
+    processes
+}
+
+/// A formatter that lists each file it wrote, as prettier does, and reports the files it
+/// cannot parse as ruff and eslint do (a location under a line about the problem; a path
+/// alone heading an indented error), then exits 1.
+const FORMATTER: &str = r#"bad=0
+for f in $SWARM_FILES; do
+  if grep -q BAD "$f"; then
+    bad=1
+    case "$f" in
+      f03.txt) printf 'invalid-syntax: unexpected token\n --> %s:2:1\n\n' "$f" ;;
+      *) printf '\n%s/%s\n  2:1  error  Parsing error: unexpected token\n\n' "$PWD" "$f" ;;
+    esac
+  else
+    sed -i 's/foo/bar/' "$f"
+    echo "$f 3ms"
+  fi
+done
+exit $bad"#;
+
+#[test]
+fn a_process_whose_output_names_two_of_its_files_retries_exactly_those_alone() {
+    let repo = files(12, &[3, 9]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let run = refactor(&repo, "1", Some("12"), FORMATTER, &[]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let id = |file: &str| task_of(&report, file)["id"].as_str().unwrap().to_string();
+    let (f03, f09) = (id("f03.txt"), id("f09.txt"));
+
+    // Four processes: the twelve, the ten others together, then f03 and f09 alone.
+    let events = repo.events(&run);
+    let processes = processes(&events);
+    let sizes: Vec<usize> = processes.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [12, 10, 1, 1], "{processes:?}\n{}", run.stderr);
+    assert!(!processes[1].contains(&f03) && !processes[1].contains(&f09));
+    let mut alone = [processes[2][0].clone(), processes[3][0].clone()];
+    alone.sort();
+    assert_eq!(alone, [f03.clone(), f09.clone()]);
+    let splits = of_kind(&events, "group_split");
+    assert_eq!(splits.len(), 1, "{}", run.stderr);
+    assert_eq!(splits[0]["alone"], serde_json::json!([f03, f09]));
+    let named_by = splits[0]["named_by"].as_array().unwrap();
+    assert_eq!(named_by[0], "--> f03.txt:2:1");
+    assert!(
+        named_by[1].as_str().unwrap().ends_with("/f09.txt"),
+        "{named_by:?}"
+    );
+
+    // The report says why each ran alone; the others merged, each on its own.
+    for (file, line) in [("f03.txt", "--> f03.txt:2:1"), ("f09.txt", "/f09.txt")] {
+        let task = task_of(&report, file);
+        assert_eq!(task["status"], "failed");
+        let why = task["ran_alone"].as_str().unwrap();
+        assert!(why.starts_with("a process over 12 tasks failed"), "{why}");
+        assert!(why.contains(line), "{why}");
+    }
+    assert_eq!(task_of(&report, "f01.txt").get("ran_alone"), None);
+    assert_main_is_the_edit_of(&repo, &base, 12, &[3, 9]);
+    assert_eq!(merged_files(&repo, &base).len(), 10);
+}
+
+#[test]
+fn an_output_naming_a_file_of_another_process_falls_back_to_halving() {
+    let repo = files(8, &[3]);
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    // It blames f07.txt, a task of the other process of four, for its own f03.txt.
+    let misleading = SED_LIST.replace(r#""error: $f is bad""#, r#""error: f07.txt is bad""#);
+    let run = refactor(&repo, "1", Some("4"), &misleading, &[]);
+    run.assert_code(1);
+    let events = repo.events(&run);
+    let splits = of_kind(&events, "group_split");
+    let sizes: Vec<usize> = splits
+        .iter()
+        .map(|s| s["tasks"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(sizes, [4, 2], "{}", run.stderr);
+    assert!(
+        splits
+            .iter()
+            .all(|s| s["alone"].as_array().unwrap().is_empty())
+    );
+    let sizes: Vec<usize> = processes(&events).iter().map(Vec::len).collect();
+    assert_eq!(sizes, [4, 2, 2, 1, 1, 4], "{}", run.stderr);
+    let report = repo.report(&run);
+    assert_eq!(task_of(&report, "f03.txt")["status"], "failed");
+    assert_eq!(task_of(&report, "f07.txt")["status"], "merged");
+    assert_main_is_the_edit_of(&repo, &base, 8, &[3]);
+}
+
 #[test]
 fn a_change_that_belongs_to_no_task_of_the_process_is_traced_to_its_task() {
     let repo = files(6, &[]);
     let base = repo.git(&["rev-parse", "HEAD"]);
-    let stray = r#"for f in $SWARM_FILES; do sed -i 's/foo/bar/' "$f"; [ "$f" != f04.txt ] || echo x > extra.txt; done"#;
+    // It exits 0 and says f01.txt had an error: a process that exited well blames no one.
+    let stray = r#"echo "error: f01.txt looked odd"; for f in $SWARM_FILES; do sed -i 's/foo/bar/' "$f"; [ "$f" != f04.txt ] || echo x > extra.txt; done"#;
     let run = refactor(&repo, "1", Some("6"), stray, &[]);
     run.assert_code(1);
     let report = repo.report(&run);
@@ -241,6 +355,11 @@ fn a_change_that_belongs_to_no_task_of_the_process_is_traced_to_its_task() {
             .unwrap()
             .contains("extra.txt, which is no file of its tasks")
     );
+    assert!(
+        splits[0]["alone"].as_array().unwrap().is_empty(),
+        "{splits:?}"
+    );
+    assert_eq!(task_of(&report, "f01.txt").get("ran_alone"), None);
     assert_main_is_the_edit_of(&repo, &base, 6, &[4]);
 }
 

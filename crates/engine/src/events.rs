@@ -80,11 +80,13 @@ pub enum Event {
     },
     /// A process over several tasks did not succeed for all of them: nothing of it is kept,
     /// and its tasks run again in smaller processes, down to one task per process: those
-    /// whose files its output named on a line about an error alone (`alone`), the others
-    /// together; or, when it named none, in two halves.
+    /// whose files its failed output named as a diagnostic alone (`alone`, with the line that
+    /// named each in `named_by`), the others together; or, when it named none, in two halves.
     GroupSplit {
         tasks: Vec<TaskId>,
         alone: Vec<TaskId>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        named_by: Vec<String>,
         error: String,
         log: Option<String>,
     },

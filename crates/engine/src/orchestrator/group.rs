@@ -9,9 +9,9 @@
 //! A process that does not succeed for all of its tasks (it fails, times out, fails
 //! `--verify`, changes a path that is no file of its tasks, commits by itself…) keeps
 //! nothing, and its tasks run again in smaller processes, down to a process per task, where
-//! a failure is that task's own and is reported as usual. The tasks whose files the failing
-//! process's output names on a line about an error run alone, the others together again;
-//! when it names none, they run in two halves.
+//! a failure is that task's own and is reported as usual. The tasks whose files the failed
+//! process's output names as a diagnostic ([`super::blame`]) run alone, the others together
+//! again; when it names none, they run in two halves.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -21,6 +21,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use git2::Oid;
 
+use super::blame::{Blame, failed_output, suspects};
 use super::task::{Attempt, commit_attempt, commit_message, outcome, start_attempt, work};
 use super::watch::{warn_about_checkout, warn_about_new_branches};
 use super::worker_run::Runner;
@@ -104,21 +105,25 @@ pub(super) enum GroupEnd {
     /// Each task's attempt.
     Attempts(Vec<Attempt>),
     /// It did not succeed for all of its tasks: they run again in smaller processes.
-    Split {
-        tasks: Vec<TaskIdx>,
-        error: String,
-        log: Option<PathBuf>,
-        /// The tasks its output blamed, which run alone.
-        suspects: Vec<TaskIdx>,
-    },
+    Split(Split),
+}
+
+/// A process over several tasks that did not succeed.
+pub(super) struct Split {
+    pub(super) tasks: Vec<TaskIdx>,
+    pub(super) error: String,
+    pub(super) log: Option<PathBuf>,
+    /// The tasks its output blamed, which run alone.
+    pub(super) suspects: Vec<Blame>,
 }
 
 /// Why a process over several tasks is not shared out.
 struct Unshared {
     error: String,
     log: Option<PathBuf>,
-    /// The end of its output.
-    output: String,
+    /// The output of the process, when it failed (not when it exited well and what it did
+    /// could not be shared out); the end of it.
+    output: Option<String>,
 }
 
 /// Runs `tasks` (two or more, starting at the base) in one worker process, and commits each
@@ -141,7 +146,7 @@ pub(super) async fn run_group(shared: Arc<Shared>, tasks: Vec<TaskIdx>) -> Group
         Err(e) => Unshared {
             error: format!("{e:#}"),
             log: None,
-            output: String::new(),
+            output: None,
         },
     };
     // Nothing of it is kept: the first task's branch goes back to the start.
@@ -149,52 +154,22 @@ pub(super) async fn run_group(shared: Arc<Shared>, tasks: Vec<TaskIdx>) -> Group
     if let Err(e) = reset_branch(&shared, branch).await {
         tracing::warn!("cannot reset a task branch: {e:#}");
     }
-    GroupEnd::Split {
-        suspects: suspects(&shared.plan, &tasks, &unshared.output),
+    let suspects = match &unshared.output {
+        Some(tail) => {
+            let log = unshared.log.clone();
+            let tail = tail.clone();
+            let output = tokio::task::spawn_blocking(move || failed_output(log.as_deref(), &tail))
+                .await
+                .unwrap_or_default();
+            suspects(&shared.plan, &tasks, &output)
+        }
+        None => Vec::new(),
+    };
+    GroupEnd::Split(Split {
+        suspects,
         tasks,
         error: unshared.error,
         log: unshared.log,
-    }
-}
-
-/// The tasks whose files `output` names on a line about an error (`error`, `fail`, `fatal`,
-/// `exception`, in any case), as a path of its own: `src/a.js` in `/wt/src/a.js:3: error`,
-/// not in `src/a.json`. None when it names every task (a tool that lists each file it
-/// reads): that blames no one.
-pub(super) fn suspects(plan: &Plan, tasks: &[TaskIdx], output: &str) -> Vec<TaskIdx> {
-    let errors: Vec<&str> = output
-        .lines()
-        .filter(|line| {
-            let line = line.to_lowercase();
-            ["error", "fail", "fatal", "exception"]
-                .iter()
-                .any(|word| line.contains(word))
-        })
-        .collect();
-    let named: Vec<TaskIdx> = tasks
-        .iter()
-        .copied()
-        .filter(|&idx| {
-            plan.task(idx).files.iter().any(|file| {
-                let file = file.display();
-                errors.iter().any(|line| names_path(line, &file))
-            })
-        })
-        .collect();
-    match named.len() < tasks.len() {
-        true => named,
-        false => Vec::new(),
-    }
-}
-
-/// Does `line` hold `path` with no other character of a name on either side?
-fn names_path(line: &str, path: &str) -> bool {
-    let part_of_name = |c: char| c.is_alphanumeric() || "_-.".contains(c);
-    line.match_indices(path).any(|(at, _)| {
-        let before = line[..at].chars().next_back();
-        let after = line[at + path.len()..].chars().next();
-        before.is_none_or(|c| !part_of_name(c))
-            && after.is_none_or(|c| !part_of_name(c) && c != '/')
     })
 }
 
@@ -215,17 +190,20 @@ async fn attempt_group(
     let runner = Runner::task(shared);
     let mut result = work(shared, (tasks[0], &runner), &files, &mut slot, None).await?;
     super::worker_run::finish(result.ended.jail.take()).await;
-    let unshared = |error: String| Unshared {
+    // Only the output of a process that failed blames anyone.
+    let unshared_by = |error: String, failed: bool| Unshared {
         error,
         log: result.log.clone(),
-        output: result.output_tail.clone().unwrap_or_default(),
+        output: failed.then(|| result.output_tail.clone().unwrap_or_default()),
     };
+    let failed = |error| unshared_by(error, true);
+    let unshared = |error| unshared_by(error, false);
     match &result.verdict {
         Verdict::Interrupted | Verdict::OverBudget(_) => {
             return Ok(Ok(stopped(shared, tasks, &result)));
         }
-        Verdict::Failed(why) | Verdict::Timeout(why) => return Ok(Err(unshared(why.clone()))),
-        Verdict::Exited(_) => return Ok(Err(unshared(result.verdict.describe()))),
+        Verdict::Failed(why) | Verdict::Timeout(why) => return Ok(Err(failed(why.clone()))),
+        Verdict::Exited(_) => return Ok(Err(failed(result.verdict.describe()))),
         Verdict::Done | Verdict::NoChange => {}
     }
     warn_about_new_branches(shared, &first.id).await?;
@@ -417,23 +395,4 @@ async fn reset_branch(shared: &Arc<Shared>, branch: String) -> anyhow::Result<()
         anyhow::Ok(())
     })
     .await?
-}
-
-#[cfg(test)]
-mod tests {
-    use super::names_path;
-
-    #[test]
-    fn a_path_is_named_only_as_a_whole() {
-        for (line, named) in [
-            ("[error] cannot parse /tmp/wt-2/src/a.js: bad token", true),
-            ("src/a.js:3:1: error E501", true),
-            ("error in 'src/a.js'", true),
-            ("error: src/a.json is fine, src/a.jsx too", false),
-            ("error: lib/xsrc/a.js", false),
-            ("error: src/a.js/inner", false),
-        ] {
-            assert_eq!(names_path(line, "src/a.js"), named, "{line}");
-        }
-    }
 }

@@ -26,6 +26,7 @@ use crate::settings::{ApiKey, Settings, WorktreeMode};
 use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
+mod blame;
 mod error;
 mod finish;
 mod group;

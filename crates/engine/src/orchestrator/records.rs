@@ -89,6 +89,7 @@ pub(crate) fn new_report(
                 merge_drivers: Vec::new(),
                 rerun_spared: false,
                 review_skipped: false,
+                ran_alone: None,
             })
             .collect(),
         totals: Default::default(),

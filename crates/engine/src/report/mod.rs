@@ -163,6 +163,10 @@ pub struct TaskReport {
     /// does not count it); its branch is kept.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub review_skipped: bool,
+    /// Why it ran in a process of its own after a process over several tasks failed
+    /// (`--per-process`): the line of that process's output that named its file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran_alone: Option<String>,
 }
 
 /// What an agent printed about its own spend (`--agent`), checked to be plausible: a negative,

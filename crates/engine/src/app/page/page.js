@@ -223,6 +223,7 @@
     part("Files", el("pre", {}, t.files.join("\n")));
     if (t.error) part("Why it did not merge", el("pre", { class: "error" }, t.error));
     if (t.hint) part("Hint", el("pre", {}, t.hint));
+    if (t.ran_alone) part("Why it ran alone", el("pre", {}, t.ran_alone));
     if (t.selection) part("Candidates", el("pre", {}, "chose c" + t.selection.winner + " by " + t.selection.by + "\n" + t.selection.steps.join("\n")));
     for (const c of t.candidates || []) box.append(el("div", { class: "mono" }, "c" + c.number + ": " + word(c.status) + (c.worker ? " (" + c.worker + ")" : "") + (c.error ? ": " + c.error : "")));
     const checks = [];

@@ -42,14 +42,6 @@ enum Ending {
     Judged(JudgeEnd),
 }
 
-/// A process over several tasks that did not succeed ([`GroupEnd::Split`]).
-struct Split {
-    tasks: Vec<TaskIdx>,
-    error: String,
-    log: Option<std::path::PathBuf>,
-    suspects: Vec<TaskIdx>,
-}
-
 /// The most tasks under way for each of `--jobs`: one whose worker runs, and one committing
 /// what its worker left, in an overlay worktree of its own.
 const TASKS_PER_JOB: usize = 2;
@@ -286,18 +278,7 @@ impl Scheduler {
                                 }
                             }
                         }
-                        Ending::Group(GroupEnd::Split {
-                            tasks,
-                            error,
-                            log,
-                            suspects,
-                        }) => {
-                            let split = Split {
-                                tasks,
-                                error,
-                                log,
-                                suspects,
-                            };
+                        Ending::Group(GroupEnd::Split(split)) => {
                             self.on_split(&mut flight.halves, split);
                         }
                     }

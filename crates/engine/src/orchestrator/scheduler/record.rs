@@ -3,10 +3,11 @@
 
 use std::collections::VecDeque;
 
-use super::{FollowUp, Scheduler, Split};
+use super::{FollowUp, Scheduler};
 use crate::events::{ConflictAction, Event};
 use crate::git::merge::MergeOutcome;
 use crate::ids::TaskIdx;
+use crate::orchestrator::group::Split;
 use crate::orchestrator::merge_thread::{MergeDone, MergeJob};
 use crate::orchestrator::repair::ConflictRepair;
 use crate::orchestrator::task::Attempt;
@@ -51,16 +52,25 @@ impl Scheduler {
         let id = |i: &TaskIdx| self.report.task(*i).id.clone();
         self.shared.sink.emit(Event::GroupSplit {
             tasks: tasks.iter().map(id).collect(),
-            alone: suspects.iter().map(id).collect(),
+            alone: suspects.iter().map(|s| id(&s.idx)).collect(),
+            named_by: suspects.iter().map(|s| s.line.clone()).collect(),
             error,
             log: log.map(|l| l.display().to_string()),
         });
+        let of = tasks.len();
         for &idx in &tasks {
             let t = self.report.task_mut(idx);
             t.status = TaskStatus::Pending;
             t.attempts = 0;
             t.start = None;
         }
+        for blame in &suspects {
+            self.report.task_mut(blame.idx).ran_alone = Some(format!(
+                "a process over {of} tasks failed, and its output named this task's file: {}",
+                blame.line
+            ));
+        }
+        let suspects: Vec<TaskIdx> = suspects.into_iter().map(|s| s.idx).collect();
         let next: Vec<Vec<TaskIdx>> = match suspects.is_empty() {
             true => {
                 let second = tasks.split_off(tasks.len() / 2);
