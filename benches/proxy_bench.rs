@@ -3,7 +3,7 @@
 //! `--agent` (through the gateway), in the same run.
 //!
 //! ```text
-//! cargo bench --bench proxy_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--latency-ms 500] [--rounds 3] [--also OLD_SWARM]
+//! cargo bench --bench proxy_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--latency-ms 500] [--rounds 3] [--also OLD_SWARM] [--only agent]
 //! ```
 //!
 //! Each task is a fake agent: `--requests` Messages requests (`POST /v1/messages`, a
@@ -15,8 +15,10 @@
 //! go to swarm's gateway with a placeholder key, which puts the real one in, forwards,
 //! streams the answer back and meters it. With `--also`, a fourth way: `--agent` through the
 //! gateway of another swarm binary (an older build), for an A/B of the gateway itself.
-//! Rounds rotate between the ways; the bench prints each wall time, the medians and the
-//! overheads (target: under 5 % each). See docs/BENCHMARKS.md for recorded figures.
+//! Rounds rotate between the ways; the bench prints each wall time, its efficiency against
+//! the ideal (`ceil(tasks / jobs) × requests × latency` over the wall time) and swarm's own
+//! peak memory, the medians and the overheads (target: under 5 % each). `--only agent` runs
+//! the gateway's way alone. See docs/BENCHMARKS.md for recorded figures.
 
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -27,13 +29,13 @@
 
 mod common;
 
-use common::{git, option};
+use common::{git, option, option_str};
 
 use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The fake API: every request is answered with 64 KiB after `latency`.
 fn fake_api(latency: Duration) -> u16 {
@@ -84,8 +86,8 @@ enum Way<'a> {
     Agent(u16, &'a str),
 }
 
-fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> Duration {
-    let started = Instant::now();
+/// One run of the fleet: its wall time and swarm's own peak memory (MB).
+fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> (Duration, f64) {
     let binary = match way {
         Way::Agent(_, binary) => binary,
         Way::Exec(..) => env!("CARGO_BIN_EXE_swarm"),
@@ -101,17 +103,12 @@ fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> Duration {
             .env("ANTHROPIC_API_KEY", "sk-bench-key-0123456789")
             .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}")),
     };
-    let out = cmd
-        .env("SWARM_TEST_PROXY_RESOLVE", "api.bench.test=127.0.0.1")
+    cmd.env("SWARM_TEST_PROXY_RESOLVE", "api.bench.test=127.0.0.1")
         .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
-        .output()
-        .unwrap();
-    let elapsed = started.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "swarm failed: {stderr}");
-    assert!(stderr.contains(" merged, 0 no change"), "{stderr}");
-    elapsed
+        .env("GIT_AUTHOR_EMAIL", "bench@example.com");
+    let m = common::measure(&mut cmd);
+    assert!(m.stderr.contains(" merged, 0 no change"), "{}", m.stderr);
+    (m.wall, m.peak_mb)
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -166,14 +163,40 @@ fn main() {
     if let Some(other) = &also {
         ways.push(("--agent (--also)", Way::Agent(port, other)));
     }
+    // `--only agent`: the gateway's way alone (an efficiency run at high `-j`).
+    if option_str("--only", "") == "agent" {
+        ways.retain(|(name, _)| name.starts_with("--agent"));
+    }
+    // Every task's calls one after another, `jobs` tasks at once, nothing else.
+    let ideal = latency * (tasks.div_ceil(jobs) * requests) as u32;
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); ways.len()];
     for round in 0..rounds {
         for (k, (name, way)) in ways.iter().enumerate() {
             let repo = fleet(dir.path(), tasks, ways.len() * round + k);
-            let t = run(&repo, jobs, way, &config);
-            println!("round {round}: {name:<18} {:>7.2} s", t.as_secs_f64());
+            let (t, peak) = run(&repo, jobs, way, &config);
+            println!(
+                "round {round}: {name:<18} {:>7.2} s  efficiency (ideal {:.2} s / wall) {:.3}  \
+                 swarm peak {peak:.0} MB",
+                t.as_secs_f64(),
+                ideal.as_secs_f64(),
+                ideal.as_secs_f64() / t.as_secs_f64()
+            );
             times[k].push(t);
         }
+    }
+    for (k, (name, _)) in ways.iter().enumerate() {
+        let worst = times[k].iter().max().unwrap().as_secs_f64();
+        let best = times[k].iter().min().unwrap().as_secs_f64();
+        println!(
+            "{name}: efficiency {:.3}–{:.3} over {rounds} round(s) ({tasks} tasks, -j {jobs}, \
+             {requests} calls of {} ms)",
+            ideal.as_secs_f64() / worst,
+            ideal.as_secs_f64() / best,
+            latency.as_millis()
+        );
+    }
+    if ways.len() < 3 {
+        return;
     }
     let medians: Vec<f64> = times.into_iter().map(|t| median(t).as_secs_f64()).collect();
     println!(

@@ -17,7 +17,9 @@
 //! forms the one-file form's wall over the list form's; with `--rounds N`, all of it N times
 //! in turn, and the worst of each ratio over the rounds. Each round runs the floor first, then
 //! swarm's runs, in reverse order every second round: a run pays for the inodes the run
-//! before it freed (on an ext4 without a journal), so no run always comes last.
+//! before it freed (on an ext4 without a journal), so no run always comes last. The one-file
+//! form is also set against its own floor: git's, plus the same `sed` run on each file by
+//! `xargs -P jobs` with no jail ([`xargs_floor`]).
 //!
 //! `startup`: `2 × jobs` tasks whose worker sleeps 2 s; prints the time from swarm's start to
 //! the moment the last of the first `jobs` workers runs (from the run's events), and the disk
@@ -123,6 +125,8 @@ fn large() {
     // The worst one-file/list of each mode (goal 5: the one-file form within 3x), over the
     // rounds.
     let mut worst_forms: Vec<(String, f64)> = Vec::new();
+    // The worst one-file form over git's floor plus `xargs -P jobs` running its command.
+    let mut worst_xargs = 0.0f64;
     for round in 1..=rounds {
         let mut walls = Vec::new();
         let floor_repo = root.path().join(format!("floor-{round}"));
@@ -135,6 +139,13 @@ fn large() {
             floor_wall.as_secs_f64()
         );
         trees.push(floor_tree);
+        let xargs_wall = xargs_floor(&floor_repo, jobs);
+        println!(
+            "floor+xargs files={files} tasks={tasks} round={round}: wall={:.1}s (git's floor, then \
+             the one-file sed run by xargs -P {jobs} on each file, no jail: {:.1}s)",
+            floor_wall.as_secs_f64() + xargs_wall,
+            xargs_wall
+        );
         let mut order: Vec<usize> = (0..runs.len()).collect();
         if round % 2 == 0 {
             order.reverse();
@@ -151,6 +162,11 @@ fn large() {
             let ratio = wall / floor_wall.as_secs_f64();
             worst[k] = worst[k].max(ratio);
             println!("large {name} round={round}: swarm/floor = {ratio:.2}");
+            if form == "file" {
+                let ratio = wall / (floor_wall.as_secs_f64() + xargs_wall);
+                worst_xargs = worst_xargs.max(ratio);
+                println!("large {name} round={round}: swarm/(floor+xargs) = {ratio:.2}");
+            }
             walls.push((mode.clone(), form.clone(), wall));
         }
         for (mode, ratio) in file_over_list(&walls) {
@@ -176,7 +192,31 @@ fn large() {
             worst[k]
         );
     }
+    if worst_xargs > 0.0 {
+        println!(
+            "large files={files} tasks={tasks} jobs={jobs} form=file: worst swarm/(floor+xargs) \
+             of {rounds} round(s) = {worst_xargs:.2}"
+        );
+    }
     assert!(trees.windows(2).all(|w| w[0] == w[1]), "the runs disagree");
+}
+
+/// The one-file form's own floor beyond git's: the same `sed` on each file that mentions
+/// `foo`, one process a file, run by `xargs -P jobs` in the floor's checkout of the base (no
+/// jail, no worktree, no commit). Its wall time in seconds.
+fn xargs_floor(repo: &Path, jobs: usize) -> f64 {
+    let checkout = repo.join(".git/floor-base");
+    let started = std::time::Instant::now();
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "git grep -lz foo -- src | xargs -0 -n 1 -P {jobs} sed -i 's/foo/bar/g'"
+        ))
+        .current_dir(&checkout)
+        .status()
+        .unwrap();
+    assert!(status.success(), "xargs sed");
+    started.elapsed().as_secs_f64()
 }
 
 /// For each mode that ran both forms (mode, form, wall seconds): the one-file form's wall

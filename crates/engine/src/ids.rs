@@ -383,8 +383,6 @@ pub enum RunBranch {
         k: usize,
         n: usize,
     },
-    /// A short-lived branch a new worktree is created on (`_` cannot be in a task id).
-    Placeholder,
     /// A group's branch of `swarm land`: `land/<group>`.
     Land(String),
 }
@@ -398,7 +396,6 @@ impl RunBranch {
             RunBranch::Verify => "verify".into(),
             RunBranch::Repair => "repair".into(),
             RunBranch::Shard { k, n } => format!("shard-{k}-of-{n}"),
-            RunBranch::Placeholder => "placeholder_".into(),
             RunBranch::Land(group) => format!("land/{group}"),
         }
     }

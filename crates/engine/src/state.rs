@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 
 use crate::ids::{RunId, TaskId};
 use crate::report::Report;
-pub(crate) use swarm_sandbox::files::{lock, rename_noreplace, try_lock};
+pub(crate) use swarm_sandbox::files::{rename_noreplace, try_lock};
 
 /// Hides swarm's state in the repository (`.git/swarm/`: the run's worktrees, their layers,
 /// every task's logs and files) from every worker `policy` confines: a worker sees its own

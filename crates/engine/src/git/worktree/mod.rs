@@ -31,11 +31,11 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use git2::build::CheckoutBuilder;
-use git2::{Oid, Repository, WorktreeAddOptions};
+use git2::{Oid, Repository};
 
 use super::commit::{self, CommitError, Committed};
 use super::view;
-use crate::ids::{RunBranch, RunId};
+use crate::ids::RunId;
 use crate::repo_path::RepoPath;
 use crate::state;
 use swarm_sandbox as sandbox;
@@ -67,7 +67,6 @@ struct PoolState {
     created: Vec<(String, PathBuf)>,
     /// Worktrees numbered so far (the base checkout is 0).
     numbered: usize,
-    empty_commit: Option<Oid>,
 }
 
 /// The run's base checkout: the shared lower layer of every overlay worktree, a worktree of
@@ -122,22 +121,6 @@ struct NewView {
     path: PathBuf,
     upper: PathBuf,
     work: PathBuf,
-}
-
-/// libgit2's worktree creation is not safe to run concurrently in one repository: its
-/// "branch already checked out" check counts a worktree that another thread (or process) is
-/// half-way through creating as a match (an operator-precedence slip in
-/// `git_repository_foreach_worktree`, libgit2 1.9). Creations take this lock, an `flock` on
-/// `<git-common-dir>/swarm/worktrees.lock`, which excludes other threads (each opens the file
-/// anew) and other swarm processes alike. See [`WorktreePool::create`].
-struct CreationLock(#[allow(dead_code)] std::fs::File);
-
-impl CreationLock {
-    fn acquire(common_dir: &Path) -> std::io::Result<Self> {
-        let file = state::lock_file(&state::swarm_dir(common_dir).join("worktrees.lock"))?;
-        state::lock(&file)?;
-        Ok(Self(file))
-    }
 }
 
 impl WorktreePool {
@@ -459,6 +442,14 @@ impl WorktreePool {
 
     /// Registers worktree `name` at `path` (which must not exist yet), with `head` as its HEAD
     /// and no files but its `.git`.
+    ///
+    /// Written as git writes a worktree's record (`git worktree add --no-checkout`): the
+    /// administrative directory `worktrees/<name>` with `gitdir`, `commondir` and `HEAD`, and
+    /// the worktree's `.git` file pointing back at it. Both directories are made with
+    /// `create_dir`, which fails if either exists, so two creations (of this run or another)
+    /// never share one. libgit2's `git_worktree_add` is not safe to run concurrently, and
+    /// serialized it cost 4–18 ms a worktree, 1.2 s before the 64th of `-j 64` could start
+    /// (docs/BENCHMARKS-HISTORY.md).
     fn register_at(
         &self,
         repo: &Repository,
@@ -466,36 +457,32 @@ impl WorktreePool {
         path: &Path,
         head: Head<'_>,
     ) -> anyhow::Result<()> {
-        // libgit2 creates `.git/worktrees` itself and fails if another process does so at the
-        // same moment.
+        use std::os::unix::ffi::OsStrExt as _;
         std::fs::create_dir_all(self.common_dir.join("worktrees"))?;
-        // libgit2's worktree creation is not safe to run concurrently, but the costly part of
-        // it, the checkout, is. Under the lock, the worktree is created on a placeholder branch
-        // at a commit with an empty tree (nothing to check out); files come afterwards, in
-        // parallel with other creations (or never, for an overlay worktree).
-        let _one_at_a_time = CreationLock::acquire(&self.common_dir)?;
-        // One name for the run: the lock is held until the placeholder is deleted.
-        let placeholder_name = self.run_id.branch(&RunBranch::Placeholder);
-        let empty = self.empty_commit(repo)?;
-        // References written directly: libgit2's branch calls open every worktree of the
-        // repository to check that the branch is not checked out, which made starting
-        // `-j` workers cost `-j²` (nothing has these branches checked out).
-        let placeholder_ref = super::branch_ref(&placeholder_name);
-        let placeholder = repo.reference(&placeholder_ref, empty, true, "swarm: placeholder")?;
-        let mut opts = WorktreeAddOptions::new();
-        opts.reference(Some(&placeholder));
-        repo.worktree(name, path, Some(&opts))
-            .with_context(|| format!("cannot create worktree {}", path.display()))?;
-        let pointed = Repository::open(self.admin_dir(name)).and_then(|wt| match head {
-            Head::Branch(branch_ref) => super::point_head(&wt, branch_ref),
-            Head::Detached(commit) => wt.set_head_detached(commit),
-        });
-        if pointed.is_err() {
-            // Left on the placeholder, it would stop every later worktree being made on it.
+        let admin = self.admin_dir(name);
+        std::fs::create_dir(&admin)
+            .with_context(|| format!("cannot register worktree {}", admin.display()))?;
+        let written = std::fs::create_dir(path)
+            .with_context(|| format!("cannot create worktree {}", path.display()))
+            .and_then(|()| {
+                let (admin, path) = (admin.canonicalize()?, path.canonicalize()?);
+                let line = |parts: &[&[u8]]| [parts.concat(), b"\n".to_vec()].concat();
+                let head = match head {
+                    Head::Branch(branch_ref) => format!("ref: {branch_ref}"),
+                    Head::Detached(commit) => commit.to_string(),
+                };
+                std::fs::write(admin.join("commondir"), line(&[b"../.."]))?;
+                let gitdir = path.join(".git");
+                std::fs::write(admin.join("gitdir"), line(&[gitdir.as_os_str().as_bytes()]))?;
+                std::fs::write(admin.join("HEAD"), line(&[head.as_bytes()]))?;
+                std::fs::write(&gitdir, line(&[b"gitdir: ", admin.as_os_str().as_bytes()]))?;
+                anyhow::Ok(())
+            });
+        if written.is_err() {
             let _ = cleanup::remove_worktree(repo, name, path);
+            let _ = std::fs::remove_dir_all(&admin);
         }
-        repo.find_reference(&placeholder_ref)?.delete()?;
-        Ok(pointed?)
+        written
     }
 
     /// Checks out HEAD in a new worktree in full, and copies in `[worktree] copy`.
@@ -519,19 +506,6 @@ impl WorktreePool {
             }
             self.copy_in(path)
         })
-    }
-
-    /// A parentless commit with an empty tree (made once per pool).
-    fn empty_commit(&self, repo: &Repository) -> anyhow::Result<Oid> {
-        let mut st = self.lock_state();
-        if let Some(oid) = st.empty_commit {
-            return Ok(oid);
-        }
-        let tree = repo.find_tree(repo.treebuilder(None)?.write()?)?;
-        let sig = super::signature(repo)?;
-        let oid = repo.commit(None, &sig, &sig, "swarm: empty placeholder", &tree, &[])?;
-        st.empty_commit = Some(oid);
-        Ok(oid)
     }
 
     /// Takes a worktree back: HEAD detached (so its branch can be moved or deleted, and a full
