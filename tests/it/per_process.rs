@@ -62,6 +62,22 @@ fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["kind"] == kind).collect()
 }
 
+/// The sizes of the processes split, in order; each split must have been in halves (its
+/// output blamed no task).
+fn halvings(events: &[Value]) -> Vec<usize> {
+    let splits = of_kind(events, "group_split");
+    assert!(
+        splits
+            .iter()
+            .all(|s| s["alone"].as_array().unwrap().is_empty()),
+        "{splits:?}"
+    );
+    splits
+        .iter()
+        .map(|s| s["tasks"].as_array().unwrap().len())
+        .collect()
+}
+
 /// The files each merge on `main` since `base` brought in (its second parent against the
 /// base), in merge order.
 fn merged_files(repo: &TestRepo, base: &str) -> Vec<Vec<String>> {
@@ -201,17 +217,7 @@ fn a_process_that_fails_without_naming_a_file_is_split_in_halves() {
     assert_eq!(task_of(&report, "f03.txt")["status"], "failed");
     // 8 → 4 + 4 → (2 + 2) → (1 + 1): three splits, each in halves.
     let events = repo.events(&run);
-    let splits = of_kind(&events, "group_split");
-    let sizes: Vec<usize> = splits
-        .iter()
-        .map(|s| s["tasks"].as_array().unwrap().len())
-        .collect();
-    assert_eq!(sizes, [8, 4, 2], "{}", run.stderr);
-    assert!(
-        splits
-            .iter()
-            .all(|s| s["alone"].as_array().unwrap().is_empty())
-    );
+    assert_eq!(halvings(&events), [8, 4, 2], "{}", run.stderr);
     assert_main_is_the_edit_of(&repo, &base, 8, &[3]);
 }
 
@@ -309,17 +315,7 @@ fn an_output_naming_a_file_of_another_process_falls_back_to_halving() {
     let run = refactor(&repo, "1", Some("4"), &misleading, &[]);
     run.assert_code(1);
     let events = repo.events(&run);
-    let splits = of_kind(&events, "group_split");
-    let sizes: Vec<usize> = splits
-        .iter()
-        .map(|s| s["tasks"].as_array().unwrap().len())
-        .collect();
-    assert_eq!(sizes, [4, 2], "{}", run.stderr);
-    assert!(
-        splits
-            .iter()
-            .all(|s| s["alone"].as_array().unwrap().is_empty())
-    );
+    assert_eq!(halvings(&events), [4, 2], "{}", run.stderr);
     let sizes: Vec<usize> = processes(&events).iter().map(Vec::len).collect();
     assert_eq!(sizes, [4, 2, 2, 1, 1, 4], "{}", run.stderr);
     let report = repo.report(&run);
