@@ -18,7 +18,8 @@
 //! Rounds rotate between the ways; the bench prints each wall time, its efficiency against
 //! the ideal (`ceil(tasks / jobs) × requests × latency` over the wall time) and swarm's own
 //! peak memory, the medians and the overheads (target: under 5 % each). `--only agent` runs
-//! the gateway's way alone. See docs/BENCHMARKS.md for recorded figures.
+//! the gateway's way alone, then the stand-in agents' own floor: the same script on each
+//! file by `xargs -P jobs`, straight to the fake API, with no swarm. See docs/BENCHMARKS.md for recorded figures.
 
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -196,6 +197,7 @@ fn main() {
         );
     }
     if ways.len() < 3 {
+        no_swarm_floor(dir.path(), (tasks, jobs, rounds), &direct, ideal);
         return;
     }
     let medians: Vec<f64> = times.into_iter().map(|t| median(t).as_secs_f64()).collect();
@@ -216,6 +218,39 @@ fn main() {
             also.as_deref().unwrap_or(""),
             (other / medians[0] - 1.0) * 100.0,
             (medians[2] / other - 1.0) * 100.0,
+        );
+    }
+}
+
+/// The stand-in agents' own floor: the same script on each file, `jobs` at a time by
+/// `xargs -P`, straight to the fake API, with no swarm (no jail, worktree, commit or merge);
+/// its efficiency against the same ideal, each round.
+fn no_swarm_floor(
+    dir: &Path,
+    (tasks, jobs, rounds): (u64, u64, usize),
+    script: &str,
+    ideal: Duration,
+) {
+    let agent = dir.join("agent.sh");
+    std::fs::write(&agent, script).unwrap();
+    for round in 0..rounds {
+        let repo = fleet(dir, tasks, 1000 + round);
+        let started = std::time::Instant::now();
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ls src/* | xargs -n 1 -P {jobs} sh -c 'SWARM_FILE=$1 sh {}' agent",
+                agent.display()
+            ))
+            .current_dir(&repo)
+            .status()
+            .unwrap();
+        assert!(status.success(), "the stand-in agents without swarm");
+        let t = started.elapsed().as_secs_f64();
+        println!(
+            "round {round}: no swarm (xargs)    {t:>7.2} s  efficiency (ideal {:.2} s / wall) {:.3}",
+            ideal.as_secs_f64(),
+            ideal.as_secs_f64() / t
         );
     }
 }

@@ -224,6 +224,15 @@ fn clean_all_recovers_leftovers_of_a_killed_run() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // And both workers running (each wrote its pid), so that the kill orphans them.
+    let pids = repo.home.join("pids");
+    while std::fs::read_to_string(&pids).map_or(0, |p| p.lines().count()) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the workers never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(repo.worktrees().len(), 3);
@@ -231,10 +240,7 @@ fn clean_all_recovers_leftovers_of_a_killed_run() {
     repo.assert_clean_after_run();
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
     // The orphaned workers are in their own process groups; end them.
-    for pid in std::fs::read_to_string(repo.home.join("pids"))
-        .unwrap()
-        .lines()
-    {
+    for pid in std::fs::read_to_string(&pids).unwrap().lines() {
         let pid: i32 = pid.trim().parse().unwrap();
         // SAFETY: signalling a process this test started.
         unsafe { libc::kill(pid, libc::SIGKILL) };
