@@ -462,22 +462,25 @@ impl WorktreePool {
         let admin = self.admin_dir(name);
         std::fs::create_dir(&admin)
             .with_context(|| format!("cannot register worktree {}", admin.display()))?;
-        let written = std::fs::create_dir(path)
-            .with_context(|| format!("cannot create worktree {}", path.display()))
-            .and_then(|()| {
-                let (admin, path) = (admin.canonicalize()?, path.canonicalize()?);
-                let line = |parts: &[&[u8]]| [parts.concat(), b"\n".to_vec()].concat();
-                let head = match head {
-                    Head::Branch(branch_ref) => format!("ref: {branch_ref}"),
-                    Head::Detached(commit) => commit.to_string(),
-                };
-                std::fs::write(admin.join("commondir"), line(&[b"../.."]))?;
-                let gitdir = path.join(".git");
-                std::fs::write(admin.join("gitdir"), line(&[gitdir.as_os_str().as_bytes()]))?;
-                std::fs::write(admin.join("HEAD"), line(&[head.as_bytes()]))?;
-                std::fs::write(&gitdir, line(&[b"gitdir: ", admin.as_os_str().as_bytes()]))?;
-                anyhow::Ok(())
-            });
+        if let Err(e) = std::fs::create_dir(path) {
+            // Not ours: only the record just made goes.
+            let _ = std::fs::remove_dir_all(&admin);
+            return Err(e).with_context(|| format!("cannot create worktree {}", path.display()));
+        }
+        let written = (|| {
+            let (admin, path) = (admin.canonicalize()?, path.canonicalize()?);
+            let line = |parts: &[&[u8]]| [parts.concat(), b"\n".to_vec()].concat();
+            let head = match head {
+                Head::Branch(branch_ref) => format!("ref: {branch_ref}"),
+                Head::Detached(commit) => commit.to_string(),
+            };
+            std::fs::write(admin.join("commondir"), line(&[b"../.."]))?;
+            let gitdir = path.join(".git");
+            std::fs::write(admin.join("gitdir"), line(&[gitdir.as_os_str().as_bytes()]))?;
+            std::fs::write(admin.join("HEAD"), line(&[head.as_bytes()]))?;
+            std::fs::write(&gitdir, line(&[b"gitdir: ", admin.as_os_str().as_bytes()]))?;
+            anyhow::Ok(())
+        })();
         if written.is_err() {
             let _ = cleanup::remove_worktree(repo, name, path);
             let _ = std::fs::remove_dir_all(&admin);
