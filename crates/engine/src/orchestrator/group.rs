@@ -154,17 +154,15 @@ pub(super) async fn run_group(shared: Arc<Shared>, tasks: Vec<TaskIdx>) -> Group
     if let Err(e) = reset_branch(&shared, branch).await {
         tracing::warn!("cannot reset a task branch: {e:#}");
     }
-    let suspects = match &unshared.output {
-        Some(tail) => {
-            let log = unshared.log.clone();
-            let tail = tail.clone();
-            let output = tokio::task::spawn_blocking(move || failed_output(log.as_deref(), &tail))
-                .await
-                .unwrap_or_default();
-            suspects(&shared.plan, &tasks, &output)
-        }
-        None => Vec::new(),
-    };
+    // Reading up to a megabyte of output and looking in it for each file: off the runtime.
+    let (log, tail, of) = (unshared.log.clone(), unshared.output, tasks.clone());
+    let suspects = tokio::task::spawn_blocking(move || {
+        tail.map_or_else(Vec::new, |tail| {
+            suspects(&shared.plan, &of, &failed_output(log.as_deref(), &tail))
+        })
+    })
+    .await
+    .unwrap_or_default();
     GroupEnd::Split(Split {
         suspects,
         tasks,
