@@ -77,12 +77,13 @@ fn main() {
         efficiency.push(1.0 / ratio);
         println!(
             "round={round} tasks={tasks} jobs={jobs} latency={}ms  wall={:.2}s  ideal={:.2}s \
-             ({waves} waves x 3 turns)  wall/ideal={ratio:.2}  efficiency={:.3}  swarm peak={:.0}MB",
+             ({waves} waves x 3 turns)  wall/ideal={ratio:.2}  efficiency={:.3}  swarm peak={:.0}MB  swarm cpu={:.2}s",
             latency.as_millis(),
             wall.as_secs_f64(),
             ideal.as_secs_f64(),
             1.0 / ratio,
             m.peak_mb,
+            m.user_s + m.sys_s,
         );
     }
     let (min, max) = efficiency

@@ -165,6 +165,34 @@ pub(crate) fn entry_at(
     }
 }
 
+/// What commit `commit` has at `path`, for reading it without a checkout.
+pub(crate) enum FileAt {
+    Absent,
+    /// A regular file (executable or not) of at most the size asked for: its bytes.
+    File(Vec<u8>),
+    /// A link, a directory, a submodule, or a file over the size asked for.
+    Other,
+}
+
+/// The file at `path` in `commit`, read if it is a regular file of at most `max` bytes (its
+/// size is looked up before it is read).
+pub(crate) fn file_at(
+    repo: &Repository,
+    commit: Oid,
+    path: &RepoPath,
+    max: usize,
+) -> Result<FileAt, git2::Error> {
+    let tree = repo.find_commit(commit)?.tree()?;
+    let Some((id, mode)) = entry_at(&tree, path)? else {
+        return Ok(FileAt::Absent);
+    };
+    let regular = mode == 0o100644 || mode == 0o100755;
+    if !regular || repo.odb()?.read_header(id)?.0 > max {
+        return Ok(FileAt::Other);
+    }
+    Ok(FileAt::File(repo.find_blob(id)?.content().to_vec()))
+}
+
 /// An index entry of `path` at blob `id` with `mode`, with no stat data.
 pub(crate) fn index_entry(path: &RepoPath, id: git2::Oid, mode: u32) -> git2::IndexEntry {
     let bytes = path.as_bytes().to_vec();

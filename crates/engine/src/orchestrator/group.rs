@@ -186,7 +186,7 @@ async fn attempt_group(
     let worktree = slot.path.clone();
     // On an error the lease gives the worktree back (its next task resets it).
     let runner = Runner::task(shared);
-    let mut result = work(shared, (tasks[0], &runner), &files, &mut slot, None).await?;
+    let mut result = work(shared, (tasks[0], &runner), &files, &mut slot, (None, None)).await?;
     super::worker_run::finish(result.ended.jail.take()).await;
     // Only the output of a process that failed blames anyone.
     let unshared_by = |error: String, failed: bool| Unshared {

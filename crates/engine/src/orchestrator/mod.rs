@@ -30,6 +30,7 @@ mod blame;
 mod error;
 mod finish;
 mod group;
+mod head_start;
 mod merge_drivers;
 pub(crate) use merge_drivers::merge_tool;
 mod merge_thread;
@@ -126,6 +127,11 @@ struct Shared {
     judge: Option<Arc<LlmShared>>,
     /// The other models of `--model a,b`, by name (`model` is the first's).
     models: std::collections::BTreeMap<String, Arc<LlmShared>>,
+    /// The base's AGENTS.md for the built-in worker's turn 1, read once.
+    base_notes: head_start::Notes,
+    /// Worktrees being checked out or reset at once: one per core. More only share the cores,
+    /// and at `-j 64` starve the runtime's threads (each task's model calls, its events).
+    checkouts: tokio::sync::Semaphore,
 }
 
 /// What a run's workers are given besides the plan: the model's key, where events go, the
@@ -518,6 +524,10 @@ impl Shared {
                 false => None,
             },
             network: Default::default(),
+            base_notes: Default::default(),
+            checkouts: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
+            ),
             plan,
             settings,
             base,

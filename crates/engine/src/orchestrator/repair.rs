@@ -140,7 +140,8 @@ async fn resolve_in(
         git: None,
         checks: checks.as_ref(),
     };
-    let result = run_agent(shared, llm, r.idx, place, &task_dir, &files, Some(&context)).await?;
+    let ask = (files.as_slice(), Some(context.as_str()));
+    let result = run_agent(shared, llm, r.idx, place, &task_dir, ask, None).await?;
     a.record_spend(&result);
     a.summary = result.summary;
     a.output_tail = result.output_tail.filter(|t| !t.is_empty());

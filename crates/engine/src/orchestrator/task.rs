@@ -22,12 +22,13 @@ use super::watch::{warn_about_checkout, warn_about_new_branches};
 use super::worker_run::{
     Ended, Place, Runner, WorkerResult, check_writes, finish, run_worker, set_up,
 };
-use super::{Shared, step, warn};
+use super::{Shared, head_start, step, warn};
 use crate::events::Event;
 use crate::git::TreeChange;
 use crate::ids::CandidateNo;
 use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
+use crate::worker::llm::agent::Opening;
 
 /// One attempt at one task, as a worker task returns it.
 pub(super) struct Attempt {
@@ -151,11 +152,27 @@ async fn attempt_task(
 ) -> anyhow::Result<()> {
     let task = shared.plan.task(a.idx);
     let branch = runner.branch(shared, &task.id);
-    let mut slot =
-        start_attempt(shared, &[a.idx], (a.attempt, a.candidate), a.start, &branch).await?;
+    // The built-in worker's turn 1 is asked while its worktree is being made.
+    let tasks = [a.idx];
+    let (slot, opening) = tokio::join!(
+        start_attempt(shared, &tasks, (a.attempt, a.candidate), a.start, &branch),
+        head_start::open(shared, a.idx, runner, a.start, context),
+    );
+    let opening = opening?;
+    let mut slot = match slot {
+        Ok(slot) => slot,
+        Err(e) => {
+            // What turn 1 spent is the task's all the same.
+            if let Some(opening) = &opening {
+                a.record_opening(opening);
+            }
+            return Err(e);
+        }
+    };
     a.worktree = Some(slot.path.clone());
     // On an error the lease gives the worktree back (its next task resets it).
-    let mut result = work(shared, (a.idx, runner), &task.files, &mut slot, context).await?;
+    let ask = (context, opening);
+    let mut result = work(shared, (a.idx, runner), &task.files, &mut slot, ask).await?;
     let _held = hold_while_committing(shared, &slot, permit);
     // Declared after `slot`, so dropped before it on an early return.
     let mut ended = std::mem::take(&mut result.ended);
@@ -282,6 +299,11 @@ impl Attempt {
         self.requests = result.requests;
         self.reported = result.reported.clone();
     }
+
+    /// Records what a turn 1 asked ahead spent, for an attempt that ends before its worker.
+    pub(super) fn record_opening(&mut self, opening: &Opening) {
+        (self.tokens, self.cost_usd, self.requests, self.turns) = opening.spent();
+    }
 }
 
 /// A worktree for an attempt at `tasks` (several: one process for them all), with `branch`
@@ -294,6 +316,7 @@ pub(super) async fn start_attempt(
     branch: &str,
 ) -> anyhow::Result<Lease> {
     let slot = {
+        let _checking_out = shared.checkouts.acquire().await?;
         let shared = shared.clone();
         let branch = branch.to_string();
         // Views show the run's base; a retry starts elsewhere, in a full checkout.
@@ -339,7 +362,7 @@ pub(super) async fn work(
     (idx, runner): (TaskIdx, &Runner),
     files: &[RepoPath],
     slot: &mut Slot,
-    context: Option<&str>,
+    ask: (Option<&str>, Option<Opening>),
 ) -> anyhow::Result<WorkerResult> {
     let task = shared.plan.task(idx);
     let task_dir = runner.dir(shared, &task.id);
@@ -360,7 +383,7 @@ pub(super) async fn work(
         git: git.as_ref(),
         checks: checks.as_ref(),
     };
-    let mut result = run_worker(shared, idx, files, place, &task_dir, context).await?;
+    let mut result = run_worker(shared, idx, files, place, &task_dir, ask).await?;
     result.check_wrote = checks.map(|c| c.take()).unwrap_or_default();
     Ok(result)
 }

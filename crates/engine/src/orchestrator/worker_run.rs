@@ -17,9 +17,9 @@ use crate::settings::Scope;
 use crate::worker::Verdict;
 use crate::worker::check_writes::CheckWrites;
 use crate::worker::exec::{self, AgentRun, ExecTask};
-use crate::worker::llm::AgentTask;
-use crate::worker::llm::LlmShared;
-use crate::worker::llm::agent;
+use crate::worker::llm::agent::{self, Head, Opening};
+use crate::worker::llm::tools::Workspace;
+use crate::worker::llm::{AgentTask, Caller, LlmShared};
 use crate::worker::own::SetUp;
 use crate::worker::process::{self, Exit, JailEnd};
 use swarm_sandbox::git_view::GitDirs;
@@ -186,14 +186,15 @@ pub(super) async fn run_worker(
     files: &[RepoPath],
     place: Place<'_>,
     task_dir: &std::path::Path,
-    context: Option<&str>,
+    (context, opening): (Option<&str>, Option<Opening>),
 ) -> anyhow::Result<WorkerResult> {
     let task = shared.plan.task(idx);
     let WorkerKind::Exec(command) = &shared.worker else {
         let llm = shared
             .model_of(place.runner.candidate)
             .context("no model for the built-in worker")?;
-        return run_agent(shared, &llm, idx, place, task_dir, &task.files, context).await;
+        let ask = (task.files.as_slice(), context);
+        return run_agent(shared, &llm, idx, place, task_dir, ask, opening).await;
     };
     // A candidate of `--agent a,b` runs its own agent's command.
     let agent = shared.settings.rotation.agent(place.runner.candidate);
@@ -326,16 +327,8 @@ async fn verify_then_repair(
          keeping the command's change, then call finish; the check runs again then.",
         tail.trim_end()
     );
-    let repaired = run_agent(
-        shared,
-        &llm,
-        idx,
-        place,
-        task_dir,
-        &task.files,
-        Some(&context),
-    )
-    .await?;
+    let ask = (task.files.as_slice(), Some(context.as_str()));
+    let repaired = run_agent(shared, &llm, idx, place, task_dir, ask, None).await?;
     Ok(WorkerResult {
         summary: repaired.summary.or(result.summary),
         ended: result.ended,
@@ -376,39 +369,50 @@ async fn verify_exec(
 }
 
 /// Runs the built-in agent on task `idx` in `place`'s worktree, allowed to write `files`
-/// (with `--scope task`).
+/// (with `--scope task`), from its turn 1 if already asked.
 pub(super) async fn run_agent(
     shared: &Arc<Shared>,
     llm: &LlmShared,
     idx: TaskIdx,
     place: Place<'_>,
     task_dir: &std::path::Path,
-    files: &[RepoPath],
-    context: Option<&str>,
+    (files, context): (&[RepoPath], Option<&str>),
+    opening: Option<Opening>,
 ) -> anyhow::Result<WorkerResult> {
     let task = shared.plan.task(idx);
     let settings = &shared.settings;
-    let instruction = shared.plan.instruction_for(idx);
-    let out = agent::run(AgentTask {
-        shared: llm,
-        events: &shared.sink,
-        instruction: &instruction,
-        task_id: &task.id,
-        files,
-        worktree: place.worktree,
-        task_dir,
-        scope_task: settings.scope == Scope::Task,
-        max_turns: settings.max_turns,
-        verify: settings.verify.as_deref(),
-        checks: place.checks,
-        timeout: settings.timeout(),
-        idle_timeout: settings.idle_timeout(),
-        sandbox: &settings.sandbox,
-        on_access: Some(shared.on_access(Some(&task.id))),
-        run_tool: &settings.run_tool,
-        cancel: &place.runner.cancel,
-        context,
-    })
+    let opening = match opening {
+        Some(opening) => opening,
+        None => {
+            let notes = Workspace::new(place.worktree, None)?.read_text("AGENTS.md");
+            let ask = (files, context);
+            let head = (place.runner, task_dir, notes.as_deref());
+            open_agent(shared, llm, idx, ask, head).await?
+        }
+    };
+    let out = agent::run(
+        AgentTask {
+            caller: Caller {
+                shared: llm,
+                events: &shared.sink,
+                task_id: &task.id,
+            },
+            files,
+            worktree: place.worktree,
+            task_dir,
+            scope_task: settings.scope == Scope::Task,
+            max_turns: settings.max_turns,
+            verify: settings.verify.as_deref(),
+            checks: place.checks,
+            timeout: settings.timeout(),
+            idle_timeout: settings.idle_timeout(),
+            sandbox: &settings.sandbox,
+            on_access: Some(shared.on_access(Some(&task.id))),
+            run_tool: &settings.run_tool,
+            cancel: &place.runner.cancel,
+        },
+        opening,
+    )
     .await?;
     Ok(WorkerResult {
         verdict: out.verdict,
@@ -423,4 +427,36 @@ pub(super) async fn run_agent(
         ended: Ended::default(),
         check_wrote: Default::default(),
     })
+}
+
+/// Asks turn 1 of task `idx`'s built-in agent (on `files`, with `context`) for `runner`, its
+/// transcript in `task_dir`, `agents_md` in its first message; needs no worktree.
+pub(super) async fn open_agent(
+    shared: &Arc<Shared>,
+    llm: &LlmShared,
+    idx: TaskIdx,
+    (files, context): (&[RepoPath], Option<&str>),
+    (runner, task_dir, agents_md): (&Runner, &std::path::Path, Option<&str>),
+) -> anyhow::Result<Opening> {
+    let task = shared.plan.task(idx);
+    let settings = &shared.settings;
+    let instruction = shared.plan.instruction_for(idx);
+    agent::open(&Head {
+        caller: Caller {
+            shared: llm,
+            events: &shared.sink,
+            task_id: &task.id,
+        },
+        instruction: &instruction,
+        files,
+        context,
+        agents_md,
+        scope_task: settings.scope == Scope::Task,
+        run_tool: settings.run_tool.enabled(),
+        task_dir,
+        max_turns: settings.max_turns,
+        timeout: settings.timeout(),
+        cancel: &runner.cancel,
+    })
+    .await
 }

@@ -240,7 +240,7 @@ fn stage(repo: &Repository, staging: &Path, new: Oid, changes: &[Change]) -> any
 
 /// Would a checkout filter `path` (an attribute that converts line endings, expands `$Id$`,
 /// names a filter driver or an encoding)?
-fn filters_apply(repo: &Repository, path: &RepoPath) -> bool {
+pub(crate) fn filters_apply(repo: &Repository, path: &RepoPath) -> bool {
     ["text", "eol", "ident", "filter", "working-tree-encoding"]
         .iter()
         .any(|attr| {

@@ -6,22 +6,27 @@
 //! the loop goes on. The loop also ends at `--max-turns`, at the task's timeout, when the run
 //! is interrupted, or when the run's token budget is spent. Every message is appended to the
 //! task's `transcript.jsonl` (the API key is never part of a message).
+//!
+//! Turn 1 needs no worktree ([`open`]): the orchestrator asks it while the task's worktree is
+//! being made, and [`run`] goes on from its answer.
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{BufWriter, Write as _};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
-use super::AgentTask;
 use super::commands::{run_command, run_verify};
+use super::talk::{Conversation, shorten_old_results};
 use super::tools::{self, FinishStatus, Outcome, Workspace};
+use super::{AgentTask, Caller};
 use crate::events::Event;
 use crate::gateway::Reservation;
 use crate::gateway::meter::estimated_input;
 use crate::model::client::{AttemptError, RetryNotice};
 use crate::model::sse::Reply;
+use crate::repo_path::RepoPath;
 use crate::report::Tokens;
 use crate::worker::Verdict;
 use crate::worker::check_writes::CheckWrites;
@@ -66,17 +71,88 @@ struct LoopState {
     summary: Option<String>,
 }
 
-pub(crate) async fn run(task: AgentTask<'_>) -> anyhow::Result<AgentOutcome> {
-    std::fs::create_dir_all(task.task_dir)?;
-    let mut transcript = Transcript::create(&task.task_dir.join("transcript.jsonl"))?;
+/// What turn 1 needs, none of it in the worktree: the built-in worker asks its first
+/// question while its worktree is being made.
+pub(crate) struct Head<'a> {
+    pub caller: Caller<'a>,
+    pub instruction: &'a str,
+    pub files: &'a [RepoPath],
+    pub context: Option<&'a str>,
+    /// The repository's AGENTS.md, for the first message.
+    pub agents_md: Option<&'a str>,
+    pub scope_task: bool,
+    /// The `run` tool is offered.
+    pub run_tool: bool,
+    pub task_dir: &'a Path,
+    pub max_turns: u32,
+    pub timeout: Duration,
+    pub cancel: &'a CancellationToken,
+}
+
+/// A task's turn 1, asked: its conversation so far, what it spent, the answer (or why the
+/// task stops), and when it began (the task's `--timeout` counts from then).
+pub(crate) struct Opening {
+    talk: Conversation,
+    state: LoopState,
+    asked: Asked,
+    began: Instant,
+}
+
+impl Opening {
+    /// What it spent: tokens, cost, answers metered, turns.
+    pub(crate) fn spent(&self) -> (Tokens, f64, u32, u32) {
+        let s = &self.state;
+        (s.tokens, s.cost_usd, s.requests, s.turns)
+    }
+}
+
+/// A turn's answer, or the verdict that ends the task before one.
+enum Asked {
+    Reply(Reply),
+    Stop(Verdict),
+}
+
+/// Starts the task's conversation (system and task messages) and asks turn 1.
+pub(crate) async fn open(head: &Head<'_>) -> anyhow::Result<Opening> {
+    let began = Instant::now();
+    std::fs::create_dir_all(head.task_dir)?;
+    let mut talk = Conversation::create(&head.task_dir.join("transcript.jsonl"))?;
+    let first =
+        super::prompt::task_message(head.instruction, head.files, head.context, head.agents_md);
+    talk.push(json!({"role": "system", "content": super::prompt::system(head.scope_task)}));
+    talk.push(json!({"role": "user", "content": crate::secrets::redact(&first)}));
     let mut state = LoopState::default();
+    let definitions = tools::definitions(head.run_tool);
+    let asked = match head.max_turns {
+        0 => Asked::Stop(out_of_turns(0, None)),
+        _ => tokio::select! {
+            asked = next_turn(head.caller, &mut state, &mut talk, &definitions) => asked,
+            () = tokio::time::sleep(head.timeout) => Asked::Stop(timed_out(head.timeout)),
+            () = head.cancel.cancelled() => Asked::Stop(Verdict::Interrupted),
+        },
+    };
+    Ok(Opening {
+        talk,
+        state,
+        asked,
+        began,
+    })
+}
+
+/// The task's turns after `opening`, in `task`'s worktree, until it ends.
+pub(crate) async fn run(task: AgentTask<'_>, opening: Opening) -> anyhow::Result<AgentOutcome> {
+    let Opening {
+        mut talk,
+        mut state,
+        asked,
+        began,
+    } = opening;
+    let left = task.timeout.saturating_sub(began.elapsed());
     let verdict = {
-        let looping = run_loop(&task, &mut state, &mut transcript);
+        let looping = run_loop(&task, &mut state, &mut talk, asked);
         tokio::select! {
             verdict = looping => verdict?,
-            () = tokio::time::sleep(task.timeout) => Verdict::Timeout(format!(
-                "timed out after {}s (--timeout)", task.timeout.as_secs()
-            )),
+            () = tokio::time::sleep(left) => timed_out(task.timeout),
             () = task.cancel.cancelled() => Verdict::Interrupted,
         }
     };
@@ -103,40 +179,49 @@ pub(crate) async fn run(task: AgentTask<'_>) -> anyhow::Result<AgentOutcome> {
     })
 }
 
+fn timed_out(timeout: Duration) -> Verdict {
+    Verdict::Timeout(format!(
+        "timed out after {}s (--timeout)",
+        timeout.as_secs()
+    ))
+}
+
+/// Reserves, then asks the next turn.
+async fn next_turn(
+    caller: Caller<'_>,
+    state: &mut LoopState,
+    talk: &mut Conversation,
+    definitions: &Value,
+) -> Asked {
+    // The run's budget (`--max-tokens`, `--max-cost`): what the request may spend is
+    // reserved before it is sent.
+    let reservation = match reserve(caller, talk, definitions).await {
+        Ok(reservation) => reservation,
+        Err(why) => return Asked::Stop(Verdict::OverBudget(format!("stopped: {why}"))),
+    };
+    state.turns += 1;
+    let turn = state.turns;
+    match ask(caller, state, talk, definitions, turn, reservation).await {
+        Ok(reply) => Asked::Reply(reply),
+        Err(e) => Asked::Stop(Verdict::Failed(format!("the model API failed: {e}"))),
+    }
+}
+
+/// Answer after answer: runs the tools each asks for, until one ends the task.
 async fn run_loop(
     task: &AgentTask<'_>,
     state: &mut LoopState,
-    transcript: &mut Transcript,
+    talk: &mut Conversation,
+    mut asked: Asked,
 ) -> anyhow::Result<Verdict> {
     let workspace = Workspace::new(task.worktree, task.scope_task.then_some(task.files))?;
-    let agents_md = workspace.read_text("AGENTS.md");
     let definitions = tools::definitions(task.run_tool.enabled());
-    let first = super::prompt::task_message(
-        task.instruction,
-        task.files,
-        task.context,
-        agents_md.as_deref(),
-    );
-    let mut talk = Conversation {
-        messages: Vec::new(),
-        transcript,
-    };
-    talk.push(json!({"role": "system", "content": super::prompt::system(task.scope_task)}));
-    talk.push(json!({"role": "user", "content": crate::secrets::redact(&first)}));
     let mut verify_failure: Option<String> = None;
     let mut cut_off = 0;
-    while state.turns < task.max_turns {
-        // The run's budget (`--max-tokens`, `--max-cost`): what the request may spend is
-        // reserved before it is sent.
-        let reservation = match reserve(task, &talk, &definitions).await {
-            Ok(reservation) => reservation,
-            Err(why) => return Ok(Verdict::OverBudget(format!("stopped: {why}"))),
-        };
-        state.turns += 1;
-        let turn = state.turns;
-        let reply = match ask(task, state, &mut talk, &definitions, turn, reservation).await {
-            Ok(reply) => reply,
-            Err(e) => return Ok(Verdict::Failed(format!("the model API failed: {e}"))),
+    loop {
+        let reply = match asked {
+            Asked::Reply(reply) => reply,
+            Asked::Stop(verdict) => return Ok(verdict),
         };
         if reply.cut_off {
             // Half a tool call is not run: the answer is dropped, and the model told why.
@@ -145,43 +230,71 @@ async fn run_loop(
                 return Ok(cut_off_too_often(task, cut_off));
             }
             talk.push(json!({"role": "user", "content": CUT_OFF}));
-            continue;
-        }
-        cut_off = 0;
-        if reply.tool_calls.is_empty() {
-            talk.push(json!({"role": "user", "content":
-                "Continue with the tools. When the task is complete, call finish."}));
-            continue;
-        }
-        let finished = call_tools(task, &workspace, state, &mut talk, &reply, turn).await?;
-        let Some((status, summary)) = finished else {
-            continue;
-        };
-        state.summary = Some(summary.clone());
-        match on_finish(task, status, &summary).await? {
-            Ok(verdict) => return Ok(verdict),
-            Err((verify, output)) => {
-                let text = crate::secrets::redact(&format!(
-                    "The check `{verify}` failed after your change:\n\n{output}\n\nFix the \
-                     problem (within this task's files), then call finish again."
-                ))
-                .into_owned();
-                verify_failure = Some(output);
-                talk.push(json!({"role": "user", "content": text}));
+        } else {
+            cut_off = 0;
+            let ended = on_reply(task, &workspace, state, talk, &reply).await?;
+            match ended {
+                Ended::Verdict(verdict) => return Ok(verdict),
+                Ended::VerifyFailed(output) => verify_failure = Some(output),
+                Ended::No => {}
             }
         }
+        if state.turns >= task.max_turns {
+            return Ok(out_of_turns(task.max_turns, verify_failure));
+        }
+        asked = next_turn(task.caller, state, talk, &definitions).await;
     }
-    Ok(Verdict::Failed(match verify_failure {
+}
+
+/// What an answer did: ended the task, called finish with a `--verify` that fails, or neither.
+enum Ended {
+    Verdict(Verdict),
+    VerifyFailed(String),
+    No,
+}
+
+/// Runs the tools `reply` asks for; if it called finish, the check.
+async fn on_reply(
+    task: &AgentTask<'_>,
+    workspace: &Workspace,
+    state: &mut LoopState,
+    talk: &mut Conversation,
+    reply: &Reply,
+) -> anyhow::Result<Ended> {
+    if reply.tool_calls.is_empty() {
+        talk.push(json!({"role": "user", "content":
+            "Continue with the tools. When the task is complete, call finish."}));
+        return Ok(Ended::No);
+    }
+    let turn = state.turns;
+    let Some((status, summary)) = call_tools(task, workspace, state, talk, reply, turn).await?
+    else {
+        return Ok(Ended::No);
+    };
+    state.summary = Some(summary.clone());
+    Ok(match on_finish(task, status, &summary).await? {
+        Ok(verdict) => Ended::Verdict(verdict),
+        Err((verify, output)) => {
+            let text = crate::secrets::redact(&format!(
+                "The check `{verify}` failed after your change:\n\n{output}\n\nFix the \
+                 problem (within this task's files), then call finish again."
+            ))
+            .into_owned();
+            talk.push(json!({"role": "user", "content": text}));
+            Ended::VerifyFailed(output)
+        }
+    })
+}
+
+/// The task ran out of turns (`--max-turns`), maybe with `--verify` still failing.
+fn out_of_turns(max_turns: u32, verify_failure: Option<String>) -> Verdict {
+    Verdict::Failed(match verify_failure {
         Some(output) => format!(
-            "--verify still fails after {} turns (--max-turns): {}",
-            task.max_turns,
+            "--verify still fails after {max_turns} turns (--max-turns): {}",
             last_lines(&output, 5)
         ),
-        None => format!(
-            "the model did not call finish within {} turns (--max-turns)",
-            task.max_turns
-        ),
-    }))
+        None => format!("the model did not call finish within {max_turns} turns (--max-turns)"),
+    })
 }
 
 /// What the model is told when its answer was cut off at the output limit.
@@ -194,7 +307,7 @@ fn cut_off_too_often(task: &AgentTask<'_>, times: u32) -> Verdict {
     Verdict::Failed(format!(
         "the model's answers were cut off at the output limit {times} times in a row \
          (finish_reason: length){}",
-        match task.shared.client.max_output_tokens() {
+        match task.caller.shared.client.max_output_tokens() {
             Some(n) => format!("; raise --max-output-tokens (now {n})"),
             None => "; set --max-output-tokens higher than the server's default".into(),
         }
@@ -220,8 +333,8 @@ async fn on_finish<'a>(
     let Some(verify) = task.verify else {
         return Ok(Ok(Verdict::Done));
     };
-    task.events.emit(Event::TaskStep {
-        task: task.task_id.clone(),
+    task.caller.events.emit(Event::TaskStep {
+        task: task.caller.task_id.clone(),
         step: "verify".into(),
     });
     let ran = CheckWrites::maybe_around(task.checks, run_verify(verify, task)).await?;
@@ -231,27 +344,14 @@ async fn on_finish<'a>(
     })
 }
 
-/// The messages sent to the model, each also appended to the task's transcript.
-struct Conversation<'t> {
-    messages: Vec<Value>,
-    transcript: &'t mut Transcript,
-}
-
-impl Conversation<'_> {
-    fn push(&mut self, message: Value) {
-        self.transcript.append(&message);
-        self.messages.push(message);
-    }
-}
-
 /// Reserves what the next request may spend: the conversation and the tools as they stand
 /// (shortening only makes them smaller), and the most output it asks for.
 async fn reserve(
-    task: &AgentTask<'_>,
-    talk: &Conversation<'_>,
+    caller: Caller<'_>,
+    talk: &Conversation,
     definitions: &Value,
 ) -> Result<Reservation, String> {
-    let meter = &task.shared.meter;
+    let meter = &caller.shared.meter;
     let size: usize = talk
         .messages
         .iter()
@@ -263,7 +363,7 @@ async fn reserve(
         completion: meter.output_cap(),
     };
     meter
-        .reserve(Some(task.task_id), task.shared.client.model(), ask)
+        .reserve(Some(caller.task_id), caller.shared.client.model(), ask)
         .await
 }
 
@@ -273,14 +373,14 @@ async fn reserve(
 /// metered; given back when the API refused it (an error it does not bill), charged whole
 /// when the answer broke off.
 async fn ask(
-    task: &AgentTask<'_>,
+    caller: Caller<'_>,
     state: &mut LoopState,
-    talk: &mut Conversation<'_>,
+    talk: &mut Conversation,
     definitions: &Value,
     turn: u32,
     reservation: Reservation,
 ) -> Result<Reply, AttemptError> {
-    let asked = ask_fitting(task, talk, definitions, turn).await;
+    let asked = ask_fitting(caller, talk, definitions, turn).await;
     let Some(charge) = super::charge_for(reservation, &asked) else {
         return asked;
     };
@@ -298,28 +398,29 @@ async fn ask(
 
 /// [`ask_once`], the conversation shortened to fit (again if the server says it does not).
 async fn ask_fitting(
-    task: &AgentTask<'_>,
-    talk: &mut Conversation<'_>,
+    caller: Caller<'_>,
+    talk: &mut Conversation,
     definitions: &Value,
     turn: u32,
 ) -> Result<Reply, AttemptError> {
     let mut overflows = 0;
     loop {
         // With a known window, recent results are shortened too if they must be.
-        let (budget, keep_recent) = match context_budget(task, definitions).await {
+        let (budget, keep_recent) = match context_budget(caller, definitions).await {
             Some(budget) => (budget, 0),
             None => (CONTEXT_CHARS, KEEP_RECENT),
         };
         shorten_old_results(&mut talk.messages, budget, keep_recent);
-        match ask_once(task, talk, definitions, turn).await {
+        match ask_once(caller, talk, definitions, turn).await {
             Err(AttemptError::ContextOverflow { limit, body }) if overflows < MAX_OVERFLOW => {
                 overflows += 1;
                 let sent: usize = talk.messages.iter().map(|m| m.to_string().len()).sum();
-                task.shared
+                caller
+                    .shared
                     .client
                     .shrink_window(limit, (sent / CHARS_PER_TOKEN) as u32);
-                task.events.emit(Event::ModelRetry {
-                    task: task.task_id.clone(),
+                caller.events.emit(Event::ModelRetry {
+                    task: caller.task_id.clone(),
                     attempt: overflows,
                     wait_ms: 0,
                     reason: format!(
@@ -334,8 +435,8 @@ async fn ask_fitting(
 
 /// Characters the conversation may take: the context window (when known) less the answer's
 /// room and the tool definitions, at [`CHARS_PER_TOKEN`].
-async fn context_budget(task: &AgentTask<'_>, definitions: &Value) -> Option<usize> {
-    let client = &task.shared.client;
+async fn context_budget(caller: Caller<'_>, definitions: &Value) -> Option<usize> {
+    let client = &caller.shared.client;
     let window = client.context_window().await?;
     let window = window as usize;
     let answer = client
@@ -347,28 +448,29 @@ async fn context_budget(task: &AgentTask<'_>, definitions: &Value) -> Option<usi
 }
 
 async fn ask_once(
-    task: &AgentTask<'_>,
-    talk: &Conversation<'_>,
+    caller: Caller<'_>,
+    talk: &Conversation,
     definitions: &Value,
     turn: u32,
 ) -> Result<Reply, AttemptError> {
-    task.events.emit(Event::TaskStep {
-        task: task.task_id.clone(),
+    caller.events.emit(Event::TaskStep {
+        task: caller.task_id.clone(),
         step: format!("turn {turn}: thinking"),
     });
-    task.events.emit(Event::ModelRequest {
-        task: task.task_id.clone(),
+    caller.events.emit(Event::ModelRequest {
+        task: caller.task_id.clone(),
         turn,
     });
     let on_retry = |n: &RetryNotice| {
-        task.events.emit(Event::ModelRetry {
-            task: task.task_id.clone(),
+        caller.events.emit(Event::ModelRetry {
+            task: caller.task_id.clone(),
             attempt: n.attempt,
             wait_ms: n.wait.as_millis() as u64,
             reason: n.reason.clone(),
         });
     };
-    task.shared
+    caller
+        .shared
         .client
         .chat(&talk.messages, definitions, turn, &on_retry)
         .await
@@ -380,7 +482,7 @@ async fn call_tools(
     task: &AgentTask<'_>,
     workspace: &Workspace,
     state: &mut LoopState,
-    talk: &mut Conversation<'_>,
+    talk: &mut Conversation,
     reply: &Reply,
     turn: u32,
 ) -> anyhow::Result<Option<(FinishStatus, String)>> {
@@ -389,8 +491,8 @@ async fn call_tools(
         let target = serde_json::from_str::<Value>(&call.arguments)
             .ok()
             .and_then(|a| a.get("path").and_then(Value::as_str).map(str::to_string));
-        task.events.emit(Event::TaskStep {
-            task: task.task_id.clone(),
+        task.caller.events.emit(Event::TaskStep {
+            task: task.caller.task_id.clone(),
             step: format!(
                 "turn {turn}: {}{}",
                 call.name,
@@ -400,8 +502,8 @@ async fn call_tools(
                     .unwrap_or_default()
             ),
         });
-        task.events.emit(Event::ToolCall {
-            task: task.task_id.clone(),
+        task.caller.events.emit(Event::ToolCall {
+            task: task.caller.task_id.clone(),
             tool: call.name.clone(),
             path: target.clone(),
         });
@@ -415,8 +517,8 @@ async fn call_tools(
         }
         // What a tool read or ran never carries a secret to the model.
         let content = crate::secrets::redact(&outcome.for_model()).into_owned();
-        task.events.emit(Event::ToolResult {
-            task: task.task_id.clone(),
+        task.caller.events.emit(Event::ToolResult {
+            task: task.caller.task_id.clone(),
             tool: call.name.clone(),
             ok: !matches!(outcome, Outcome::Failed(_)),
         });
@@ -436,100 +538,5 @@ fn remember(tail: &mut VecDeque<String>, tool: &str, content: &str) {
     tail.push_back(format!("[{tool}] {shown}"));
     while tail.len() > TAIL_RESULTS {
         tail.pop_front();
-    }
-}
-
-/// Shortens the oldest tool results while the conversation is longer than `budget`
-/// characters, keeping the `keep_recent` most recent ones whole.
-fn shorten_old_results(messages: &mut [Value], budget: usize, keep_recent: usize) {
-    let size = |m: &Value| m.to_string().len();
-    let mut total: usize = messages.iter().map(size).sum();
-    if total <= budget {
-        return;
-    }
-    let tool_positions: Vec<usize> = messages
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| m["role"] == "tool")
-        .map(|(i, _)| i)
-        .collect();
-    let old = tool_positions.len().saturating_sub(keep_recent);
-    for &i in &tool_positions[..old] {
-        if total <= budget {
-            break;
-        }
-        let Some(content) = messages[i]["content"].as_str() else {
-            continue;
-        };
-        if content.len() <= 300 {
-            continue;
-        }
-        let before = size(&messages[i]);
-        let head: String = content.chars().take(200).collect();
-        messages[i]["content"] = json!(format!(
-            "{head}\n[shortened by swarm to save context; call the tool again if you need this]"
-        ));
-        total = total - before + size(&messages[i]);
-    }
-}
-
-struct Transcript {
-    out: Option<BufWriter<File>>,
-}
-
-impl Transcript {
-    fn create(path: &Path) -> std::io::Result<Self> {
-        let file = crate::state::append_file(path)?;
-        Ok(Self {
-            out: Some(BufWriter::new(file)),
-        })
-    }
-
-    fn append(&mut self, message: &Value) {
-        let Some(out) = self.out.as_mut() else { return };
-        let message = &crate::secrets::redact_value(message).unwrap_or_else(|| message.clone());
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or_default();
-        let line = json!({"ts": ts, "message": message});
-        let ok = serde_json::to_writer(&mut *out, &line).is_ok()
-            && out.write_all(b"\n").is_ok()
-            && out.flush().is_ok();
-        if !ok {
-            tracing::warn!("cannot write the transcript; it stops here");
-            self.out = None;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn old_tool_results_are_shortened_first() {
-        let big = "x".repeat(30_000);
-        let mut messages = vec![json!({"role": "system", "content": "s"})];
-        for i in 0..10 {
-            messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": big}));
-        }
-        shorten_old_results(&mut messages, CONTEXT_CHARS, KEEP_RECENT);
-        // The 4 oldest are shortened; the 6 most recent stay whole, even over the limit.
-        for m in &messages[1..=4] {
-            assert!(
-                m["content"]
-                    .as_str()
-                    .unwrap()
-                    .contains("shortened by swarm")
-            );
-        }
-        for m in &messages[5..=10] {
-            assert_eq!(m["content"].as_str().unwrap().len(), 30_000);
-        }
-        // Under the limit, nothing is touched.
-        let mut small = vec![json!({"role": "tool", "tool_call_id": "c", "content": big})];
-        shorten_old_results(&mut small, CONTEXT_CHARS, KEEP_RECENT);
-        assert_eq!(small[0]["content"].as_str().unwrap().len(), 30_000);
     }
 }

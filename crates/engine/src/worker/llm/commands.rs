@@ -27,8 +27,8 @@ pub(super) async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow
             (Program::Argv(&words), rule.clone())
         }
         Approval::Denied(why) => {
-            task.events.emit(Event::Approval {
-                task: task.task_id.clone(),
+            task.caller.events.emit(Event::Approval {
+                task: task.caller.task_id.clone(),
                 command: command.clone(),
                 allowed: false,
                 rule: None,
@@ -36,8 +36,8 @@ pub(super) async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow
             return Ok(Outcome::Failed(why.to_string()));
         }
     };
-    task.events.emit(Event::Approval {
-        task: task.task_id.clone(),
+    task.caller.events.emit(Event::Approval {
+        task: task.caller.task_id.clone(),
         command: command.clone(),
         allowed: true,
         rule: Some(rule),

@@ -9,6 +9,7 @@ pub(crate) mod approval;
 mod commands;
 pub(crate) mod judge;
 pub(crate) mod prompt;
+mod talk;
 pub(crate) mod tools;
 
 use std::path::Path;
@@ -74,12 +75,17 @@ pub(crate) fn charge_for(
     }
 }
 
-/// One task for the built-in agent: what it is asked, where, and within which limits.
-pub(crate) struct AgentTask<'a> {
+/// Who asks the model for a task: the run's client and meter, where its events go, the task.
+#[derive(Clone, Copy)]
+pub(crate) struct Caller<'a> {
     pub shared: &'a LlmShared,
     pub events: &'a EventSink,
-    pub instruction: &'a str,
     pub task_id: &'a TaskId,
+}
+
+/// One task for the built-in agent: what it is asked, where, and within which limits.
+pub(crate) struct AgentTask<'a> {
+    pub caller: Caller<'a>,
     pub files: &'a [RepoPath],
     pub worktree: &'a Path,
     pub task_dir: &'a Path,
@@ -95,6 +101,4 @@ pub(crate) struct AgentTask<'a> {
     pub on_access: Option<OnAccess>,
     pub run_tool: &'a RunToolPolicy,
     pub cancel: &'a CancellationToken,
-    /// Extra context for this attempt (e.g. the conflict a retry must avoid).
-    pub context: Option<&'a str>,
 }

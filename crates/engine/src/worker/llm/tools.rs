@@ -182,11 +182,11 @@ impl Workspace {
         if !file.metadata().ok()?.is_file() {
             return None;
         }
-        let mut text = String::new();
+        let mut bytes = Vec::new();
         file.take(RESULT_CHARS as u64)
-            .read_to_string(&mut text)
+            .read_to_end(&mut bytes)
             .ok()?;
-        Some(text)
+        text_of(bytes)
     }
 
     /// The absolute path of `rel` if it stays inside the worktree (and outside `.git`).
@@ -550,6 +550,13 @@ fn nearest_hint(text: &str, wanted: &str) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// A file's text as the model is given it ([`Workspace::read_text`]): its first
+/// `RESULT_CHARS` bytes, if they are UTF-8.
+pub(crate) fn text_of(mut bytes: Vec<u8>) -> Option<String> {
+    bytes.truncate(RESULT_CHARS);
+    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]
