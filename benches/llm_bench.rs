@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo bench --bench llm_bench -- [--tasks 32] [--jobs 16] [--latency-ms 300] [--rounds 1] [--dir DIR]
+//!     [--events FILE]
 //! ```
 //!
 //! Runs `--tasks` one-file tasks with `-j --jobs` against the test fake of the model API
@@ -130,6 +131,11 @@ fn phases(repo: &std::path::Path) {
         .unwrap()
         .unwrap()
         .path();
+    // `--events FILE` keeps the last round's events, to read where the time went.
+    let keep = option_str("--events", "");
+    if !keep.is_empty() {
+        std::fs::copy(run_dir.join("events.jsonl"), &keep).unwrap();
+    }
     let events: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.join("events.jsonl"))
         .unwrap()
         .lines()

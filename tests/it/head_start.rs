@@ -79,3 +79,41 @@ fn an_agents_md_link_is_read_in_the_worktree() {
     let first = first_message(&fake);
     assert!(first.contains("Notes behind a link."), "{first}");
 }
+
+#[test]
+fn a_place_given_back_before_its_commit_makes_no_worktree_beyond_jobs() {
+    let files: Vec<(String, String)> = (0..8)
+        .map(|i| {
+            (
+                format!("src/m{i}.py"),
+                format!("def f():\n    return foo({i})\n"),
+            )
+        })
+        .collect();
+    let repo = TestRepo::with_files(&files);
+    let agent = rename_agent("foo", "bar");
+    let fake = FakeModel::start(move |req, _| {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        Reply::Stream(agent(req))
+    });
+    let out = run(&repo, &fake, &["src", "-j", "2"]);
+    out.assert_code(0);
+    // A task gives its place back before its commit; the next one's worktree waits for it,
+    // so no third worktree is made, and no more than 2 model calls are ever in flight.
+    let events = repo.events(&out);
+    let created = events
+        .iter()
+        .filter(|e| e["kind"] == "worktree_created")
+        .count();
+    assert_eq!(created, 2, "{events:#?}");
+    assert!(fake.max_in_flight() <= 2, "{}", fake.max_in_flight());
+    let merged = events.iter().filter(|e| e["kind"] == "merged").count();
+    assert_eq!(merged, 8);
+    for i in 0..8 {
+        assert_eq!(
+            repo.git(&["show", &format!("HEAD:src/m{i}.py")]),
+            format!("def f():\n    return bar({i})")
+        );
+    }
+    repo.assert_clean_after_run();
+}

@@ -129,9 +129,14 @@ struct Shared {
     models: std::collections::BTreeMap<String, Arc<LlmShared>>,
     /// The base's AGENTS.md for the built-in worker's turn 1, read once.
     base_notes: head_start::Notes,
-    /// Worktrees being checked out or reset at once: one per core. More only share the cores,
-    /// and at `-j 64` starve the runtime's threads (each task's model calls, its events).
-    checkouts: tokio::sync::Semaphore,
+    /// Full checkouts being made, reset or committed at once: one per core. More only share
+    /// the cores, and at `-j 64` starve the runtime's threads (each task's model calls, its
+    /// events). Overlay worktrees cost little, and their work overlaps as before.
+    git_work: tokio::sync::Semaphore,
+    /// Full checkouts lent at once: `--jobs`. A built-in worker gives its place back before
+    /// its commit (`task::hold_while_committing`), and the next task's turn 1 goes out while
+    /// its worktree waits for this one's.
+    full_checkouts: Arc<tokio::sync::Semaphore>,
 }
 
 /// What a run's workers are given besides the plan: the model's key, where events go, the
@@ -153,6 +158,11 @@ struct Layout {
     /// Does a worker's own git get copy-on-write views of the repository (a confined
     /// `--exec` worker, where overlays can be mounted)?
     git_views: bool,
+}
+
+/// The machine's cores, at least 2.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
 }
 
 /// Can a worker process write the git directory `common_dir` (and so make a branch)?
@@ -525,9 +535,8 @@ impl Shared {
             },
             network: Default::default(),
             base_notes: Default::default(),
-            checkouts: tokio::sync::Semaphore::new(
-                std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
-            ),
+            full_checkouts: Arc::new(tokio::sync::Semaphore::new(settings.jobs)),
+            git_work: tokio::sync::Semaphore::new(cores()),
             plan,
             settings,
             base,

@@ -315,17 +315,25 @@ pub(super) async fn start_attempt(
     start: Oid,
     branch: &str,
 ) -> anyhow::Result<Lease> {
+    // Views show the run's base; a retry starts elsewhere, in a full checkout.
+    let view = shared.layout.views && start == shared.base;
+    // A full checkout takes a place among them, and one of the few git works at a time.
+    let (place, _one_of_few) = match view {
+        true => (None, None),
+        false => (
+            Some(shared.full_checkouts.clone().acquire_owned().await?),
+            Some(shared.git_work.acquire().await?),
+        ),
+    };
     let slot = {
-        let _checking_out = shared.checkouts.acquire().await?;
         let shared = shared.clone();
         let branch = branch.to_string();
-        // Views show the run's base; a retry starts elsewhere, in a full checkout.
-        let view = shared.layout.views && start == shared.base;
         tokio::task::spawn_blocking(move || match view {
             true => shared.pool.acquire_view(&branch, start),
             false => shared.pool.acquire(&branch, start),
         })
         .await??
+        .holding(place)
     };
     if slot.fresh {
         shared.sink.emit(Event::WorktreeCreated {
@@ -388,13 +396,15 @@ pub(super) async fn work(
     Ok(result)
 }
 
-/// `permit`, if the commit in `slot` must hold it. The next worker runs in another
-/// worktree while this one commits, if one costs little to make: an overlay worktree, with
-/// no `[worktree] setup` to run in it (a full checkout is a copy of the repository, and a
-/// setup may install a project's dependencies).
+/// `permit`, if the commit in `slot` must hold it. The next worker starts while this one
+/// commits if it can use that time: in another worktree, if one costs little to make (an
+/// overlay worktree, with no `[worktree] setup` to run in it; a full checkout is a copy of
+/// the repository, and a setup may install a project's dependencies); or a built-in worker,
+/// which asks its turn 1 while its worktree waits for this one (full checkouts are never more
+/// than `--jobs`).
 fn hold_while_committing(shared: &Shared, slot: &Slot, permit: Permit) -> Option<Permit> {
     let cheap = slot.view.is_some() && shared.settings.worktree.setup.is_none();
-    match cheap {
+    match cheap || matches!(shared.worker, super::WorkerKind::Llm) {
         true => {
             permit.give_back();
             None
@@ -458,6 +468,10 @@ pub(super) async fn commit_attempt(
     (ended, leave_out): (Ended, BTreeSet<RepoPath>),
 ) -> anyhow::Result<Result<commit::Committed, CommitError>> {
     let message = commit_message(shared, task);
+    let _one_of_few = match slot.view {
+        Some(_) => None,
+        None => Some(shared.git_work.acquire().await?),
+    };
     let shared = shared.clone();
     let branch = branch.to_string();
     // One trip to a blocking thread for both: the next task waits for the worktree. What the

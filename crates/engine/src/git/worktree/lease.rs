@@ -107,6 +107,10 @@ pub(crate) struct Lease {
     pub(super) slot: Slot,
     /// Has the slot gone back (or been thrown away) already?
     pub(super) ended: bool,
+    /// The place among the run's worktrees it holds, if it takes one: let go only after the
+    /// slot is back in the pool (fields drop after [`Drop::drop`]), so the task that waited
+    /// for it finds the slot idle.
+    pub(super) place: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Lease {
@@ -123,6 +127,12 @@ impl Lease {
     pub(crate) fn discard(mut self) {
         let slot = self.end();
         self.pool.discard(slot);
+    }
+
+    /// The lease, holding `place` until the worktree is back in the pool.
+    pub(crate) fn holding(mut self, place: Option<tokio::sync::OwnedSemaphorePermit>) -> Self {
+        self.place = place;
+        self
     }
 
     fn end(&mut self) -> Slot {

@@ -179,6 +179,7 @@ impl WorktreePool {
             pool: self.clone(),
             slot,
             ended: false,
+            place: None,
         }
     }
 
