@@ -383,3 +383,58 @@ fn a_view_used_again_shows_the_base_after_folders_were_made_and_removed() {
     assert_eq!(tree.iter().filter(|p| p.ends_with("/deep/n")).count(), 4);
     repo.assert_clean_after_run();
 }
+
+/// Where an attribute or `core.autocrlf` asks git to convert line ends, a worker sees the
+/// files as git checks them out (CRLF), in a new full checkout, in one reset for the next
+/// task, and in the base checkout under overlay worktrees: swarm's checkouts skip git's
+/// filters only when nothing can turn one on, and a `.gitattributes` in a nested folder, an
+/// `info/attributes` and `core.autocrlf` each can. Each task counts the CRLF lines of both
+/// files before writing its own; with `-j 1` the second task sees the file the first one
+/// changed as the reset put it back.
+#[test]
+fn line_end_conversion_reaches_the_workers_checkouts() {
+    let count =
+        r#"cr=$(printf '\r'); echo "$(cat sub/a.txt sub/b.txt | grep -c "$cr")" > "$SWARM_FILE""#;
+    type Setup = fn(&TestRepo);
+    let setups: [(&str, Setup); 3] = [
+        ("a nested .gitattributes", |repo| {
+            repo.write("sub/.gitattributes", "*.txt text eol=crlf\n");
+            repo.commit_all("attributes");
+        }),
+        ("info/attributes", |repo| {
+            std::fs::create_dir_all(repo.path.join(".git/info")).unwrap();
+            std::fs::write(
+                repo.path.join(".git/info/attributes"),
+                "*.txt text eol=crlf\n",
+            )
+            .unwrap();
+        }),
+        ("core.autocrlf", |repo| {
+            repo.git(&["config", "core.autocrlf", "true"]);
+        }),
+    ];
+    for (what, setup) in setups {
+        for mode in ["pool", "overlay"] {
+            let repo = TestRepo::with_files(&[("sub/a.txt", "1\n2\n"), ("sub/b.txt", "3\n4\n")]);
+            setup(&repo);
+            let run = repo.swarm(&[
+                "refactor",
+                "count",
+                "sub/a.txt",
+                "sub/b.txt",
+                "-j",
+                "1",
+                "-y",
+                "--worktrees",
+                mode,
+                "--exec",
+                count,
+            ]);
+            run.assert_code(0);
+            for file in ["sub/a.txt", "sub/b.txt"] {
+                let committed = repo.git(&["show", &format!("HEAD:{file}")]);
+                assert_eq!(committed.trim(), "4", "{what}, {mode}: {file}");
+            }
+        }
+    }
+}

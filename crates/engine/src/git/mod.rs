@@ -13,6 +13,7 @@
 pub(crate) mod adopt;
 pub(crate) mod checkout;
 pub(crate) mod commit;
+pub(crate) mod filters;
 pub(crate) mod finish;
 pub(crate) mod ignore;
 pub(crate) mod merge;

@@ -14,7 +14,8 @@ use crate::repo_path::RepoPath;
 use crate::state;
 
 /// Points the idle worktree `wt` (at `path`) at `branch_ref` and makes its files those of
-/// `start`.
+/// `start`, through git's checkout filters unless `filters_off`
+/// ([`crate::git::filters`]).
 ///
 /// When the worktree is clean (its files and index are exactly its HEAD commit, as they are
 /// after swarm committed a task), only the paths that differ between that commit and `start`
@@ -29,7 +30,7 @@ pub(super) fn reset(
     wt: &Repository,
     path: &Path,
     branch_ref: &str,
-    start: &git2::Commit<'_>,
+    (start, filters_off): (&git2::Commit<'_>, bool),
     left_by_commit: Option<Vec<Vec<u8>>>,
 ) -> anyhow::Result<()> {
     let dirty = match left_by_commit {
@@ -56,7 +57,7 @@ pub(super) fn reset(
     }
     clear_links(path, &paths)?;
     let mut checkout = CheckoutBuilder::new();
-    checkout.force();
+    checkout.force().disable_filters(filters_off);
     if head_tree.is_some() {
         for p in &paths {
             checkout.path(crate::git::literal_pathspec(p));

@@ -125,7 +125,8 @@ impl WorktreePool {
             paths.sort();
             paths.dedup();
             let tree = wt.find_commit(start)?.tree()?;
-            check_out_paths(&wt, &tree, &paths)?;
+            let filters_off = self.filters.off_for(&wt, tree.id());
+            check_out_paths(&wt, (&tree, filters_off), &paths)?;
             wt.set_head_detached(start)?;
             tracing::debug!(
                 "kept base checkout at {start} in {:?}: {} paths written",
@@ -321,13 +322,13 @@ fn same_stat(entry: &git2::IndexEntry, meta: &std::fs::Metadata, links: bool) ->
         && entry.file_size == meta.size() as u32
 }
 
-/// Checks `paths` of `tree` out (written, or removed where the tree has none), forced, and
-/// updates the index. Plain paths go to libgit2 as a list it looks each entry up in; a path
+/// Checks `paths` of `tree` out (written, or removed where the tree has none), forced,
+/// through git's filters unless `filters_off`, and updates the index. Plain paths go to libgit2 as a list it looks each entry up in; a path
 /// its pattern parser would read otherwise (a backslash, a leading `!` or `#`, a space)
 /// as an escaped pathspec.
 fn check_out_paths(
     wt: &Repository,
-    tree: &git2::Tree<'_>,
+    (tree, filters_off): (&git2::Tree<'_>, bool),
     paths: &[Vec<u8>],
 ) -> anyhow::Result<()> {
     let special = |p: &&Vec<u8>| {
@@ -338,7 +339,10 @@ fn check_out_paths(
     let (odd, plain): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) = paths.iter().partition(special);
     if !plain.is_empty() {
         let mut checkout = CheckoutBuilder::new();
-        checkout.force().disable_pathspec_match(true);
+        checkout
+            .force()
+            .disable_filters(filters_off)
+            .disable_pathspec_match(true);
         for p in plain {
             checkout.path(p.as_slice());
         }
@@ -346,7 +350,7 @@ fn check_out_paths(
     }
     if !odd.is_empty() {
         let mut checkout = CheckoutBuilder::new();
-        checkout.force();
+        checkout.force().disable_filters(filters_off);
         for p in odd {
             checkout.path(crate::git::literal_pathspec(&RepoPath::from_bytes(
                 p.clone(),

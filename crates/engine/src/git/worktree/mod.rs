@@ -30,7 +30,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
-use git2::build::CheckoutBuilder;
 use git2::{Oid, Repository};
 
 use super::commit::{self, CommitError, Committed};
@@ -104,6 +103,8 @@ pub(crate) struct WorktreePool {
     common: lease::Handle,
     /// Use, and leave, the base checkout kept between runs (`--reuse-base`).
     reuse_base: bool,
+    /// Whether a checkout may skip git's filters ([`crate::git::filters`]).
+    filters: crate::git::filters::Filters,
 }
 
 /// How many threads check a new worktree out.
@@ -139,6 +140,7 @@ impl WorktreePool {
             base: Mutex::new(None),
             common: Default::default(),
             reuse_base: false,
+            filters: Default::default(),
         }
     }
 
@@ -402,7 +404,9 @@ impl WorktreePool {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         self.write_in(slot, |wt| {
-            reset(wt, &slot.path, branch_ref, &wt.find_commit(start)?, left)
+            let start = wt.find_commit(start)?;
+            let filters_off = self.filters.off_for(wt, start.tree_id());
+            reset(wt, &slot.path, branch_ref, (&start, filters_off), left)
         })
     }
 
@@ -494,20 +498,16 @@ impl WorktreePool {
         let writable = [path.to_path_buf(), self.admin_dir(name)];
         sandbox::confined(&writable, || {
             let wt = open_worktree(&self.common_dir, name, path)?;
-            match threads {
+            let tree = wt.head()?.peel_to_tree()?.id();
+            let filters_off = self.filters.off_for(&wt, tree);
+            let open = || open_worktree(&self.common_dir, name, path);
+            let index = self.admin_dir(name).join("index");
+            let threads = match threads {
                 // Pooled worktrees are made by several jobs at once already.
-                Threads::One => {
-                    let mut checkout = CheckoutBuilder::new();
-                    checkout.force();
-                    wt.checkout_head(Some(&mut checkout))
-                        .with_context(|| format!("cannot check out worktree {}", path.display()))?;
-                }
-                Threads::Several => {
-                    let tree = wt.head()?.peel_to_tree()?.id();
-                    let open = || open_worktree(&self.common_dir, name, path);
-                    parallel::check_out(&open, tree, path, &self.admin_dir(name).join("index"))?;
-                }
-            }
+                Threads::One => 1,
+                Threads::Several => parallel::threads(),
+            };
+            parallel::check_out(&open, (tree, filters_off), (path, &index), threads)?;
             self.copy_in(path)
         })
     }

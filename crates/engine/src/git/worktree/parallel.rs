@@ -1,5 +1,10 @@
-//! A whole tree checked out by several threads: the run's base checkout, which every overlay
-//! worktree waits for before its worker can start.
+//! A whole tree checked out, and its index written by swarm: by several threads for the
+//! run's base checkout, which every overlay worktree waits for before its worker can start;
+//! by one for a pooled full checkout (several jobs make theirs at once already).
+//!
+//! The index is swarm's in both (libgit2's checkout leaves it alone): written once every file
+//! is, newer than all of them, so that no entry is racily clean and a worker's commit finds
+//! the checkout clean by its stat data alone, with no file hashed again.
 //!
 //! libgit2 checks a tree out on one thread (5,000 files: ~0.24 s, most of a run's start-up).
 //! Here the tree is cut into parts (the folders and files nearest its root, at least a few
@@ -15,6 +20,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
 use anyhow::Context as _;
@@ -28,25 +34,48 @@ const PARTS_PER_THREAD: usize = 4;
 /// The most threads: writing files gains little beyond.
 const MOST_THREADS: usize = 4;
 
-/// Checks out `tree` in full into the worktree at `workdir` (empty but for its `.git`), and
-/// writes its index at `index_path`. `open` opens the worktree's repository, once per thread.
-/// Blocking.
+/// Checks out `tree` in full into the worktree at `workdir` (empty but for its `.git`) on
+/// `threads` threads (one: the whole tree at once), through git's checkout filters unless
+/// `filters_off` ([`crate::git::filters`]), and writes its index at `index_path`. `open`
+/// opens the worktree's repository, once per thread. Blocking.
+///
+/// Through the filters, the index holds the tree first: an attribute lookup then reads each
+/// `.gitattributes` from the index as well as from the worktree, where it may not be written
+/// yet (another thread's part, or a name sorted before it) or be half written (libgit2 reads
+/// both, the worktree's first, and both say the same once it is written).
 pub(super) fn check_out(
     open: &(dyn Fn() -> anyhow::Result<Repository> + Sync),
-    tree: Oid,
-    workdir: &Path,
-    index_path: &Path,
+    (tree, filters_off): (Oid, bool),
+    (workdir, index_path): (&Path, &Path),
+    threads: usize,
 ) -> anyhow::Result<()> {
-    let threads = threads();
     let repo = open()?;
-    let parts = parts(&repo, tree, threads * PARTS_PER_THREAD)?;
-    check_out_paths(open, tree, &parts, threads)
-        .with_context(|| format!("cannot check out {}", workdir.display()))?;
+    if !filters_off {
+        let mut index = git2::Index::open(index_path)?;
+        index.read_tree(&repo.find_tree(tree)?)?;
+        index.write()?;
+    }
+    let checked_out = match threads {
+        0 | 1 => {
+            let mut checkout = CheckoutBuilder::new();
+            checkout
+                .force()
+                .disable_filters(filters_off)
+                .update_index(false);
+            repo.checkout_tree(repo.find_tree(tree)?.as_object(), Some(&mut checkout))
+                .map_err(anyhow::Error::from)
+        }
+        _ => {
+            let parts = parts(&repo, tree, threads * PARTS_PER_THREAD)?;
+            check_out_paths(open, (tree, filters_off), &parts, threads)
+        }
+    };
+    checked_out.with_context(|| format!("cannot check out {}", workdir.display()))?;
     write_index(&repo, tree, workdir, index_path)
 }
 
 /// How many threads check out: as many as cores, up to [`MOST_THREADS`].
-fn threads() -> usize {
+pub(super) fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(MOST_THREADS))
 }
 
@@ -56,7 +85,7 @@ fn threads() -> usize {
 /// Blocking.
 fn check_out_paths(
     open: &(dyn Fn() -> anyhow::Result<Repository> + Sync),
-    tree: Oid,
+    (tree, filters_off): (Oid, bool),
     paths: &[Vec<u8>],
     threads: usize,
 ) -> anyhow::Result<()> {
@@ -74,6 +103,7 @@ fn check_out_paths(
                     let mut checkout = CheckoutBuilder::new();
                     checkout
                         .force()
+                        .disable_filters(filters_off)
                         .update_index(false)
                         .disable_pathspec_match(true);
                     for path in mine {
@@ -138,8 +168,9 @@ fn parts(repo: &Repository, tree: Oid, want: usize) -> anyhow::Result<Vec<Vec<u8
 }
 
 /// The index of a fresh checkout of `tree` at `workdir`: every entry of the tree, with the
-/// stat data of its file. A new file (no earlier index whose time would make entries look
-/// racily clean to libgit2, which would then hash them all again).
+/// stat data of its file. A new file, written once the file system's clock is past every
+/// file's time ([`wait_past`]): no entry is then "racily clean" to libgit2, which would hash
+/// every such file again at each status, a worker's commit among them.
 fn write_index(
     repo: &Repository,
     tree: Oid,
@@ -150,6 +181,7 @@ fn write_index(
         .with_context(|| format!("cannot replace {}", index_path.display()))?;
     let mut index = git2::Index::open(index_path)?;
     index.read_tree(&repo.find_tree(tree)?)?;
+    let mut newest = (0, 0);
     // One entry at a time, by position: replacing an entry by one of the same path keeps
     // every position, and a copy of all the entries at once would double the index's memory
     // (~16 MB at 100,000 files, at the run's peak).
@@ -164,9 +196,36 @@ fn write_index(
         let file = workdir.join(OsStr::from_bytes(&entry.path));
         let meta = std::fs::symlink_metadata(&file)
             .with_context(|| format!("{} was not checked out", file.display()))?;
+        newest = newest.max((meta.mtime(), meta.mtime_nsec()));
         StatData::of(&meta).set(&mut entry);
         index.add(&entry)?;
     }
+    wait_past(newest);
     index.write()?;
     Ok(())
+}
+
+/// The longest [`wait_past`] waits: a few ticks of the kernel's clock. A file's time further
+/// ahead (set by hand) only leaves its entry racily clean, which is slower, not wrong.
+const MOST_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Waits until the clock the kernel stamps files with (the coarse real-time clock, a tick of
+/// a few milliseconds) is past `newest` (seconds, nanoseconds), so that a file written
+/// next (the index) is newer than every file written so far.
+fn wait_past(newest: (i64, i64)) {
+    let began = std::time::Instant::now();
+    while coarse_now() <= newest && began.elapsed() < MOST_WAIT {
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+}
+
+/// The coarse real-time clock, as (seconds, nanoseconds).
+fn coarse_now() -> (i64, i64) {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &raw mut now) };
+    (now.tv_sec, now.tv_nsec)
 }
