@@ -438,3 +438,38 @@ fn line_end_conversion_reaches_the_workers_checkouts() {
         }
     }
 }
+
+/// Your checkout gets the merged files as git would check them out: with CRLF where a
+/// `.gitattributes` in the file's folder (committed, or only in your checkout) asks for it,
+/// byte for byte where none does; git then finds the checkout clean.
+#[test]
+fn line_end_conversion_reaches_your_checkout() {
+    let repo = TestRepo::with_files(&[
+        ("sub/a.txt", "foo\n"),
+        ("sub/.gitattributes", "*.txt text eol=crlf\n"),
+        ("other/b.md", "foo\n"),
+        ("plain/c.txt", "foo\n"),
+    ]);
+    // Uncommitted, yours: git's checkout reads it too.
+    repo.write("other/.gitattributes", "*.md text eol=crlf\n");
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "sub",
+        "other",
+        "plain",
+        "-y",
+        "--exec",
+        SED_FOO_BAR,
+    ]);
+    run.assert_code(0);
+    let bytes = |rel: &str| std::fs::read(repo.path.join(rel)).unwrap();
+    assert_eq!(bytes("sub/a.txt"), b"bar\r\n");
+    assert_eq!(bytes("other/b.md"), b"bar\r\n");
+    assert_eq!(bytes("plain/c.txt"), b"bar\n");
+    assert_eq!(repo.git(&["show", "HEAD:sub/a.txt"]), "bar");
+    assert_eq!(
+        repo.git(&["status", "--porcelain"]).trim(),
+        "?? other/.gitattributes"
+    );
+}

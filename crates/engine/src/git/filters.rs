@@ -58,6 +58,32 @@ impl Filters {
     }
 }
 
+/// Whether no attribute can be set, and no filter turned on, for any of `paths` in the
+/// checkout of `repo`: nothing outside the tree can, and no folder on the way to one of them
+/// holds a `.gitattributes`, in the checkout's files (committed or not) or in its index.
+/// Where this is false, each path's attributes are asked for. Blocking.
+pub(crate) fn none_for_paths<'a>(
+    repo: &Repository,
+    paths: impl IntoIterator<Item = &'a crate::repo_path::RepoPath>,
+) -> bool {
+    let (Some(workdir), Ok(index)) = (repo.workdir(), repo.index()) else {
+        return false;
+    };
+    let mut folders = std::collections::BTreeSet::new();
+    for path in paths {
+        folders.extend(path.as_path().ancestors().skip(1).map(Path::to_path_buf));
+    }
+    let attributes_in = |folder: &PathBuf| {
+        let file = folder.join(".gitattributes");
+        let on_disk = !matches!(
+            std::fs::symlink_metadata(workdir.join(&file)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+        on_disk || (0..=3).any(|stage| index.get_path(&file, stage).is_some())
+    };
+    !folders.iter().any(attributes_in) && nothing_outside(repo)
+}
+
 /// No config and no attribute file outside the tree can turn a filter on.
 fn nothing_outside(repo: &Repository) -> bool {
     let Ok(config) = repo.config() else {

@@ -216,9 +216,11 @@ fn stage(repo: &Repository, staging: &Path, new: Oid, changes: &[Change]) -> any
         .config()
         .and_then(|c| c.get_bool("core.autocrlf"))
         .unwrap_or(false);
+    // Asked per path (five lookups, each a `realpath`) only where an attribute could be set.
+    let ask = !crate::git::filters::none_for_paths(repo, written.iter().map(|c| &c.path));
     let (filtered, plain): (Vec<&Change>, Vec<&Change>) = written
         .into_iter()
-        .partition(|c| autocrlf || filters_apply(repo, &c.path));
+        .partition(|c| autocrlf || (ask && filters_apply(repo, &c.path)));
     render(repo, staging, &plain)?;
     if filtered.is_empty() {
         return Ok(());
