@@ -3,11 +3,11 @@
 //!
 //! libgit2 runs two filters on a checkout: end-of-line conversion and `ident`. Before each
 //! file it looks up that file's attributes, and each lookup resolves the file's folder with
-//! `realpath`, a `readlink` per component of the path: on a full checkout of the built-in
-//! worker's, about 40 % of swarm's CPU (docs/BENCHMARKS-HISTORY.md). Both filters do nothing
-//! unless an attribute asks for them or `core.autocrlf` is on, so when neither can be, the
-//! checkout runs with its filters off and writes every file byte for byte as its blob, which
-//! is what the filters would have written.
+//! `realpath`, a `readlink` per component of the path: with the built-in worker at `-j 64`,
+//! whose every slot is a full checkout, 17 % of swarm's CPU (docs/BENCHMARKS-HISTORY.md).
+//! Both filters do nothing unless an attribute asks for them or `core.autocrlf` is on, so
+//! when neither can be, the checkout runs with its filters off and writes every file byte
+//! for byte as its blob, which is what the filters would have written.
 //!
 //! Off only when every source of attributes and conversion is known absent, never guessed:
 //!
