@@ -323,9 +323,9 @@ fn same_stat(entry: &git2::IndexEntry, meta: &std::fs::Metadata, links: bool) ->
 }
 
 /// Checks `paths` of `tree` out (written, or removed where the tree has none), forced,
-/// through git's filters unless `filters_off`, and updates the index. Plain paths go to libgit2 as a list it looks each entry up in; a path
-/// its pattern parser would read otherwise (a backslash, a leading `!` or `#`, a space)
-/// as an escaped pathspec.
+/// through git's filters unless `filters_off`, and updates the index. Plain paths go to
+/// libgit2 as a list it looks each entry up in; a path its pattern parser would read
+/// otherwise (a backslash, a leading `!` or `#`, a space) as an escaped pathspec.
 fn check_out_paths(
     wt: &Repository,
     (tree, filters_off): (&git2::Tree<'_>, bool),

@@ -507,7 +507,7 @@ impl WorktreePool {
                 Threads::One => 1,
                 Threads::Several => parallel::threads(),
             };
-            parallel::check_out(&open, (tree, filters_off), (path, &index), threads)?;
+            parallel::check_out((&wt, &open), (tree, filters_off), (path, &index), threads)?;
             self.copy_in(path)
         })
     }

@@ -36,20 +36,22 @@ const MOST_THREADS: usize = 4;
 
 /// Checks out `tree` in full into the worktree at `workdir` (empty but for its `.git`) on
 /// `threads` threads (one: the whole tree at once), through git's checkout filters unless
-/// `filters_off` ([`crate::git::filters`]), and writes its index at `index_path`. `open`
-/// opens the worktree's repository, once per thread. Blocking.
+/// `filters_off` ([`crate::git::filters`]), and writes its index at `index_path`. `repo` is
+/// the worktree's repository; `open` opens it again for each further thread. Blocking.
 ///
 /// Through the filters, the index holds the tree first: an attribute lookup then reads each
 /// `.gitattributes` from the index as well as from the worktree, where it may not be written
 /// yet (another thread's part, or a name sorted before it) or be half written (libgit2 reads
 /// both, the worktree's first, and both say the same once it is written).
 pub(super) fn check_out(
-    open: &(dyn Fn() -> anyhow::Result<Repository> + Sync),
+    (repo, open): (
+        &Repository,
+        &(dyn Fn() -> anyhow::Result<Repository> + Sync),
+    ),
     (tree, filters_off): (Oid, bool),
     (workdir, index_path): (&Path, &Path),
     threads: usize,
 ) -> anyhow::Result<()> {
-    let repo = open()?;
     if !filters_off {
         let mut index = git2::Index::open(index_path)?;
         index.read_tree(&repo.find_tree(tree)?)?;
@@ -66,12 +68,12 @@ pub(super) fn check_out(
                 .map_err(anyhow::Error::from)
         }
         _ => {
-            let parts = parts(&repo, tree, threads * PARTS_PER_THREAD)?;
+            let parts = parts(repo, tree, threads * PARTS_PER_THREAD)?;
             check_out_paths(open, (tree, filters_off), &parts, threads)
         }
     };
     checked_out.with_context(|| format!("cannot check out {}", workdir.display()))?;
-    write_index(&repo, tree, workdir, index_path)
+    write_index(repo, tree, workdir, index_path)
 }
 
 /// How many threads check out: as many as cores, up to [`MOST_THREADS`].
