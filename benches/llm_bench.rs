@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo bench --bench llm_bench -- [--tasks 32] [--jobs 16] [--latency-ms 300] [--rounds 1] [--dir DIR]
-//!     [--events FILE]
+//!     [--events FILE] [--connection keep-alive|close]
 //! ```
 //!
 //! Runs `--tasks` one-file tasks with `-j --jobs` against the test fake of the model API
@@ -12,6 +12,11 @@
 //! `--dir`), the wall time, its ratio to the ideal, the efficiency (ideal / wall: ≥ 0.9 at
 //! `-j 16` and 300 ms, ≥ 0.95 at `-j 64` and 1 s) and swarm's own peak memory; then the
 //! efficiency's spread and the most model calls the server saw in flight (must be ≤ jobs).
+//!
+//! The stand-in answers as hosted APIs do: on a connection kept alive, each chunk sent as it
+//! is written (`TCP_NODELAY`). `--connection close` closes the connection after each answer
+//! instead, as the stand-in did before 2026-11-29 (fourth session): each turn then costs a new
+//! connection, and a thread of the stand-in's, on the same two cores.
 
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -39,11 +44,22 @@ fn main() {
     let latency = Duration::from_millis(option("--latency-ms", 300));
     let rounds = option("--rounds", 1);
     let agent = rename_agent("foo", "bar");
+    let close = match option_str("--connection", "keep-alive").as_str() {
+        "keep-alive" => false,
+        "close" => true,
+        other => panic!("--connection keep-alive or close, not {other}"),
+    };
     // A chat request gets the agent's next turn after `latency`; llama.cpp's `/props`, which
     // swarm asks once for the context size, a 404 as other servers answer.
     let fake = FakeModel::start(move |req, _| match req.path.as_str() {
         "/props" => Reply::Status(404, Vec::new(), String::new()),
-        _ => Reply::After(latency, Box::new(Reply::Stream(agent(req)))),
+        _ => Reply::After(
+            latency,
+            Box::new(match close {
+                true => Reply::Stream(agent(req)),
+                false => Reply::StreamKeepAlive(agent(req)),
+            }),
+        ),
     });
     let waves = tasks.div_ceil(jobs);
     let ideal = latency * (waves * 3) as u32;

@@ -35,6 +35,9 @@ pub enum Reply {
     /// connection it says to keep alive, which it then closes when the next request comes
     /// (without answering it).
     StreamThenCloseOnNext(Value),
+    /// The answer as hosted APIs send it: server-sent events in a chunked body, the
+    /// connection kept alive for the client's next request.
+    StreamKeepAlive(Value),
 }
 
 /// A request as the fake received it.
@@ -239,6 +242,9 @@ fn serve(
     in_flight: &AtomicUsize,
     max_in_flight: &AtomicUsize,
 ) {
+    // As servers do (Go's, Node's, asyncio's): each chunk of a streamed answer leaves when
+    // written, not held by Nagle's algorithm until the previous one is acknowledged.
+    let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut out = stream;
     loop {
@@ -372,6 +378,10 @@ fn write_reply(out: &mut TcpStream, reply: Reply) -> bool {
         Reply::StreamThenCloseOnNext(answer) => {
             write_chunked_stream(out, &answer);
             false
+        }
+        Reply::StreamKeepAlive(answer) => {
+            write_chunked_stream(out, &answer);
+            true
         }
         Reply::Stream(answer) => {
             let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";

@@ -43,6 +43,7 @@ mod reuse_base;
 mod sandbox;
 mod shards;
 mod snapshots;
+mod tools_commit;
 mod verify;
 mod verify_merged;
 mod workers;

@@ -72,6 +72,16 @@ pub(crate) enum CommitError {
     Git(#[from] git2::Error),
 }
 
+/// What a commit stages of a full checkout.
+#[derive(Clone, Copy)]
+pub(crate) struct Staged<'a> {
+    /// Left out of the commit (what a check alone wrote).
+    pub leave_out: &'a BTreeSet<RepoPath>,
+    /// `Some`: the only paths anything wrote in the worktree (the built-in worker's tools,
+    /// when nothing else wrote there), staged without walking the worktree's status.
+    pub written: Option<&'a [RepoPath]>,
+}
+
 /// Commits the changes of the worktree `repo` (opened through its administrative directory,
 /// see [`super::worktree::WorktreePool::open`]) on `branch` (which must be HEAD). Blocking.
 pub(crate) fn commit_task(
@@ -79,10 +89,10 @@ pub(crate) fn commit_task(
     branch: &str,
     start: Oid,
     message: &str,
-    leave_out: &BTreeSet<RepoPath>,
+    staged: Staged<'_>,
 ) -> Result<Committed, CommitError> {
     commit_with(repo, branch, start, message, |repo, tip_tree, _| {
-        stage_changes(repo, tip_tree, leave_out)
+        stage_changes(repo, tip_tree, staged)
     })
 }
 
@@ -230,15 +240,31 @@ pub(crate) fn dirty_paths(repo: &Repository) -> Result<Vec<Vec<u8>>, git2::Error
         .collect())
 }
 
-/// Stages every changed path but those in `leave_out`, and returns the tree of HEAD with
-/// those paths applied.
+/// The paths of `written` git's status would list if they changed: tracked ones, and
+/// untracked ones not ignored. The others stay out of the commit, as they would after a walk.
+fn status_would_list(repo: &Repository, written: &[RepoPath]) -> Result<Vec<Vec<u8>>, git2::Error> {
+    let index = repo.index()?;
+    let mut paths = Vec::with_capacity(written.len());
+    for rel in written {
+        if index.get_path(rel.as_path(), 0).is_some() || !repo.is_path_ignored(rel.as_path())? {
+            paths.push(rel.as_bytes().to_vec());
+        }
+    }
+    Ok(paths)
+}
+
+/// Stages every changed path but those left out, and returns the tree of HEAD with those
+/// paths applied.
 fn stage_changes(
     repo: &Repository,
     head_tree: &git2::Tree<'_>,
-    leave_out: &BTreeSet<RepoPath>,
+    staged: Staged<'_>,
 ) -> Result<(Oid, Vec<RepoPath>), CommitError> {
-    let mut paths = dirty_paths(repo)?;
-    paths.retain(|p| !leave_out.contains(p.as_slice()));
+    let mut paths = match staged.written {
+        Some(written) => status_would_list(repo, written)?,
+        None => dirty_paths(repo)?,
+    };
+    paths.retain(|p| !staged.leave_out.contains(p.as_slice()));
     if paths.is_empty() {
         return Ok((head_tree.id(), Vec::new()));
     }

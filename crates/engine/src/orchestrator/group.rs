@@ -210,15 +210,13 @@ async fn attempt_group(
         return Ok(Err(unshared(why)));
     }
     step(shared, &first.id, "committing");
-    let committed = match commit_attempt(
-        shared,
-        slot,
-        &first.id,
-        &branch,
-        shared.base,
-        (Default::default(), std::mem::take(&mut result.check_wrote)),
-    )
-    .await?
+    let left = (
+        Default::default(),
+        std::mem::take(&mut result.check_wrote),
+        None,
+    );
+    let committed = match commit_attempt(shared, slot, &first.id, &branch, shared.base, left)
+        .await?
     {
         Ok(committed) => committed,
         Err(CommitError::Git(e)) => return Err(e).context("cannot commit the worker's changes"),

@@ -223,7 +223,16 @@ async fn commit_resolution(
     let message = format!("swarm: resolve the merge of {task}\n");
     tokio::task::spawn_blocking(move || {
         let repo = worktree::open_worktree(&common_dir, &name, &path)?;
-        let c = commit::commit_task(&repo, &branch, tip, &message, &leave_out)?;
+        let c = commit::commit_task(
+            &repo,
+            &branch,
+            tip,
+            &message,
+            commit::Staged {
+                leave_out: &leave_out,
+                written: None,
+            },
+        )?;
         Ok::<_, anyhow::Error>(repo.find_commit(c.tip)?.tree_id())
     })
     .await?

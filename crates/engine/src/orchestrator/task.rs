@@ -207,7 +207,13 @@ async fn attempt_task(
         }
     }
     step(shared, &task.id, "committing");
-    let left = (ended, std::mem::take(&mut result.check_wrote));
+    // Only the built-in worker's tools wrote in the worktree: what they wrote is all its commit
+    // stages, unless the worktree was given more (a setup's output, files copied in).
+    let worktree = &shared.settings.worktree;
+    let written = (worktree.setup.is_none() && worktree.copy.is_empty())
+        .then(|| result.written.take())
+        .flatten();
+    let left = (ended, std::mem::take(&mut result.check_wrote), written);
     let committed = match commit_attempt(shared, slot, &task.id, &branch, a.start, left).await? {
         // HEAD moved in the worker's view of git: its work is committed on the task branch
         // all the same, and the task fails, as with the sandbox off.
@@ -465,7 +471,7 @@ pub(super) async fn commit_attempt(
     task: &TaskId,
     branch: &str,
     start: Oid,
-    (ended, leave_out): (Ended, BTreeSet<RepoPath>),
+    (ended, leave_out, written): (Ended, BTreeSet<RepoPath>, Option<Vec<RepoPath>>),
 ) -> anyhow::Result<Result<commit::Committed, CommitError>> {
     let message = commit_message(shared, task);
     let _one_of_few = match slot.view {
@@ -478,9 +484,11 @@ pub(super) async fn commit_attempt(
     // worker left is final (all its processes are gone), so the commit need not wait for its
     // jail to unmount; the worktree is given back only after.
     let (committed, released) = tokio::task::spawn_blocking(move || {
-        let committed = shared
-            .pool
-            .commit(&slot, &branch, start, &message, &leave_out);
+        let staged = commit::Staged {
+            leave_out: &leave_out,
+            written: written.as_deref(),
+        };
+        let committed = shared.pool.commit(&slot, &branch, start, &message, staged);
         drop(ended);
         (committed, slot.release())
     })

@@ -46,6 +46,10 @@ pub(super) struct WorkerResult {
     pub(super) ended: Ended,
     /// Paths `--verify` alone wrote (its caches, its build output): not the task's change.
     pub(super) check_wrote: BTreeSet<RepoPath>,
+    /// The built-in worker's: every path its tools wrote, when nothing else wrote in the
+    /// worktree (`worker/llm/written.rs`); its commit stages those instead of walking the
+    /// worktree's status.
+    pub(super) written: Option<Vec<RepoPath>>,
 }
 
 /// What a worker's process left that must go before its worktree is given back. Fields drop
@@ -73,6 +77,7 @@ impl WorkerResult {
             reported: None,
             ended: Ended::default(),
             check_wrote: BTreeSet::new(),
+            written: None,
         }
     }
 }
@@ -288,6 +293,7 @@ async fn run_exec(
             git: ran.git,
         },
         check_wrote: Default::default(),
+        written: None,
     })
 }
 
@@ -332,6 +338,8 @@ async fn verify_then_repair(
     Ok(WorkerResult {
         summary: repaired.summary.or(result.summary),
         ended: result.ended,
+        // The command wrote in the worktree before the model.
+        written: None,
         ..repaired
     })
 }
@@ -426,6 +434,7 @@ pub(super) async fn run_agent(
         reported: None,
         ended: Ended::default(),
         check_wrote: Default::default(),
+        written: out.written,
     })
 }
 

@@ -352,18 +352,20 @@ impl WorktreePool {
     }
 
     /// Commits what the worker left in `slot` on `branch` (HEAD), which started at `start`: a
-    /// status walk of a full checkout, or the upper layer of a view. Blocking.
+    /// status walk of a full checkout (or only the paths written, when they are known), or the
+    /// upper layer of a view. Blocking.
     pub(crate) fn commit(
         &self,
         slot: &Slot,
         branch: &str,
         start: Oid,
         message: &str,
-        leave_out: &BTreeSet<RepoPath>,
+        staged: commit::Staged<'_>,
     ) -> Result<Committed, CommitError> {
+        let leave_out = staged.leave_out;
         let Some(view) = &slot.view else {
             let repo = self.open(slot).map_err(git_failure)?;
-            let committed = commit::commit_task(&repo, branch, start, message, leave_out)?;
+            let committed = commit::commit_task(&repo, branch, start, message, staged)?;
             let left = committed.skipped.iter().chain(leave_out);
             *slot
                 .left_by_commit

@@ -59,6 +59,9 @@ pub(crate) struct AgentOutcome {
     pub requests: u32,
     /// The last tool results (at most 12, at most 8,000 characters).
     pub output_tail: String,
+    /// Every path its tools wrote, if nothing else wrote in the worktree (no `run` tool, no
+    /// `--verify`) and the loop ended by itself.
+    pub written: Option<Vec<RepoPath>>,
 }
 
 #[derive(Default)]
@@ -69,6 +72,7 @@ struct LoopState {
     requests: u32,
     tail: VecDeque<String>,
     summary: Option<String>,
+    written: Option<Vec<RepoPath>>,
 }
 
 /// What turn 1 needs, none of it in the worktree: the built-in worker asks its first
@@ -176,6 +180,7 @@ pub(crate) async fn run(task: AgentTask<'_>, opening: Opening) -> anyhow::Result
         cost_usd: state.cost_usd,
         requests: state.requests,
         output_tail,
+        written: state.written,
     })
 }
 
@@ -207,14 +212,31 @@ async fn next_turn(
     }
 }
 
-/// Answer after answer: runs the tools each asks for, until one ends the task.
+/// Answer after answer: runs the tools each asks for, until one ends the task; then what the
+/// tools wrote, if nothing else wrote.
 async fn run_loop(
     task: &AgentTask<'_>,
     state: &mut LoopState,
     talk: &mut Conversation,
-    mut asked: Asked,
+    asked: Asked,
 ) -> anyhow::Result<Verdict> {
     let workspace = Workspace::new(task.worktree, task.scope_task.then_some(task.files))?;
+    if task.verify.is_some() {
+        // The check runs in the worktree, and may write there.
+        workspace.written.lost_track();
+    }
+    let verdict = turns(task, &workspace, state, talk, asked).await;
+    state.written = workspace.written.paths();
+    verdict
+}
+
+async fn turns(
+    task: &AgentTask<'_>,
+    workspace: &Workspace,
+    state: &mut LoopState,
+    talk: &mut Conversation,
+    mut asked: Asked,
+) -> anyhow::Result<Verdict> {
     let definitions = tools::definitions(task.run_tool.enabled());
     let mut verify_failure: Option<String> = None;
     let mut cut_off = 0;
@@ -232,7 +254,7 @@ async fn run_loop(
             talk.push(json!({"role": "user", "content": CUT_OFF}));
         } else {
             cut_off = 0;
-            let ended = on_reply(task, &workspace, state, talk, &reply).await?;
+            let ended = on_reply(task, workspace, state, talk, &reply).await?;
             match ended {
                 Ended::Verdict(verdict) => return Ok(verdict),
                 Ended::VerifyFailed(output) => verify_failure = Some(output),
@@ -508,6 +530,7 @@ async fn call_tools(
             path: target.clone(),
         });
         let outcome = if call.name == "run" {
+            workspace.written.lost_track();
             run_command(task, &call.arguments).await?
         } else {
             workspace.call(&call.name, &call.arguments)

@@ -11,6 +11,7 @@ pub(crate) mod judge;
 pub(crate) mod prompt;
 mod talk;
 pub(crate) mod tools;
+mod written;
 
 use std::path::Path;
 use std::sync::Arc;

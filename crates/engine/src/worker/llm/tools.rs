@@ -119,6 +119,8 @@ pub(crate) struct Workspace {
     root: PathBuf,
     /// With `--scope task`: the only files that may be written.
     writable: Option<BTreeSet<Vec<u8>>>,
+    /// What the tools wrote.
+    pub(crate) written: super::written::Written,
 }
 
 macro_rules! error {
@@ -140,8 +142,10 @@ impl Outcome {
 
 impl Workspace {
     pub(crate) fn new(root: &Path, task_files: Option<&[RepoPath]>) -> std::io::Result<Self> {
+        let root = root.canonicalize()?;
         Ok(Self {
-            root: root.canonicalize()?,
+            written: super::written::Written::new(root.clone()),
+            root,
             writable: task_files.map(|f| f.iter().map(|p| p.as_bytes().to_vec()).collect()),
         })
     }
@@ -369,6 +373,7 @@ impl Workspace {
         } else {
             text.replacen(old, new, 1)
         };
+        self.written.note(&path);
         if let Err(e) = std::fs::write(&path, updated) {
             return error!("cannot write '{rel}': {e}");
         }
@@ -400,6 +405,7 @@ impl Workspace {
         {
             return error!("cannot create the directory of '{rel}': {e}");
         }
+        self.written.note(&path);
         match std::fs::write(&path, content) {
             Ok(()) => Outcome::Text(format!("wrote {rel} ({} bytes)", content.len())),
             Err(e) => error!("cannot write '{rel}': {e}"),
