@@ -151,10 +151,16 @@ impl ChatClient {
         key: Option<ApiKey>,
         limit: Arc<AdaptiveLimit>,
     ) -> anyhow::Result<Self> {
-        let http = crate::net::client(concat!("swarm/", env!("CARGO_PKG_VERSION")))
+        let mut http = crate::net::client(concat!("swarm/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(settings.connect_timeout_secs))
-            .timeout(Duration::from_secs(settings.request_timeout_secs))
-            .build()?;
+            .timeout(Duration::from_secs(settings.request_timeout_secs));
+        if url::Url::parse(&settings.base_url).is_ok_and(|u| u.scheme() == "http") {
+            // A server on plain HTTP (a local llama.cpp, vLLM, Ollama): no certificate is ever
+            // checked (no redirect is followed), so the system's roots are not loaded, which
+            // takes ~20 ms at start; an HTTPS connection, were one tried, trusts nobody.
+            http = http.tls_certs_only([]);
+        }
+        let http = http.build()?;
         let mut fields = settings.extra_body.clone();
         fields.insert("tool_choice".into(), json!(settings.tool_choice));
         if let Some(max) = settings.max_output_tokens {
