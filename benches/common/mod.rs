@@ -118,20 +118,30 @@ pub fn measure_any(cmd: &mut Command) -> Measured {
         .expect("swarm starts");
     let stderr = child.stderr.take().unwrap();
     let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    // The peak is read every 20 ms by a thread of its own; the wall ends when the process
+    // does, not at the next look.
     let status_file = format!("/proc/{}/status", child.id());
-    let mut peak_kb = 0u64;
-    let status = loop {
-        if let Ok(text) = std::fs::read_to_string(&status_file)
-            && let Some(line) = text.lines().find(|l| l.starts_with("VmHWM:"))
-        {
-            peak_kb = peak_kb.max(line.split_whitespace().nth(1).unwrap().parse().unwrap());
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak_kb = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(text) = std::fs::read_to_string(&status_file)
+                    && let Some(line) = text.lines().find(|l| l.starts_with("VmHWM:"))
+                {
+                    let kb = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+                    peak_kb = peak_kb.max(kb);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            peak_kb
+        })
     };
+    let status = child.wait().unwrap();
     let wall = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak_kb = watcher.join().unwrap();
     let after = usage();
     let stderr = err.join().unwrap();
     Measured {
