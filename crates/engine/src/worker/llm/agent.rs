@@ -230,6 +230,7 @@ async fn run_loop(
     verdict
 }
 
+/// The loop itself: `asked`'s answer, its tools, the next turn, until the task ends.
 async fn turns(
     task: &AgentTask<'_>,
     workspace: &Workspace,
