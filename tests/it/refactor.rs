@@ -17,6 +17,15 @@ fn python_repo(n: usize) -> TestRepo {
     TestRepo::with_files(&files)
 }
 
+/// Object `id` is a loose file whose zlib stream starts with a stored block.
+fn assert_stored(repo: &TestRepo, id: &str) {
+    let file = repo.path.join(".git/objects").join(&id[..2]).join(&id[2..]);
+    let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{id} is not loose: {e}"));
+    // zlib's header (deflate, 32 KiB window, no level), then a block of type 00: stored.
+    assert_eq!(&bytes[..2], &[0x78, 0x01], "{id}");
+    assert_eq!(bytes[2] & 0b110, 0, "{id} is deflated");
+}
+
 #[test]
 fn merged_tree_equals_the_edit_applied_to_every_file() {
     let repo = python_repo(24);
@@ -75,6 +84,14 @@ fn merged_tree_equals_the_edit_applied_to_every_file() {
             changed[0]
         );
     }
+    // The commits, merges and trees swarm wrote are loose objects in stored zlib blocks
+    // (`git/store.rs`), which git reads whole.
+    for m in &merges {
+        for object in [m.clone(), format!("{m}^2"), format!("{m}^{{tree}}")] {
+            assert_stored(&repo, &repo.git(&["rev-parse", &object]));
+        }
+    }
+    repo.git(&["fsck", "--strict", "--no-dangling"]);
     repo.assert_clean_after_run();
 
     let report = repo.report(&run);

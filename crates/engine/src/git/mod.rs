@@ -20,6 +20,7 @@ pub(crate) mod merge;
 pub(crate) mod repo;
 pub(crate) mod shard;
 pub(crate) mod stat;
+pub(crate) mod store;
 pub(crate) mod view;
 pub(crate) mod worktree;
 

@@ -1,0 +1,259 @@
+//! Where the trees and commits swarm makes in bulk are written: loose files, as git writes
+//! them, whose zlib stream holds the object in stored (uncompressed) blocks.
+//!
+//! A run writes some nine objects a task (its blob, its commit and merge commits, and the
+//! trees between the root and each changed file, twice), and libgit2 deflates each one at
+//! zlib's level 1. A folder's tree is mostly object ids, which do not compress (a 300-entry
+//! tree of 9.3 KB deflates to 7.2 KB in ~100 µs, stored in ~5 µs): deflating was 6.7 % of a
+//! one-file run's CPU (docs/BENCHMARKS-HISTORY.md). libgit2 cannot be asked for stored
+//! blocks: its loose store at level 0 writes objects with no zlib stream at all, which no
+//! git can read. So the repositories swarm writes through get one more backend, before
+//! libgit2's loose one, that writes the objects given whole ([`git_odb_write`]: trees and
+//! commits). Blobs, which libgit2 always streams (and which, being text, do compress), and
+//! any write this backend fails, go on to libgit2's own loose store.
+//!
+//! Each file is written under a temporary name in its fan-out folder and renamed into place,
+//! as git does, so no reader sees half an object; a crash leaves a `tmp_obj_*` file, which
+//! `git gc` removes. `git gc` also packs (and compresses) what this writes, as it packs any
+//! loose object.
+//!
+//! [`git_odb_write`]: https://libgit2.org/docs/reference/main/odb/git_odb_write.html
+
+use std::ffi::{c_int, c_void};
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use flate2::Compression;
+use flate2::write::ZlibEncoder;
+use git2::{Binding as _, ObjectType, Oid, Repository};
+use libgit2_sys as raw;
+
+/// Above libgit2's loose store (1) and packs (2, which write nothing), so that writes reach
+/// this backend first.
+const PRIORITY: c_int = 3;
+
+/// The backend: libgit2's header first, as libgit2 sees it, then what the writes need.
+#[repr(C)]
+struct StoredBackend {
+    parent: raw::git_odb_backend,
+    objects: PathBuf,
+}
+
+/// Makes `repo`'s trees and commits go to loose files with stored zlib blocks (its blobs,
+/// always streamed, still go to libgit2's store). Its object directory is `objects` below its common git directory.
+pub(crate) fn write_stored(repo: &Repository) -> Result<(), git2::Error> {
+    let odb = repo.odb()?;
+    let backend = Box::new(StoredBackend {
+        // SAFETY: every field of `git_odb_backend` is an integer, a raw pointer or an
+        // `Option` of a function pointer, for which all zeros is a valid value (0, null,
+        // `None`); `git_odb_init_backend` then sets its version.
+        parent: unsafe { std::mem::zeroed() },
+        objects: repo.commondir().join("objects"),
+    });
+    let backend = Box::into_raw(backend);
+    // SAFETY: `backend` is a live, exclusively owned allocation whose first field is a
+    // `git_odb_backend`. Once added, libgit2 owns it and hands it back to `free` (and only
+    // there) when the object database goes; on failure it stays ours and is dropped here.
+    unsafe {
+        let parent = &raw mut (*backend).parent;
+        if raw::git_odb_init_backend(parent, raw::GIT_ODB_BACKEND_VERSION) < 0 {
+            drop(Box::from_raw(backend));
+            return Err(git2::Error::from_str("cannot set up an object backend"));
+        }
+        (*backend).parent.write = Some(write);
+        (*backend).parent.writestream = Some(no_stream);
+        (*backend).parent.free = Some(free);
+        let added = raw::git_odb_add_backend(odb.raw(), parent, PRIORITY);
+        if added < 0 {
+            drop(Box::from_raw(backend));
+            return Err(git2::Error::last_error(added));
+        }
+    }
+    Ok(())
+}
+
+extern "C" fn write(
+    backend: *mut raw::git_odb_backend,
+    id: *const raw::git_oid,
+    data: *const c_void,
+    len: usize,
+    kind: raw::git_object_t,
+) -> c_int {
+    // A panic must not cross into C; an error sends the write on to libgit2's loose store.
+    let written = std::panic::catch_unwind(|| {
+        // SAFETY: libgit2 calls this with the backend `write_stored` added (a
+        // `StoredBackend`), the object's id, and `len` readable bytes at `data`, all alive
+        // for the call.
+        let (objects, id, data) = unsafe {
+            let bytes: &[u8] = match len {
+                0 => &[],
+                _ => std::slice::from_raw_parts(data.cast::<u8>(), len),
+            };
+            (
+                &(*backend.cast::<StoredBackend>()).objects,
+                Oid::from_raw(id),
+                bytes,
+            )
+        };
+        let kind =
+            ObjectType::from_raw(kind).ok_or_else(|| std::io::Error::other("object type"))?;
+        write_object(objects, id, kind, data)
+    });
+    match written {
+        Ok(Ok(())) => 0,
+        _ => raw::GIT_ERROR as c_int,
+    }
+}
+
+/// Streamed writes (every blob, of any size) are left to libgit2's loose store, which
+/// deflates as it goes: taking them here would hold each whole blob in memory, and text
+/// compresses.
+extern "C" fn no_stream(
+    _out: *mut *mut raw::git_odb_stream,
+    _backend: *mut raw::git_odb_backend,
+    _size: raw::git_object_size_t,
+    _kind: raw::git_object_t,
+) -> c_int {
+    raw::GIT_PASSTHROUGH as c_int
+}
+
+extern "C" fn free(backend: *mut raw::git_odb_backend) {
+    // SAFETY: libgit2 calls this once, when the object database is freed, with the backend
+    // `write_stored` leaked from a `Box<StoredBackend>`.
+    drop(unsafe { Box::from_raw(backend.cast::<StoredBackend>()) });
+}
+
+/// Writes object `id` (`kind`, `data`) as a loose file under `objects`, in stored zlib blocks,
+/// through a temporary file renamed into place.
+fn write_object(objects: &Path, id: Oid, kind: ObjectType, data: &[u8]) -> std::io::Result<()> {
+    let hex = id.to_string();
+    let (fan, name) = hex.split_at(2);
+    let folder = objects.join(fan);
+    let temp = |folder: &Path| {
+        tempfile::Builder::new()
+            .prefix("tmp_obj_")
+            .tempfile_in(folder)
+    };
+    let file = match temp(&folder) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(&folder)?;
+            temp(&folder)?
+        }
+        made => made?,
+    };
+    let mut zlib = ZlibEncoder::new(
+        std::io::BufWriter::with_capacity(64 * 1024, file),
+        Compression::none(),
+    );
+    write!(zlib, "{} {}\0", kind.str(), data.len())?;
+    zlib.write_all(data)?;
+    let file = zlib.finish()?.into_inner().map_err(|e| e.into_error())?;
+    file.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o444))?;
+    file.persist(folder.join(name)).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// What git itself reads back: every kind of object written through the backend, in a
+    /// repository whose objects are then checked by `git fsck`.
+    #[test]
+    fn git_reads_what_it_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        write_stored(&repo).unwrap();
+        let text = "line\n".repeat(20_000);
+        let blob = repo.blob(text.as_bytes()).unwrap();
+        let empty = repo.blob(b"").unwrap();
+        let mut tree = repo.treebuilder(None).unwrap();
+        tree.insert("big.txt", blob, 0o100644).unwrap();
+        tree.insert("empty", empty, 0o100644).unwrap();
+        let tree = repo.find_tree(tree.write().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let commit = repo
+            .commit(Some("refs/heads/main"), &sig, &sig, "m", &tree, &[])
+            .unwrap();
+        let loose = |id: Oid| {
+            let hex = id.to_string();
+            dir.path().join("objects").join(&hex[..2]).join(&hex[2..])
+        };
+        // The tree and the commit are stored: zlib's header, then a block of type 00. The
+        // blob came as a stream (libgit2 streams even a blob from memory), so libgit2 deflated
+        // it: its file holds much less than its text.
+        for id in [tree.id(), commit] {
+            let bytes = std::fs::read(loose(id)).unwrap();
+            assert_eq!(
+                (bytes[0], bytes[1], bytes[2] & 0b110),
+                (0x78, 0x01, 0),
+                "{id}"
+            );
+        }
+        let size = std::fs::metadata(loose(blob)).unwrap().len();
+        assert!(size < text.len() as u64 / 10, "{size}");
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(dir.path())
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        git(&["fsck", "--strict", "--no-dangling"]);
+        assert_eq!(git(&["cat-file", "-p", &format!("{commit}:big.txt")]), text);
+        assert_eq!(
+            git(&["rev-parse", "main^{tree}"]).trim(),
+            tree.id().to_string()
+        );
+        let modes = std::fs::metadata(loose(commit))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(modes & 0o777, 0o444);
+        let left: Vec<_> = walkdir(dir.path().join("objects"))
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains("tmp_obj_"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A blob written through a writer (as a worktree's files are hashed) is left to
+    /// libgit2's loose store, which deflates it.
+    #[test]
+    fn streamed_blobs_are_deflated_by_libgit2() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        write_stored(&repo).unwrap();
+        let text = "line\n".repeat(20_000);
+        let mut writer = repo.blob_writer(None).unwrap();
+        writer.write_all(text.as_bytes()).unwrap();
+        let id = writer.commit().unwrap();
+        let hex = id.to_string();
+        let file = dir.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+        let size = std::fs::metadata(file).unwrap().len();
+        assert!(size < text.len() as u64 / 10, "{size}");
+        assert_eq!(repo.find_blob(id).unwrap().content(), text.as_bytes());
+    }
+
+    fn walkdir(dir: PathBuf) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut pending = vec![dir];
+        while let Some(d) = pending.pop() {
+            for e in std::fs::read_dir(d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    pending.push(p.clone());
+                }
+                out.push(p);
+            }
+        }
+        out
+    }
+}
