@@ -45,6 +45,15 @@ struct StoredBackend {
 /// Makes `repo`'s trees and commits go to loose files with stored zlib blocks, in `objects`
 /// below its common git directory (its blobs, always streamed, still go to libgit2's store).
 pub(crate) fn write_stored(repo: &Repository) -> Result<(), git2::Error> {
+    // A repository that asks for its objects to be synced to disk keeps libgit2's store,
+    // which syncs each object file and its folder when `core.fsyncObjectFiles` says so.
+    if repo
+        .config()?
+        .get_bool("core.fsyncObjectFiles")
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
     let odb = repo.odb()?;
     let backend = Box::new(StoredBackend {
         // SAFETY: every field of `git_odb_backend` is an integer, a raw pointer or an
@@ -272,6 +281,29 @@ mod tests {
         let size = std::fs::metadata(file).unwrap().len();
         assert!(size < text.len() as u64 / 10, "{size}");
         assert_eq!(repo.find_blob(id).unwrap().content(), text.as_bytes());
+    }
+
+    /// A repository whose objects must be synced to disk keeps libgit2's store, which syncs:
+    /// a tree that compresses well is deflated there.
+    #[test]
+    fn objects_git_is_told_to_sync_stay_with_libgit2() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        repo.config()
+            .unwrap()
+            .set_bool("core.fsyncObjectFiles", true)
+            .unwrap();
+        write_stored(&repo).unwrap();
+        let blob = repo.blob(b"same").unwrap();
+        let mut tree = repo.treebuilder(None).unwrap();
+        for i in 0..50 {
+            tree.insert(format!("file_{i:02}.txt"), blob, 0o100644)
+                .unwrap();
+        }
+        let id = tree.write().unwrap().to_string();
+        let bytes =
+            std::fs::read(dir.path().join("objects").join(&id[..2]).join(&id[2..])).unwrap();
+        assert_ne!(bytes[2] & 0b110, 0, "stored, not deflated");
     }
 
     fn walkdir(dir: PathBuf) -> Vec<PathBuf> {
