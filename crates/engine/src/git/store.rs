@@ -138,27 +138,32 @@ extern "C" fn free(backend: *mut raw::git_odb_backend) {
 /// Writes object `id` (`kind`, `data`) as a loose file under `objects`, in stored zlib blocks,
 /// through a temporary file renamed into place.
 fn write_object(objects: &Path, id: Oid, kind: ObjectType, data: &[u8]) -> std::io::Result<()> {
-    let hex = id.to_string();
-    let (fan, name) = hex.split_at(2);
-    let folder = objects.join(fan);
-    let temp = |folder: &Path| {
+    let path = loose_path(objects, id);
+    let folder = path.parent().unwrap_or(objects);
+    let temp = || {
         tempfile::Builder::new()
             .prefix("tmp_obj_")
             .tempfile_in(folder)
     };
-    let file = match temp(&folder) {
+    let mut file = match temp() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(&folder)?;
-            temp(&folder)?
+            std::fs::create_dir_all(folder)?;
+            temp()?
         }
         made => made?,
     };
-    let mut file = file;
     file.write_all(&loose_object(kind, data))?;
     file.as_file()
         .set_permissions(std::fs::Permissions::from_mode(0o444))?;
-    file.persist(folder.join(name)).map_err(|e| e.error)?;
+    file.persist(&path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Where git keeps object `id` loose under `objects`: `<first two hex digits>/<the rest>`.
+fn loose_path(objects: &Path, id: Oid) -> PathBuf {
+    let hex = id.to_string();
+    let (fan, name) = hex.split_at(2);
+    objects.join(fan).join(name)
 }
 
 /// The most a stored block holds (its length is 16 bits).
@@ -192,13 +197,20 @@ mod tests {
 
     use super::*;
 
+    /// A new bare repository in a temporary folder, `set_up`, then given the backend.
+    fn repository(set_up: impl FnOnce(&Repository)) -> (tempfile::TempDir, Repository) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        set_up(&repo);
+        write_stored(&repo).unwrap();
+        (dir, repo)
+    }
+
     /// What git itself reads back: every kind of object written through the backend, in a
     /// repository whose objects are then checked by `git fsck`.
     #[test]
     fn git_reads_what_it_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = Repository::init_bare(dir.path()).unwrap();
-        write_stored(&repo).unwrap();
+        let (dir, repo) = repository(|_| ());
         let text = "line\n".repeat(20_000);
         let blob = repo.blob(text.as_bytes()).unwrap();
         let empty = repo.blob(b"").unwrap();
@@ -216,10 +228,8 @@ mod tests {
         let commit = repo
             .commit(Some("refs/heads/main"), &sig, &sig, "m", &tree, &[&parent])
             .unwrap();
-        let loose = |id: Oid| {
-            let hex = id.to_string();
-            dir.path().join("objects").join(&hex[..2]).join(&hex[2..])
-        };
+        let objects = dir.path().join("objects");
+        let loose = |id: Oid| loose_path(&objects, id);
         // The tree and the commit are stored: zlib's header, then a block of type 00. The
         // blob came as a stream (libgit2 streams even a blob from memory), so libgit2 deflated
         // it: its file holds much less than its text.
@@ -258,9 +268,13 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(modes & 0o777, 0o444);
-        let left: Vec<_> = walkdir(dir.path().join("objects"))
-            .into_iter()
-            .filter(|p| p.to_string_lossy().contains("tmp_obj_"))
+        // Nothing left under a temporary name in any fan-out folder.
+        let left: Vec<_> = std::fs::read_dir(&objects)
+            .unwrap()
+            .flatten()
+            .filter_map(|fan| std::fs::read_dir(fan.path()).ok())
+            .flat_map(|entries| entries.flatten().map(|e| e.file_name()))
+            .filter(|name| name.to_string_lossy().starts_with("tmp_obj_"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
     }
@@ -269,15 +283,12 @@ mod tests {
     /// libgit2's loose store, which deflates it.
     #[test]
     fn streamed_blobs_are_deflated_by_libgit2() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = Repository::init_bare(dir.path()).unwrap();
-        write_stored(&repo).unwrap();
+        let (dir, repo) = repository(|_| ());
         let text = "line\n".repeat(20_000);
         let mut writer = repo.blob_writer(None).unwrap();
         writer.write_all(text.as_bytes()).unwrap();
         let id = writer.commit().unwrap();
-        let hex = id.to_string();
-        let file = dir.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+        let file = loose_path(&dir.path().join("objects"), id);
         let size = std::fs::metadata(file).unwrap().len();
         assert!(size < text.len() as u64 / 10, "{size}");
         assert_eq!(repo.find_blob(id).unwrap().content(), text.as_bytes());
@@ -287,37 +298,18 @@ mod tests {
     /// a tree that compresses well is deflated there.
     #[test]
     fn objects_git_is_told_to_sync_stay_with_libgit2() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = Repository::init_bare(dir.path()).unwrap();
-        repo.config()
-            .unwrap()
-            .set_bool("core.fsyncObjectFiles", true)
-            .unwrap();
-        write_stored(&repo).unwrap();
+        let (dir, repo) = repository(|repo| {
+            let mut config = repo.config().unwrap();
+            config.set_bool("core.fsyncObjectFiles", true).unwrap();
+        });
         let blob = repo.blob(b"same").unwrap();
         let mut tree = repo.treebuilder(None).unwrap();
         for i in 0..50 {
             tree.insert(format!("file_{i:02}.txt"), blob, 0o100644)
                 .unwrap();
         }
-        let id = tree.write().unwrap().to_string();
-        let bytes =
-            std::fs::read(dir.path().join("objects").join(&id[..2]).join(&id[2..])).unwrap();
+        let id = tree.write().unwrap();
+        let bytes = std::fs::read(loose_path(&dir.path().join("objects"), id)).unwrap();
         assert_ne!(bytes[2] & 0b110, 0, "stored, not deflated");
-    }
-
-    fn walkdir(dir: PathBuf) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        let mut pending = vec![dir];
-        while let Some(d) = pending.pop() {
-            for e in std::fs::read_dir(d).unwrap().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    pending.push(p.clone());
-                }
-                out.push(p);
-            }
-        }
-        out
     }
 }
