@@ -48,17 +48,37 @@ fn wait_for_a_merge(repo: &TestRepo) -> String {
     }
 }
 
-/// Waits until `n` worktrees (the checkout included) exist.
-/// The checkout and 4 workers' worktrees, and with overlay worktrees, the base checkout
-/// they share (the report says which the run used).
+/// How many worktrees (the checkout included) a run holds once all four tasks started: the
+/// checkout, the worktrees the tasks started in (a.txt's may have been lent again before
+/// d.txt started), and with overlay worktrees the base checkout they share (the report
+/// says which the run used).
 fn run_worktrees(repo: &TestRepo, id: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let started = loop {
+        let events = repo.run_file(id, "events.jsonl");
+        let started: Vec<serde_json::Value> = events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["kind"] == "task_started")
+            .collect();
+        if started.len() == FILES.len() {
+            break started;
+        }
+        assert!(Instant::now() < deadline, "not every task started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let used: std::collections::BTreeSet<&str> = started
+        .iter()
+        .map(|e| e["worktree"].as_str().unwrap())
+        .collect();
     let report: serde_json::Value =
         serde_json::from_str(&repo.run_file(id, "report.json")).unwrap();
-    match report["worktrees"].as_str() {
-        Some("overlay") => 6,
-        Some("pool") => 5,
+    let base = match report["worktrees"].as_str() {
+        Some("overlay") => 1,
+        Some("pool") => 0,
         other => panic!("the report does not say which worktrees the run used: {other:?}"),
-    }
+    };
+    1 + base + used.len()
 }
 
 fn wait_for_worktrees(repo: &TestRepo, n: usize) {
