@@ -132,7 +132,15 @@ fn main() {
              -d '{body}' -o /dev/null {url} || exit 1; done; sed -i s/foo/bar/ \"$SWARM_FILE\""
         )
     };
-    let direct = calls(&format!("http://127.0.0.1:{port}/v1/messages"), "");
+    let lean = option_str("--stand-in", "curl") == "bash";
+    let direct = if lean {
+        format!(
+            "ANTHROPIC_BASE_URL=http://127.0.0.1:{port} {}",
+            bash_calls(requests, body)
+        )
+    } else {
+        calls(&format!("http://127.0.0.1:{port}/v1/messages"), "")
+    };
     let proxied = calls(
         &format!("http://api.bench.test:{port}/v1/messages"),
         "--proxytunnel",
@@ -141,14 +149,19 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     // The fleet as an agent: the same calls, to the gateway, with its placeholder key.
     let config = dir.path().join("config.toml");
-    let gatewayed = calls(
-        "\"$ANTHROPIC_BASE_URL/v1/messages\"",
-        "-H \"x-api-key: $ANTHROPIC_API_KEY\"",
-    );
+    let (gatewayed, binary) = if lean {
+        (bash_calls(requests, body), "bash")
+    } else {
+        let curl = calls(
+            "\"$ANTHROPIC_BASE_URL/v1/messages\"",
+            "-H \"x-api-key: $ANTHROPIC_API_KEY\"",
+        );
+        (curl, "curl")
+    };
     std::fs::write(
         &config,
         format!(
-            "[agents.bench]\nexec = '''{gatewayed}'''\nbinary = \"curl\"\napi = \"anthropic\"\n"
+            "[agents.bench]\nexec = '''{gatewayed}'''\nbinary = \"{binary}\"\napi = \"anthropic\"\n"
         ),
     )
     .unwrap();
@@ -167,6 +180,11 @@ fn main() {
     // `--only agent`: the gateway's way alone (an efficiency run at high `-j`).
     if option_str("--only", "") == "agent" {
         ways.retain(|(name, _)| name.starts_with("--agent"));
+    } else {
+        assert!(
+            !lean,
+            "--stand-in bash is for --only agent (its calls make no CONNECT)"
+        );
     }
     // Every task's calls one after another, `jobs` tasks at once, nothing else.
     let ideal = latency * (tasks.div_ceil(jobs) * requests) as u32;
@@ -220,6 +238,26 @@ fn main() {
             (medians[2] / other - 1.0) * 100.0,
         );
     }
+}
+
+/// The lean stand-in (`--stand-in bash`): the same calls made by bash itself over
+/// `/dev/tcp` to `$ANTHROPIC_BASE_URL`, each answer drained by `cat`, so that a call costs a
+/// `cat` rather than a `curl` (whose start, ~14 ms of CPU, is most of a run's CPU at
+/// `-j 64`). A call answered with anything but a 200 fails the task.
+fn bash_calls(requests: u64, body: &str) -> String {
+    assert!(!body.contains('\''), "the body goes inside single quotes");
+    format!(
+        r#"bash -c 'u=${{ANTHROPIC_BASE_URL#http://}}; hp=${{u%%/*}}; pre=; case $u in */*) pre=/${{u#*/}};; esac
+for i in $(seq {requests}); do
+  exec 3<>"/dev/tcp/${{hp%:*}}/${{hp##*:}}" || exit 1
+  printf "POST %s/v1/messages HTTP/1.1\r\nHost: %s\r\nx-api-key: %s\r\ncontent-type: application/json\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n%s" "$pre" "$hp" "$ANTHROPIC_API_KEY" "{body}" >&3
+  read -r status <&3; case $status in "HTTP/1.1 200"*) ;; *) echo "$status" >&2; exit 1;; esac
+  cat <&3 >/dev/null; exec 3<&-
+done
+sed -i s/foo/bar/ "$SWARM_FILE"'"#,
+        len = body.len(),
+        body = body.replace('"', "\\\""),
+    )
 }
 
 /// The stand-in agents' own floor: the same script on each file, `jobs` at a time by

@@ -201,3 +201,68 @@ fn a_reused_tmpdir_and_git_view_keep_nothing_of_the_task_before() {
     assert!(!config.contains("swarm.left"), "{config}");
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
 }
+
+/// `-j 1` with an allow-list, so each task's jail forwards a port of its loopback to swarm's
+/// proxy: task a leaves a `setsid` daemon listening on that loopback, and reaches it itself;
+/// each task then tries the daemon's port and the forwarded one.
+fn leave_a_listener(out: &Path) -> String {
+    let connect = r#"python3 -c 'import socket,sys
+try: socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2); print("open")
+except OSError as e: print(type(e).__name__)'"#;
+    format!(
+        r#"o={out}; f="$SWARM_FILE"
+readlink /proc/self/ns/net > "$o/net-$f"
+if [ "$f" = a.txt ]; then
+  setsid python3 -c 'import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 7777)); s.listen(); open("{out}/listening", "w").close()
+while True:
+    s.accept()[0].close()' </dev/null >/dev/null 2>&1 &
+  while [ ! -e "$o/listening" ]; do sleep 0.05; done
+fi
+{connect} 7777 > "$o/daemon-$f"
+{connect} 3128 > "$o/proxy-$f"
+{SED_FOO_BAR}"#,
+        out = out.display()
+    )
+}
+
+#[test]
+fn a_reused_jail_with_forwards_keeps_no_listener_of_the_task_before() {
+    let repo = three_files();
+    let out = repo.writable_dir();
+    let (run, hosts) = run_watching_hosts(repo.swarm_cmd().args([
+        "refactor",
+        "x",
+        ".",
+        "-j",
+        "1",
+        "--worktrees",
+        "pool",
+        "--allow-domain",
+        "example.com",
+        "--exec",
+        &leave_a_listener(&out),
+    ]));
+    run.assert_code(0);
+    assert!(hosts, "no jail host ran");
+    let net: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|t| read(&out, &format!("net-{t}.txt")))
+        .collect();
+    assert!(net.windows(2).all(|w| w[0] == w[1]), "{net:?}");
+    // The loopback is up for the task that listens on it, and its forward works...
+    assert_eq!(read(&out, "daemon-a.txt"), "open");
+    for t in ["a", "b", "c"] {
+        assert_eq!(read(&out, &format!("proxy-{t}.txt")), "open", "task {t}");
+    }
+    // ...but what it left listening ended with it.
+    for t in ["b", "c"] {
+        assert_eq!(
+            read(&out, &format!("daemon-{t}.txt")),
+            "ConnectionRefusedError",
+            "task {t}"
+        );
+    }
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}

@@ -14,9 +14,14 @@
 //! all ended with its init), its mounts (its worktree's view, `/proc`), System V IPC, and its
 //! user namespace (keyrings; the host's mounts are locked below it). The host's namespaces
 //! hold nothing a task can change: a worker has no capability in them (it runs after
-//! `execve` as an ordinary user of its own nested namespace). Forwards (an allow-list, a
-//! model gateway) need the loopback of a network namespace of the task's own, so those
-//! processes keep the one-off jail.
+//! `execve` as an ordinary user of its own nested namespace). A host for processes with
+//! forwards (an allow-list, a model gateway) brings its network namespace's loopback up once;
+//! each task's init opens its own doors and starts its own forwarder there, as a one-off
+//! jail's does, and the folder of the doors is hidden in the task's mount namespace, after
+//! init opened them, rather than in the host's. A worker cannot change the loopback it
+//! shares with the slot's next tasks (it has no capability in the host's namespaces), and
+//! whatever it bound or connected there is closed when its PID namespace ends, before the
+//! host takes its next order.
 //!
 //! The protocol is in [`super::wire`]. For each task the host reports `Exited` as soon as
 //! the task's init writes the worker's status (before its exit unmounts the task's mount
@@ -38,6 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use super::wire::{Order, Report, read_order, send_report};
 use super::{Bytes, JAIL_FAILED, JailSpec, Never, TASK_NAMESPACES, errno, path};
+use crate::door::DoorKey;
 
 /// The argument that makes swarm a jail host.
 pub(crate) const ARG: &str = "__swarm-jail-host";
@@ -49,6 +55,10 @@ pub(super) struct HostSpec {
     pub hide: Vec<Bytes>,
     /// Keep the host's network (no network namespace).
     pub network: bool,
+    /// Bring the network namespace's loopback up, for its tasks' forwarders (an allow-list,
+    /// a model gateway); it stays down for every other task.
+    #[serde(default)]
+    pub loopback: bool,
     /// swarm's pid.
     pub parent: u32,
 }
@@ -72,7 +82,16 @@ pub(super) fn main(arg: Option<OsString>) -> ExitCode {
     };
     loop {
         match read_order(0) {
-            Ok(Some((Order::Run { spec: task, env }, Some(output)))) => {
+            Ok(Some((
+                Order::Run {
+                    spec: task,
+                    env,
+                    keys,
+                },
+                Some(output),
+            ))) => {
+                let mut task = *task;
+                task.keys = keys.into_iter().map(DoorKey).collect();
                 match run_task(&spec, &task, &env, output) {
                     Ok(Some(())) => {}
                     // swarm is gone: so is its task.
@@ -105,6 +124,9 @@ fn set_up(spec: &HostSpec) -> anyhow::Result<()> {
     // SAFETY: prctl has no memory effects.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } != 0 {
         return Err(errno("prctl(PR_SET_DUMPABLE)"));
+    }
+    if spec.loopback && !spec.network {
+        super::loopback_up()?;
     }
     super::mounts::mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         .context("cannot make the mounts private")?;
@@ -279,12 +301,10 @@ fn init_task(
     drop((output, null));
     let argv = super::argv_of(task)?;
     anyhow::ensure!(
-        task.forwards.is_empty()
+        host.loopback == (!task.forwards.is_empty() && !task.network)
+            && task.keys.len() == task.forwards.len()
             && task.network == host.network
-            && task
-                .hide
-                .iter()
-                .all(|p| !task.kept_inside(&path(p)).is_empty()),
+            && task.hide.iter().all(|p| task.hidden_by_itself(&path(p))),
         "a task a jail host cannot run"
     );
     for (key, _) in std::env::vars_os() {

@@ -53,26 +53,24 @@ pub struct Hosted {
 
 impl JailSpec {
     /// Starts this spec in a jail host, with `env` as its whole environment and `output` as
-    /// its standard output and error. `Err` gives `output` back when no host can run it (a
-    /// process with forwards; hosts disabled or not working here): run
-    /// [`JailSpec::command`] instead.
+    /// its standard output and error. `Err` gives `output` back when no host can run it
+    /// (hosts disabled or not working here): run [`JailSpec::command`] instead.
     pub fn hosted(&self, env: &[(OsString, OsString)], output: OwnedFd) -> Result<Hosted, OwnedFd> {
-        if !self.forwards.is_empty()
-            || UNAVAILABLE.load(Ordering::Relaxed)
-            || std::env::var_os(NO_HOSTS_VAR).is_some()
-        {
+        if UNAVAILABLE.load(Ordering::Relaxed) || std::env::var_os(NO_HOSTS_VAR).is_some() {
             return Err(output);
         }
-        // A hidden folder that holds what the task keeps is hidden in the task's own
-        // namespace, around what it keeps; the others once, in the host's.
+        // A hidden folder that holds what the task keeps, or its doors, is hidden in the
+        // task's own namespace (around what it keeps; after its init opened the doors); the
+        // others once, in the host's.
         let (own, shared): (Vec<Bytes>, Vec<Bytes>) = self
             .hide
             .iter()
             .cloned()
-            .partition(|p| !self.kept_inside(&super::path(p)).is_empty());
+            .partition(|p| self.hidden_by_itself(&super::path(p)));
         let key = HostSpec {
             hide: shared,
             network: self.network,
+            loopback: !self.forwards.is_empty() && !self.network,
             parent: std::process::id(),
         };
         let mut task = self.clone();
@@ -83,6 +81,7 @@ impl JailSpec {
                 .iter()
                 .map(|(k, v)| (Bytes::of(k), Bytes::of(v)))
                 .collect(),
+            keys: self.keys.iter().map(|k| k.0).collect(),
         };
         let Ok(order) = frame(&order) else {
             return Err(output);

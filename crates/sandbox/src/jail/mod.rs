@@ -196,6 +196,27 @@ impl JailSpec {
             .collect()
     }
 
+    /// Whether the hidden folder `p` is hidden in this process's own mount namespace, in the
+    /// order a one-off jail's init hides it (after its doors are opened and its views
+    /// mounted), rather than once in a jail host's: it holds what the process keeps as it is,
+    /// or it holds or lies in a door of its forwards or a layer of its views.
+    pub(super) fn hidden_by_itself(&self, p: &Path) -> bool {
+        let overlaps = |q: &Path| q.starts_with(p) || p.starts_with(q);
+        let views = self
+            .state_views
+            .iter()
+            .chain(self.git_view.iter().map(|(v, _)| v));
+        let overlay = self.overlay.iter();
+        !self.kept_inside(p).is_empty()
+            || self.forwards.iter().any(|(_, s)| overlaps(&path(s)))
+            || views
+                .flat_map(|v| [&v.dir, &v.upper, &v.work])
+                .any(|q| overlaps(q))
+            || overlay
+                .flat_map(|v| [&v.mount_point, &v.base, &v.upper, &v.work])
+                .any(|q| overlaps(q))
+    }
+
     /// Shows `paths` as they are, though a hidden folder holds them.
     pub fn keeping(mut self, paths: &[&Path]) -> Self {
         self.keep = paths.iter().map(|p| Bytes::of(p.as_os_str())).collect();

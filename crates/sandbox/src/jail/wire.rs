@@ -15,6 +15,7 @@ use std::process::ChildStdout;
 use serde::{Deserialize, Serialize};
 
 use super::{Bytes, JailSpec};
+use crate::door::KEY_LEN;
 
 /// The longest order swarm sends (a spec and an environment).
 const MAX_ORDER: usize = 16 << 20;
@@ -26,6 +27,10 @@ pub(super) enum Order {
     Run {
         spec: Box<JailSpec>,
         env: Vec<(Bytes, Bytes)>,
+        /// The keys of the spec's forwards' doors, in their order (a spec never holds them in
+        /// its JSON).
+        #[serde(default)]
+        keys: Vec<[u8; KEY_LEN]>,
     },
     /// Send this signal to the running task's process group.
     Signal(i32),
