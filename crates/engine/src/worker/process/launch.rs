@@ -108,7 +108,7 @@ pub(super) fn start(
     let env = environment(req, &keep);
     let output = OwnedFd::from(output);
     let output = match &spec {
-        Some(spec) => match spec.hosted(&env, output) {
+        Some(spec) => match off_the_runtime(|| spec.hosted(&env, output)) {
             Ok(hosted) => return Ok((Running::Hosted(hosted), keep)),
             Err(output) => output,
         },
@@ -316,4 +316,16 @@ fn no_background_git() -> Vec<(String, String)> {
         env.push((format!("GIT_CONFIG_VALUE_{}", n + i), v.to_string()));
     }
     env
+}
+
+/// Runs `f`, which may block (a new jail host is waited for until it is set up, a few
+/// milliseconds), without stalling the runtime's other tasks: on a multi-threaded runtime
+/// they move to another thread meanwhile (at `-j 64` the first wave's hosts would otherwise
+/// hold the worker threads that the model gateway's streams run on).
+fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
