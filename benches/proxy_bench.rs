@@ -132,7 +132,11 @@ fn main() {
              -d '{body}' -o /dev/null {url} || exit 1; done; sed -i s/foo/bar/ \"$SWARM_FILE\""
         )
     };
-    let lean = option_str("--stand-in", "curl") == "bash";
+    let lean = match option_str("--stand-in", "curl").as_str() {
+        "curl" => false,
+        "bash" => true,
+        other => panic!("--stand-in is curl or bash, not {other}"),
+    };
     let direct = if lean {
         format!(
             "ANTHROPIC_BASE_URL=http://127.0.0.1:{port} {}",

@@ -66,32 +66,37 @@ fn read(dir: &Path, name: &str) -> String {
         .to_string()
 }
 
+/// `refactor x . -j 1 --worktrees MODE EXTRA… --exec EXEC` to its end: it succeeds, and a jail
+/// host ran its tasks.
+fn one_at_a_time_in_hosts(repo: &TestRepo, mode: &str, extra: &[&str], exec: &str) {
+    let mut cmd = repo.swarm_cmd();
+    cmd.args(["refactor", "x", ".", "-j", "1", "--worktrees", mode])
+        .args(extra)
+        .args(["--exec", exec]);
+    let (run, hosts) = run_watching_hosts(&mut cmd);
+    run.assert_code(0);
+    assert!(hosts, "no jail host ran");
+}
+
+/// The network namespace each of tasks a, b and c recorded in `out`.
+fn networks(out: &Path) -> Vec<String> {
+    ["a", "b", "c"]
+        .iter()
+        .map(|t| read(out, &format!("net-{t}.txt")))
+        .collect()
+}
+
 #[test]
 fn a_reused_jail_keeps_nothing_of_the_task_before() {
     for mode in ["pool", "overlay"] {
         let repo = three_files();
         let out = repo.writable_dir();
-        let (run, hosts) = run_watching_hosts(repo.swarm_cmd().args([
-            "refactor",
-            "x",
-            ".",
-            "-j",
-            "1",
-            "--worktrees",
-            mode,
-            "--exec",
-            &exec(&out),
-        ]));
-        run.assert_code(0);
-        assert!(hosts, "no jail host ran");
+        one_at_a_time_in_hosts(&repo, mode, &[], &exec(&out));
         for f in ["a.txt", "b.txt", "c.txt"] {
             assert_eq!(repo.read(f), "bar\n", "{f}");
         }
         // A jail reused: tasks share its network namespace...
-        let net: Vec<String> = ["a", "b", "c"]
-            .iter()
-            .map(|t| read(&out, &format!("net-{t}.txt")))
-            .collect();
+        let net = networks(&out);
         match mode {
             // A full checkout holds its task's place among `-j` until its jail is gone: the
             // next task takes the same host.
@@ -231,25 +236,13 @@ fi
 fn a_reused_jail_with_forwards_keeps_no_listener_of_the_task_before() {
     let repo = three_files();
     let out = repo.writable_dir();
-    let (run, hosts) = run_watching_hosts(repo.swarm_cmd().args([
-        "refactor",
-        "x",
-        ".",
-        "-j",
-        "1",
-        "--worktrees",
+    one_at_a_time_in_hosts(
+        &repo,
         "pool",
-        "--allow-domain",
-        "example.com",
-        "--exec",
+        &["--allow-domain", "example.com"],
         &leave_a_listener(&out),
-    ]));
-    run.assert_code(0);
-    assert!(hosts, "no jail host ran");
-    let net: Vec<String> = ["a", "b", "c"]
-        .iter()
-        .map(|t| read(&out, &format!("net-{t}.txt")))
-        .collect();
+    );
+    let net = networks(&out);
     assert!(net.windows(2).all(|w| w[0] == w[1]), "{net:?}");
     // The loopback is up for the task that listens on it, and its forward works...
     assert_eq!(read(&out, "daemon-a.txt"), "open");
