@@ -176,6 +176,27 @@ fn a_deletion_is_merged() {
     assert_eq!(task_of(&report, "b.txt")["deleted_files"][0], "b.txt");
 }
 
+/// Folders the result empties leave your checkout, innermost first, as with `git merge`; one
+/// holding a file git does not track stays, with that file.
+#[test]
+fn folders_the_result_empties_leave_your_checkout() {
+    let repo = TestRepo::with_files(&[
+        ("a.txt", "foo\n"),
+        ("d/one.txt", "foo\n"),
+        ("d/e/two.txt", "foo\n"),
+        ("kept/three.txt", "foo\n"),
+    ]);
+    repo.write("kept/notes.log", "mine\n");
+    let exec = format!(r#"case $SWARM_FILE in a.txt) {SED_FOO_BAR};; *) rm "$SWARM_FILE";; esac"#);
+    let run = repo.swarm(&["refactor", "x", "**/*.txt", "-j", "2", "--exec", &exec]);
+    run.assert_code(0);
+    assert_eq!(repo.lines(&["ls-files"]), vec!["a.txt".to_string()]);
+    assert!(!repo.path.join("d").exists(), "{}", run.stderr);
+    assert!(!repo.path.join("kept/three.txt").exists());
+    assert_eq!(repo.read("kept/notes.log"), "mine\n");
+    assert_eq!(repo.git(&["status", "--porcelain"]).trim(), "?? kept/");
+}
+
 #[test]
 fn a_mode_change_is_merged() {
     let repo = two_files();
