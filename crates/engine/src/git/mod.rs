@@ -9,6 +9,7 @@
 //!   checkout moving with it, all or nothing, and what a run killed with `kill -9` half way
 //!   through it left ([`checkout::interrupted`]).
 //! - [`shard`]: shard records, and `git fetch`/`git push` (the only git processes).
+//! - [`tree_diff`]: what differs between two trees, walking only the folders that differ.
 
 pub(crate) mod adopt;
 pub(crate) mod checkout;
@@ -21,6 +22,7 @@ pub(crate) mod repo;
 pub(crate) mod shard;
 pub(crate) mod stat;
 pub(crate) mod store;
+mod tree_diff;
 pub(crate) mod view;
 pub(crate) mod worktree;
 
@@ -28,12 +30,43 @@ use git2::{Oid, Repository, Signature};
 
 use crate::repo_path::RepoPath;
 
+pub(crate) use tree_diff::tree_changes;
+
 /// The identity of commits swarm makes: `GIT_AUTHOR_*`/`GIT_COMMITTER_*` like git, else
 /// `user.name`/`user.email`, else `swarm <swarm@localhost>`.
 pub(crate) fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
     match configured_signature(repo) {
         Some(sig) => Ok(sig),
         None => Signature::now(FALLBACK_NAME, FALLBACK_EMAIL),
+    }
+}
+
+unsafe extern "C" {
+    /// libgit2's `git_repository_set_ident` (copies both strings), which git2 does not wrap.
+    fn git_repository_set_ident(
+        repo: *mut libgit2_sys::git_repository,
+        name: *const std::ffi::c_char,
+        email: *const std::ffi::c_char,
+    ) -> std::ffi::c_int;
+}
+
+/// Gives `repo` swarm's committer ([`signature`]) as the identity of its reflog entries, as
+/// git writes them. Otherwise libgit2 looks its own up for every branch it moves: a snapshot
+/// of the whole configuration, each of its files checked for changes (3 % of a one-file run's
+/// CPU: docs/BENCHMARKS-HISTORY.md, "No fast bins").
+pub(crate) fn log_as_committer(repo: &Repository) -> Result<(), git2::Error> {
+    use git2::Binding as _;
+    let sig = signature(repo)?;
+    let c = |s: Option<&str>| s.and_then(|s| std::ffi::CString::new(s).ok());
+    // A name or address that is not UTF-8 keeps libgit2's own lookup.
+    let (Some(name), Some(email)) = (c(sig.name().ok()), c(sig.email().ok())) else {
+        return Ok(());
+    };
+    // SAFETY: a live repository handle and two NUL-terminated strings, which libgit2 copies.
+    let rc = unsafe { git_repository_set_ident(repo.raw(), name.as_ptr(), email.as_ptr()) };
+    match rc {
+        0 => Ok(()),
+        rc => Err(git2::Error::last_error(rc)),
     }
 }
 
@@ -90,70 +123,7 @@ pub(crate) struct TreeChange {
     pub new: Option<(Oid, u32)>,
 }
 
-/// What differs between two trees, sorted by path. Subtrees with the same id on both sides
-/// are skipped, so the cost is that of the folders on the way to what changed, not of the
-/// trees (libgit2's tree diff walks every entry of both). A path that is a file on one side
-/// and a folder on the other is the file's removal (or addition) and each path under the
-/// folder, as in git.
-pub(crate) fn tree_changes(
-    repo: &Repository,
-    old: &git2::Tree<'_>,
-    new: &git2::Tree<'_>,
-) -> Result<Vec<TreeChange>, git2::Error> {
-    let mut changes = Vec::new();
-    diff_level(repo, Some(old), Some(new), &mut Vec::new(), &mut changes)?;
-    changes.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(changes)
-}
-
 const TREE_MODE: u32 = 0o040000;
-
-/// The changes between two versions of one folder (`None`: absent on that side), whose path
-/// is `prefix` (empty, or ending in `/`).
-fn diff_level(
-    repo: &Repository,
-    old: Option<&git2::Tree<'_>>,
-    new: Option<&git2::Tree<'_>>,
-    prefix: &mut Vec<u8>,
-    out: &mut Vec<TreeChange>,
-) -> Result<(), git2::Error> {
-    type Entry = Option<(Oid, u32)>;
-    let mut names: std::collections::BTreeMap<Vec<u8>, (Entry, Entry)> = Default::default();
-    for (tree, new_side) in [(old, false), (new, true)] {
-        for e in tree.iter().flat_map(|t| t.iter()) {
-            let slot = names.entry(e.name_bytes().to_vec()).or_default();
-            let entry = Some((e.id(), e.filemode() as u32));
-            match new_side {
-                false => slot.0 = entry,
-                true => slot.1 = entry,
-            }
-        }
-    }
-    for (name, (was, is)) in names {
-        if was == is {
-            continue;
-        }
-        let len = prefix.len();
-        prefix.extend_from_slice(&name);
-        let folder = |e: Entry| e.filter(|(_, mode)| *mode == TREE_MODE).map(|(id, _)| id);
-        let leaf = |e: Entry| e.filter(|(_, mode)| *mode != TREE_MODE);
-        if leaf(was).is_some() || leaf(is).is_some() {
-            out.push(TreeChange {
-                path: RepoPath::from_bytes(prefix.clone()),
-                old: leaf(was),
-                new: leaf(is),
-            });
-        }
-        if folder(was).is_some() || folder(is).is_some() {
-            let was = folder(was).map(|id| repo.find_tree(id)).transpose()?;
-            let is = folder(is).map(|id| repo.find_tree(id)).transpose()?;
-            prefix.push(b'/');
-            diff_level(repo, was.as_ref(), is.as_ref(), prefix, out)?;
-        }
-        prefix.truncate(len);
-    }
-    Ok(())
-}
 
 /// The entry at `path` in `tree` as `(id, mode)`, `None` where there is none.
 pub(crate) fn entry_at(
@@ -393,7 +363,7 @@ mod tests {
     use super::*;
 
     /// The tree of `files`: path, content, mode.
-    fn tree_of(repo: &Repository, files: &[(&str, &str, i32)]) -> Oid {
+    pub(super) fn tree_of(repo: &Repository, files: &[(&str, &str, i32)]) -> Oid {
         let mut index = git2::Index::new().unwrap();
         for (path, content, mode) in files {
             let id = repo.blob(content.as_bytes()).unwrap();
@@ -514,5 +484,37 @@ mod tests {
         assert_eq!(spec("a\\b.txt"), "a\\\\b.txt");
         assert_eq!(spec("!x [1]*?.txt"), "\\!x\\ \\[1\\]\\*\\?.txt");
         assert_eq!(spec("#notes"), "\\#notes");
+    }
+
+    #[test]
+    fn reflog_entries_name_swarms_committer_without_looking_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        repo.config()
+            .unwrap()
+            .set_str("user.name", "Before")
+            .unwrap();
+        repo.config()
+            .unwrap()
+            .set_str("user.email", "b@example.com")
+            .unwrap();
+        let tree = repo
+            .find_tree(tree_of(&repo, &[("a", "a", 0o100644)]))
+            .unwrap();
+        let sig = Signature::now("c", "c@example.com").unwrap();
+        let commit = repo.commit(None, &sig, &sig, "m", &tree, &[]).unwrap();
+        log_as_committer(&repo).unwrap();
+        let who = signature(&repo).unwrap();
+        // libgit2's own lookup would now find this one (and never the environment's).
+        repo.config()
+            .unwrap()
+            .set_str("user.name", "After")
+            .unwrap();
+        repo.reference("refs/heads/t", commit, false, "made")
+            .unwrap();
+        let log = repo.reflog("refs/heads/t").unwrap();
+        let entry = log.get(0).unwrap();
+        assert_eq!(entry.committer().name(), who.name());
+        assert_eq!(entry.committer().email(), who.email());
     }
 }

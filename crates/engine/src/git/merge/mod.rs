@@ -101,6 +101,7 @@ impl MergeTrain {
     ) -> anyhow::Result<Self> {
         let repo = Repository::open_bare(common_dir)?;
         super::store::write_stored(&repo)?;
+        super::log_as_committer(&repo)?;
         let merging = match drivers {
             Some(setup) => Some(FileMerging {
                 drivers: drivers::Drivers::read(&repo, setup.structured)?,
