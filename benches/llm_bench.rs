@@ -140,23 +140,8 @@ fn generate(dir: &std::path::Path, tasks: u64) -> std::path::PathBuf {
 
 /// Where the time went, from the run's events.
 fn phases(repo: &std::path::Path) {
-    let runs = repo.join(".git/swarm/runs");
-    let run_dir = std::fs::read_dir(&runs)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    // `--events FILE` keeps the last round's events, to read where the time went.
-    let keep = option_str("--events", "");
-    if !keep.is_empty() {
-        std::fs::copy(run_dir.join("events.jsonl"), &keep).unwrap();
-    }
-    let events: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    common::keep_events(repo);
+    let events = common::run_events(repo);
     let t0 = events[0]["ts"].as_f64().unwrap();
     let at = |kind: &str, last: bool| {
         let mut it = events

@@ -110,13 +110,7 @@ fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> (Duration, f64) 
         .env("GIT_AUTHOR_EMAIL", "bench@example.com");
     let m = common::measure(&mut cmd);
     assert!(m.stderr.contains(" merged, 0 no change"), "{}", m.stderr);
-    // `--events FILE` keeps the last run's events, to read where the time went.
-    let keep = option_str("--events", "");
-    if !keep.is_empty() {
-        let runs = std::fs::read_dir(repo.join(".git/swarm/runs")).unwrap();
-        let run_dir = runs.flatten().next().unwrap().path();
-        std::fs::copy(run_dir.join("events.jsonl"), &keep).unwrap();
-    }
+    common::keep_events(repo);
     (m.wall, m.peak_mb)
 }
 

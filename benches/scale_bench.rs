@@ -256,7 +256,7 @@ fn large_run(
     let per_task = m.wall.as_secs_f64() * jobs as f64 / tasks as f64;
     // Once the first worker runs, until the last merge: what each task costs, without the
     // run's start (the base checkout) and end (the final update and cleanup).
-    let events = run_events(repo);
+    let events = common::run_events(repo);
     let ts = |kind: &str| {
         events
             .iter()
@@ -409,7 +409,7 @@ fn startup() {
         std::thread::sleep(Duration::from_millis(1500));
         let disk = du(&repo.join(".git/swarm"));
         assert!(child.wait().unwrap().success());
-        let events = run_events(&repo);
+        let events = common::run_events(&repo);
         let mut running: Vec<f64> = events
             .iter()
             .filter(|e| e["kind"] == "task_step" && e["step"] == "running")
@@ -430,20 +430,6 @@ fn startup() {
             disk as f64 / 1e6
         );
     }
-}
-
-/// The events of the one run in `repo`.
-fn run_events(repo: &Path) -> Vec<serde_json::Value> {
-    let run = std::fs::read_dir(repo.join(".git/swarm/runs"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap();
-    std::fs::read_to_string(run.path().join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// Bytes of the files under `dir` (links not followed).
@@ -544,7 +530,7 @@ fn codemod() {
         );
         // Each worker process is one `running` step (a group's, of its first task).
         let (mut processes, mut splits) = (0, 0);
-        for e in run_events(&repo) {
+        for e in common::run_events(&repo) {
             match e["kind"].as_str() {
                 Some("group_split") => splits += 1,
                 Some("task_step") if e["step"] == "running" => processes += 1,

@@ -78,6 +78,37 @@ pub fn option_str(name: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_string())
 }
 
+/// The events file of the one run in `repo`.
+#[allow(dead_code)]
+pub fn events_file(repo: &Path) -> std::path::PathBuf {
+    let run = std::fs::read_dir(repo.join(".git/swarm/runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    run.path().join("events.jsonl")
+}
+
+/// The events of the one run in `repo`, each line parsed.
+#[allow(dead_code)]
+pub fn run_events(repo: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(events_file(repo))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// With `--events FILE`, a copy of the events of the one run in `repo` there (the last run's,
+/// each run writing over it), to read where the time went.
+#[allow(dead_code)]
+pub fn keep_events(repo: &Path) {
+    let keep = option_str("--events", "");
+    if !keep.is_empty() {
+        std::fs::copy(events_file(repo), &keep).unwrap();
+    }
+}
+
 /// What one process cost: wall time, its own peak resident memory (polled from
 /// `/proc/PID/status`, so its children do not count), and the CPU time of it and its children.
 #[allow(dead_code)]

@@ -56,8 +56,8 @@ pub fn start_process() -> ProcessStart {
 /// the tree's serialized buffers of several KiB, so the sweeps ran all the time: malloc was
 /// an eighth of the runtime's threads' samples. Without fast bins, small chunks still go to
 /// the per-thread cache first and the rest are coalesced as they are freed: the one-file form
-/// took 7 % less wall time and CPU (docs/BENCHMARKS-HISTORY.md, "No fast bins"). Unless
-/// GLIBC_TUNABLES sets it otherwise.
+/// took 1–7 % less wall time (by the mean, three interleaved sets: docs/BENCHMARKS-HISTORY.md,
+/// "No fast bins"). Unless GLIBC_TUNABLES sets it otherwise.
 fn no_fast_bins() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if !std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc.mxfast")) {

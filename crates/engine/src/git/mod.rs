@@ -50,11 +50,19 @@ unsafe extern "C" {
     ) -> std::ffi::c_int;
 }
 
+/// Readies `repo`, one swarm commits or merges through task after task: its trees and
+/// commits stored, not deflated ([`store::write_stored`]), and its reflog entries in swarm's
+/// name ([`log_as_committer`]).
+pub(crate) fn for_bulk_writes(repo: &Repository) -> Result<(), git2::Error> {
+    store::write_stored(repo)?;
+    log_as_committer(repo)
+}
+
 /// Gives `repo` swarm's committer ([`signature`]) as the identity of its reflog entries, as
 /// git writes them. Otherwise libgit2 looks its own up for every branch it moves: a snapshot
 /// of the whole configuration, each of its files checked for changes (3 % of a one-file run's
 /// CPU: docs/BENCHMARKS-HISTORY.md, "No fast bins").
-pub(crate) fn log_as_committer(repo: &Repository) -> Result<(), git2::Error> {
+fn log_as_committer(repo: &Repository) -> Result<(), git2::Error> {
     use git2::Binding as _;
     let sig = signature(repo)?;
     let c = |s: Option<&str>| s.and_then(|s| std::ffi::CString::new(s).ok());

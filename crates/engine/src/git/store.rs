@@ -44,7 +44,7 @@ struct StoredBackend {
 
 /// Makes `repo`'s trees and commits go to loose files with stored zlib blocks, in `objects`
 /// below its common git directory (its blobs, always streamed, still go to libgit2's store).
-pub(crate) fn write_stored(repo: &Repository) -> Result<(), git2::Error> {
+pub(super) fn write_stored(repo: &Repository) -> Result<(), git2::Error> {
     // A repository that asks for its objects to be synced to disk keeps libgit2's store,
     // which syncs each object file and its folder when `core.fsyncObjectFiles` says so.
     if repo

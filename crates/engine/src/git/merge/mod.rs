@@ -100,8 +100,7 @@ impl MergeTrain {
         drivers: Option<DriverSetup>,
     ) -> anyhow::Result<Self> {
         let repo = Repository::open_bare(common_dir)?;
-        super::store::write_stored(&repo)?;
-        super::log_as_committer(&repo)?;
+        super::for_bulk_writes(&repo)?;
         let merging = match drivers {
             Some(setup) => Some(FileMerging {
                 drivers: drivers::Drivers::read(&repo, setup.structured)?,

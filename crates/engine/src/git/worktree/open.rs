@@ -15,8 +15,7 @@ pub(crate) fn open_worktree(
 ) -> anyhow::Result<Repository> {
     let repo = Repository::open(common_dir.join("worktrees").join(name))
         .with_context(|| format!("cannot open worktree {name}"))?;
-    crate::git::store::write_stored(&repo)?;
-    crate::git::log_as_committer(&repo)?;
+    crate::git::for_bulk_writes(&repo)?;
     let workdir = repo
         .workdir()
         .map(|w| w.canonicalize().unwrap_or(w.to_path_buf()));
