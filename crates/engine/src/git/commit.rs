@@ -18,7 +18,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
-use git2::build::TreeUpdateBuilder;
 use git2::{FileMode, Oid, Repository, Status, StatusOptions};
 
 use super::ignore::LazyIgnore;
@@ -280,7 +279,7 @@ fn stage_changes(
         .partition(|rel| dirs.holds_file(rel));
     let removals = clear_old_entries(&mut index, head_tree, &present, &gone);
     let base_tree = repo.find_tree(remove_all(repo, head_tree, &removals)?)?;
-    let mut update = TreeUpdateBuilder::new();
+    let mut update = super::TreeEdit::new();
     let mut skipped = Vec::new();
     for rel in present {
         if let Some(name) = super::repo::active_filter(repo, &rel) {
@@ -327,7 +326,7 @@ fn stage_view(
         .iter()
         .map(|p| p.as_path().to_path_buf())
         .collect();
-    let mut update = TreeUpdateBuilder::new();
+    let mut update = super::TreeEdit::new();
     if tip_tree.id() != start_tree.id() {
         for rel in super::changed_paths(repo, start_tree, tip_tree)? {
             if covered_by_upper(upper, &rel) {
@@ -473,7 +472,7 @@ fn remove_all(
     tree: &git2::Tree<'_>,
     removals: &BTreeSet<PathBuf>,
 ) -> Result<Oid, git2::Error> {
-    let mut remove = TreeUpdateBuilder::new();
+    let mut remove = super::TreeEdit::new();
     for path in removals {
         let below_another = path.ancestors().skip(1).any(|a| removals.contains(a));
         if !below_another {

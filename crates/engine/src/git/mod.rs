@@ -9,7 +9,8 @@
 //!   checkout moving with it, all or nothing, and what a run killed with `kill -9` half way
 //!   through it left ([`checkout::interrupted`]).
 //! - [`shard`]: shard records, and `git fetch`/`git push` (the only git processes).
-//! - [`tree_diff`]: what differs between two trees, walking only the folders that differ.
+//! - [`tree_diff`]: what differs between two trees, walking only the folders that differ;
+//!   [`tree_edit`]: a tree with some paths set or removed, written as libgit2 writes it.
 
 pub(crate) mod adopt;
 pub(crate) mod checkout;
@@ -23,6 +24,7 @@ pub(crate) mod shard;
 pub(crate) mod stat;
 pub(crate) mod store;
 mod tree_diff;
+mod tree_edit;
 pub(crate) mod view;
 pub(crate) mod worktree;
 
@@ -31,6 +33,7 @@ use git2::{Oid, Repository, Signature};
 use crate::repo_path::RepoPath;
 
 pub(crate) use tree_diff::tree_changes;
+pub(crate) use tree_edit::TreeEdit;
 
 /// The identity of commits swarm makes: `GIT_AUTHOR_*`/`GIT_COMMITTER_*` like git, else
 /// `user.name`/`user.email`, else `swarm <swarm@localhost>`.
@@ -230,7 +233,7 @@ fn update_tree(
         return Ok(tree);
     }
     let replaced = kind_changes(base, entries)?;
-    let mut update = git2::build::TreeUpdateBuilder::new();
+    let mut update = TreeEdit::new();
     for path in &replaced {
         update.remove(path.as_slice());
     }
@@ -249,7 +252,7 @@ fn edit_tree(
         gone.iter()
             .any(|gone| path.as_bytes() == gone.as_slice() || path.is_inside(gone))
     };
-    let mut update = git2::build::TreeUpdateBuilder::new();
+    let mut update = TreeEdit::new();
     for (path, entry) in entries {
         match entry {
             Some((id, mode)) => update.upsert(path.as_bytes(), *id, file_mode(*mode as i32)),

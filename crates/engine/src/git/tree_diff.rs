@@ -64,16 +64,17 @@ fn diff_level(
 
 /// How git sorts two entries of a tree: by name, a folder's name as if it ended in `/`.
 fn git_order(a: &git2::TreeEntry<'_>, b: &git2::TreeEntry<'_>) -> std::cmp::Ordering {
+    let folder = |e: &git2::TreeEntry<'_>| e.filemode() as u32 == TREE_MODE;
+    name_order((a.name_bytes(), folder(a)), (b.name_bytes(), folder(b)))
+}
+
+/// How git sorts two names of a tree, each with whether it is a folder's.
+pub(super) fn name_order((an, af): (&[u8], bool), (bn, bf): (&[u8], bool)) -> std::cmp::Ordering {
     let key = |name: &[u8], folder: bool, k: usize| {
         name.get(k)
             .copied()
             .or((k == name.len() && folder).then_some(b'/'))
     };
-    let (an, bn) = (a.name_bytes(), b.name_bytes());
-    let (af, bf) = (
-        a.filemode() as u32 == TREE_MODE,
-        b.filemode() as u32 == TREE_MODE,
-    );
     (0..=an.len().max(bn.len()))
         .map(|k| key(an, af, k).cmp(&key(bn, bf, k)))
         .find(|o| o.is_ne())

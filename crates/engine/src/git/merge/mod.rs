@@ -7,7 +7,7 @@
 //! Most bulk-edit merges touch disjoint paths. When every path the task changed is still the
 //! same in the integration tree as in the task's start tree, a three-way merge can only take
 //! the task's side for those paths and ours for the rest, so the merged tree is built directly
-//! by applying the task's changed paths to the integration tree (a `TreeUpdateBuilder`,
+//! by applying the task's changed paths to the integration tree (a [`super::TreeEdit`],
 //! proportional to the changed paths). Otherwise git2's full `merge_commits` decides, with
 //! rename detection, and a conflicted index is reported as a conflict.
 //!

@@ -175,10 +175,14 @@ pub(crate) async fn run_until_exit(
     // Milliseconds since `started` of the last sign of life (output or a file change).
     let last_activity = Arc::new(AtomicU64::new(0));
     {
+        // On the runtime's blocking threads, which stay for the next process (a thread of its
+        // own each was ~2 % of a one-file run's CPU: made, its stack mapped, ended). Those
+        // still reading the pipe of a worker that escaped its group do not hold swarm's exit
+        // (main's `shutdown_timeout`).
         let last_activity = last_activity.clone();
-        std::thread::spawn(move || {
+        drop(tokio::task::spawn_blocking(move || {
             let _ = tail_tx.send(capture(reader, log, &last_activity, started));
-        });
+        }));
     }
     // Its gateway's word that a request was refused for the budget (an agent's process).
     let short = keep.gateway.as_ref().map(Listener::short);
