@@ -87,12 +87,11 @@ impl TreeEdit {
         }
         let mut writer = Writer {
             repo,
-            odb: repo.odb()?,
             check: repo.treebuilder(None)?,
         };
         Ok(match writer.folder(base, &edits)? {
             Some(Some(id)) => Some(id),
-            Some(None) => Some(writer.odb.write(ObjectType::Tree, &[])?),
+            Some(None) => Some(super::store::write_whole(repo, ObjectType::Tree, &[])?),
             None => None,
         })
     }
@@ -119,7 +118,6 @@ struct AtName<'e> {
 
 struct Writer<'r> {
     repo: &'r Repository,
-    odb: git2::Odb<'r>,
     /// An empty builder each entry set is inserted into first, for libgit2's checks.
     check: git2::TreeBuilder<'r>,
 }
@@ -166,7 +164,11 @@ impl Writer<'_> {
         }
         Ok(Some(match bytes.is_empty() {
             true => None,
-            false => Some(self.odb.write(ObjectType::Tree, &bytes)?),
+            false => Some(super::store::write_whole(
+                self.repo,
+                ObjectType::Tree,
+                &bytes,
+            )?),
         }))
     }
 
