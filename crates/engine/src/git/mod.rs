@@ -374,6 +374,22 @@ mod tests {
     use super::*;
 
     /// The tree of `files`: path, content, mode.
+    /// A tree's entry as text: its mode as stored, its name, its object.
+    pub(super) type RawEntry<'a> = (&'a str, &'a str, Oid);
+
+    /// A tree written byte by byte, its entries in the order given.
+    pub(super) fn raw_tree(repo: &Repository, entries: &[RawEntry<'_>]) -> Oid {
+        let mut bytes = Vec::new();
+        for (mode, name, id) in entries {
+            bytes.extend_from_slice(format!("{mode} {name}\0").as_bytes());
+            bytes.extend_from_slice(id.as_bytes());
+        }
+        repo.odb()
+            .unwrap()
+            .write(git2::ObjectType::Tree, &bytes)
+            .unwrap()
+    }
+
     pub(super) fn tree_of(repo: &Repository, files: &[(&str, &str, i32)]) -> Oid {
         let mut index = git2::Index::new().unwrap();
         for (path, content, mode) in files {

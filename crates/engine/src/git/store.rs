@@ -258,6 +258,18 @@ mod tests {
         (dir, repo)
     }
 
+    /// The git CLI's output for `args` in the repository at `git_dir`, which must succeed.
+    fn git_in(git_dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(git_dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// What git itself reads back: every kind of object written through the backend, in a
     /// repository whose objects are then checked by `git fsck`.
     #[test]
@@ -295,16 +307,7 @@ mod tests {
         }
         let size = std::fs::metadata(loose(blob)).unwrap().len();
         assert!(size < text.len() as u64 / 10, "{size}");
-        let git = |args: &[&str]| {
-            let out = std::process::Command::new("git")
-                .arg("--git-dir")
-                .arg(dir.path())
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{args:?}: {out:?}");
-            String::from_utf8(out.stdout).unwrap()
-        };
+        let git = |args: &[&str]| git_in(dir.path(), args);
         git(&["fsck", "--strict", "--no-dangling"]);
         assert_eq!(git(&["cat-file", "-p", &format!("{commit}:big.txt")]), text);
         assert_eq!(
@@ -345,15 +348,7 @@ mod tests {
         let stored = std::fs::read(&loose).unwrap();
         assert_eq!((stored[0], stored[1], stored[2] & 0b110), (0x78, 0x01, 0));
         assert_eq!(repo.find_tree(id).unwrap().len(), 1);
-        let git = |args: &[&str]| {
-            let out = std::process::Command::new("git")
-                .arg("--git-dir")
-                .arg(dir.path())
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{args:?}: {out:?}");
-        };
+        let git = |args: &[&str]| drop(git_in(dir.path(), args));
         let sig = git2::Signature::now("t", "t@example.com").unwrap();
         let tree = repo.find_tree(id).unwrap();
         repo.commit(Some("refs/heads/t"), &sig, &sig, "m", &tree, &[])

@@ -150,7 +150,7 @@ fn one_name(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::git::tests::tree_of;
+    use crate::git::tests::{raw_tree, tree_of};
 
     /// A tree no git writes, its entries out of order (or a name twice), still shows each
     /// change once: walked in step with a well-ordered tree, its entries would pass each other.
@@ -162,15 +162,11 @@ mod tests {
         let old = tree_of(&repo, &[("a.txt", "a", f), ("b.txt", "b", f)]);
         let (a2, b) = (repo.blob(b"a2").unwrap(), repo.blob(b"b").unwrap());
         let raw = |entries: &[(&str, Oid)]| {
-            let mut bytes = Vec::new();
-            for (name, id) in entries {
-                bytes.extend_from_slice(format!("100644 {name}\0").as_bytes());
-                bytes.extend_from_slice(id.as_bytes());
-            }
-            repo.odb()
-                .unwrap()
-                .write(git2::ObjectType::Tree, &bytes)
-                .unwrap()
+            let entries: Vec<_> = entries
+                .iter()
+                .map(|&(name, id)| ("100644", name, id))
+                .collect();
+            raw_tree(&repo, &entries)
         };
         let (old, a) = (repo.find_tree(old).unwrap(), repo.blob(b"a").unwrap());
         for entries in [

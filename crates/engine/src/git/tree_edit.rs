@@ -264,7 +264,7 @@ fn put(bytes: &mut Vec<u8>, name: &[u8], mode: u32, id: Oid) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::git::tests::tree_of;
+    use crate::git::tests::{RawEntry, raw_tree, tree_of};
 
     /// A small generator of test cases, the same on every run.
     struct Dice(u64);
@@ -371,19 +371,6 @@ mod tests {
             in_place > 150 && others > 100,
             "{in_place} in place, {others} others"
         );
-    }
-
-    /// A tree's entry as text: its mode as stored, its name, its object.
-    type RawEntry<'a> = (&'a str, &'a str, Oid);
-
-    /// A tree written byte by byte, its entries in the order given.
-    fn raw_tree(repo: &Repository, entries: &[RawEntry<'_>]) -> Oid {
-        let mut bytes = Vec::new();
-        for (mode, name, id) in entries {
-            bytes.extend_from_slice(format!("{mode} {name}\0").as_bytes());
-            bytes.extend_from_slice(id.as_bytes());
-        }
-        repo.odb().unwrap().write(ObjectType::Tree, &bytes).unwrap()
     }
 
     /// Trees no git writes, or that a repository may hold to attack swarm: entries out of
