@@ -473,3 +473,56 @@ fn line_end_conversion_reaches_your_checkout() {
         "?? other/.gitattributes"
     );
 }
+
+/// A commit takes a file in as `git add` would: its line ends converted where an attribute
+/// (in a nested folder, in `info/attributes`) or `core.autocrlf` asks, and byte for byte
+/// where nothing can (a view then writes the blob from the file without asking libgit2 for
+/// its attributes). The oracle is `git hash-object --path` on the same bytes.
+#[test]
+fn a_commit_converts_line_ends_exactly_where_git_add_would() {
+    type Setup = fn(&TestRepo);
+    let setups: [(&str, Setup, bool); 4] = [
+        ("nothing", |_| {}, false),
+        (
+            "a nested .gitattributes",
+            |repo| {
+                repo.write("sub/.gitattributes", "*.txt text\n");
+                repo.commit_all("attributes");
+            },
+            true,
+        ),
+        (
+            "info/attributes",
+            |repo| {
+                std::fs::create_dir_all(repo.path.join(".git/info")).unwrap();
+                std::fs::write(repo.path.join(".git/info/attributes"), "*.txt text\n").unwrap();
+            },
+            true,
+        ),
+        (
+            "core.autocrlf",
+            |repo| {
+                repo.git(&["config", "core.autocrlf", "true"]);
+            },
+            true,
+        ),
+    ];
+    for (what, setup, converts) in setups {
+        for mode in ["overlay", "pool"] {
+            let repo = TestRepo::with_files(&[("sub/a.txt", "1\n2\n")]);
+            setup(&repo);
+            let bytes = repo.home.join("crlf");
+            std::fs::write(&bytes, "x\r\ny\r\n").unwrap();
+            let exec = format!("cat {} > \"$SWARM_FILE\"", bytes.display());
+            let args = ["refactor", "crlf", "sub/a.txt", "-y", "--worktrees", mode];
+            repo.swarm(&[&args[..], &["--exec", &exec]].concat())
+                .assert_code(0);
+            let path = bytes.to_str().unwrap();
+            let git_add = repo.git(&["hash-object", "--path", "sub/a.txt", path]);
+            let raw = repo.git(&["hash-object", "--no-filters", path]);
+            assert_eq!(git_add != raw, converts, "{what}: git's own conversion");
+            let committed = repo.git(&["rev-parse", "HEAD:sub/a.txt"]);
+            assert_eq!(committed, git_add, "{what}, {mode}");
+        }
+    }
+}

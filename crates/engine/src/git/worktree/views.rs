@@ -70,10 +70,15 @@ impl WorktreePool {
         let base = self.view_base().map_err(git_failure)?;
         let committed = slot
             .with_base_repo(&self.common_dir, &base, |base_repo| {
+                let tree = base_repo.find_commit(base.commit)?.tree_id();
+                let base = commit::ViewBase {
+                    repo: base_repo,
+                    filters_off: self.filters.off_for(base_repo, tree),
+                };
                 slot.with_repo(&self.common_dir, |repo| {
                     Ok(commit::commit_view(
                         repo,
-                        base_repo,
+                        base,
                         branch,
                         start,
                         message,

@@ -18,12 +18,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
-use git2::{FileMode, Oid, Repository, Status, StatusOptions};
+use git2::{Oid, Repository, Status, StatusOptions};
 
-use super::ignore::LazyIgnore;
-use super::view::upper_changes;
 use crate::repo_path::RepoPath;
-use swarm_sandbox::overlay;
+
+mod view;
+
+pub(crate) use view::{ViewBase, commit_view};
 
 #[derive(Debug)]
 pub(crate) struct Committed {
@@ -93,32 +94,6 @@ pub(crate) fn commit_task(
     commit_with(repo, branch, start, message, |repo, tip_tree, _| {
         stage_changes(repo, tip_tree, staged)
     })
-}
-
-/// Commits the changes of an overlay worktree (opened through its administrative directory),
-/// read from its view's `upper` directory, on `branch` (which must be HEAD). `base` is the
-/// base checkout the view shows: its working files hold the `.gitignore` and
-/// `.gitattributes` files that say which untracked paths stay out and how files are
-/// converted. The worktree's index is left as it was: the view is reset before it is used
-/// again. Paths in `leave_out` (what a check alone wrote) are not committed. Blocking.
-pub(crate) fn commit_view(
-    repo: &Repository,
-    base: &Repository,
-    branch: &str,
-    start: Oid,
-    message: &str,
-    upper: &Path,
-    leave_out: &BTreeSet<RepoPath>,
-) -> Result<Committed, CommitError> {
-    commit_with(
-        repo,
-        branch,
-        start,
-        message,
-        |repo, tip_tree, start_tree| {
-            stage_view(repo, base, (tip_tree, start_tree), upper, leave_out)
-        },
-    )
 }
 
 /// The part of a commit common to both kinds of worktree: HEAD put back on the task branch if
@@ -303,125 +278,6 @@ fn stage_changes(
     index.write()?;
     tracing::debug!("staged {} changed path(s)", changed_count - skipped.len());
     Ok((update.create_updated(repo, &base_tree)?, skipped))
-}
-
-/// The tree of an overlay worktree: `tip_tree` with what its `upper` directory holds. Paths
-/// the worker changed in its own commits but that the upper directory does not cover show
-/// the base's version in the view (the base is `start_tree`), so they get it back.
-fn stage_view(
-    repo: &Repository,
-    base: &Repository,
-    (tip_tree, start_tree): (&git2::Tree<'_>, &git2::Tree<'_>),
-    upper: &Path,
-    leave_out: &BTreeSet<RepoPath>,
-) -> Result<(Oid, Vec<RepoPath>), CommitError> {
-    let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot read the worktree: {e}"));
-    let rules = LazyIgnore::new(base, upper);
-    let mut changes = upper_changes(upper, tip_tree, &|p, d| rules.ignored(p, d)).map_err(io)?;
-    changes.removed.retain(|p| !leave_out.contains(p));
-    changes.present.retain(|(p, _)| !leave_out.contains(p));
-    changes.skipped.retain(|p| !leave_out.contains(p));
-    let mut removals: BTreeSet<PathBuf> = changes
-        .removed
-        .iter()
-        .map(|p| p.as_path().to_path_buf())
-        .collect();
-    let mut update = super::TreeEdit::new();
-    if tip_tree.id() != start_tree.id() {
-        for rel in super::changed_paths(repo, start_tree, tip_tree)? {
-            if covered_by_upper(upper, &rel) {
-                continue;
-            }
-            match start_tree.get_path(rel.as_path()) {
-                Ok(entry) => {
-                    update.upsert(
-                        rel.as_bytes(),
-                        entry.id(),
-                        super::file_mode(entry.filemode()),
-                    );
-                }
-                Err(_) => {
-                    removals.insert(rel.as_path().to_path_buf());
-                }
-            }
-        }
-    }
-    let base_tree = repo.find_tree(remove_all(repo, tip_tree, &removals)?)?;
-    let filemode = repo
-        .config()
-        .and_then(|c| c.get_bool("core.filemode"))
-        .unwrap_or(true);
-    for (rel, at) in &changes.present {
-        if let Some(name) = super::repo::active_filter(base, rel) {
-            return Err(CommitError::Filtered(rel.clone(), name));
-        }
-        secret_check(rel, at)?;
-        let old_mode = tip_tree
-            .get_path(rel.as_path())
-            .ok()
-            .map(|e| super::file_mode(e.filemode()));
-        // Blobs go to the object database the base shares with the worktree.
-        let (id, mode) = hash_view_file(base, rel, at, filemode, old_mode)?;
-        update.upsert(rel.as_bytes(), id, mode);
-    }
-    tracing::debug!(
-        "staged {} changed and {} removed path(s) of a view",
-        changes.present.len(),
-        removals.len()
-    );
-    Ok((update.create_updated(repo, &base_tree)?, changes.skipped))
-}
-
-/// Does `upper` say what the view holds at `rel` (an entry there, or a deleted, replaced or
-/// opaque folder above it)?
-fn covered_by_upper(upper: &Path, rel: &RepoPath) -> bool {
-    if std::fs::symlink_metadata(upper.join(rel.as_path())).is_ok() {
-        return true;
-    }
-    rel.as_path()
-        .ancestors()
-        .skip(1)
-        .filter(|a| !a.as_os_str().is_empty())
-        .any(|a| {
-            let at = upper.join(a);
-            std::fs::symlink_metadata(&at).is_ok_and(|m| !m.is_dir() || overlay::is_opaque(&at))
-        })
-}
-
-/// The blob of the view's file or link at `at` (path `rel` in the repository), with git's
-/// conversions for `rel` applied, and its mode.
-fn hash_view_file(
-    repo: &Repository,
-    rel: &RepoPath,
-    at: &Path,
-    filemode: bool,
-    old_mode: Option<FileMode>,
-) -> Result<(Oid, FileMode), git2::Error> {
-    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-    let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot read {rel}: {e}"));
-    let meta = std::fs::symlink_metadata(at).map_err(io)?;
-    if meta.is_symlink() {
-        let target = std::fs::read_link(at).map_err(io)?;
-        return Ok((repo.blob(target.as_os_str().as_bytes())?, FileMode::Link));
-    }
-    let mut file = std::fs::File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(at)
-        .map_err(io)?;
-    let mut writer = repo.blob_writer(Some(rel.as_path()))?;
-    std::io::copy(&mut file, &mut writer).map_err(io)?;
-    let id = writer.commit()?;
-    let mode = if !filemode {
-        old_mode
-            .filter(|m| matches!(m, FileMode::Blob | FileMode::BlobExecutable))
-            .unwrap_or(FileMode::Blob)
-    } else if meta.permissions().mode() & 0o100 != 0 {
-        FileMode::BlobExecutable
-    } else {
-        FileMode::Blob
-    };
-    Ok((id, mode))
 }
 
 /// Removes from `index` the entries the changed paths replace: deleted files (`gone`), and
