@@ -41,6 +41,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
+use super::mounts::MountTable;
 use super::wire::{Order, Report, read_order, send_report};
 use super::{Bytes, JAIL_FAILED, JailSpec, Never, TASK_NAMESPACES, errno, path};
 use crate::door::DoorKey;
@@ -69,7 +70,10 @@ pub(super) fn main(arg: Option<OsString>) -> ExitCode {
     let spec = arg
         .context("no host spec")
         .and_then(|a| serde_json::from_slice::<HostSpec>(&a.into_vec()).context("host spec"));
-    let ready = spec.and_then(|spec| set_up(&spec).map(|()| spec));
+    let ready = spec.and_then(|spec| {
+        set_up(&spec)?;
+        Ok((spec, MountTable::open()?))
+    });
     let report = match &ready {
         Ok(_) => Report::Ready,
         Err(e) => Report::Failed(format!("{e:#}")),
@@ -77,7 +81,7 @@ pub(super) fn main(arg: Option<OsString>) -> ExitCode {
     if send_report(&report).is_err() {
         return ExitCode::from(JAIL_FAILED);
     }
-    let Ok(spec) = ready else {
+    let Ok((spec, mut mounts)) = ready else {
         return ExitCode::from(JAIL_FAILED);
     };
     loop {
@@ -92,7 +96,7 @@ pub(super) fn main(arg: Option<OsString>) -> ExitCode {
             ))) => {
                 let mut task = *task;
                 task.keys = keys.into_iter().map(DoorKey).collect();
-                match run_task(&spec, &task, &env, output) {
+                match run_task(&spec, (&task, &env), output, &mut mounts) {
                     Ok(Some(())) => {}
                     // swarm is gone: so is its task.
                     Ok(None) => return ExitCode::SUCCESS,
@@ -160,10 +164,12 @@ fn set_up(spec: &HostSpec) -> anyhow::Result<()> {
 /// swarm's socket closed meanwhile (the task was killed).
 fn run_task(
     host: &HostSpec,
-    task: &JailSpec,
-    env: &[(Bytes, Bytes)],
+    (task, env): (&JailSpec, &[(Bytes, Bytes)]),
     output: OwnedFd,
+    mounts: &mut MountTable,
 ) -> anyhow::Result<Option<()>> {
+    // Where it cannot be read, the task's init reads its own.
+    let known_mounts = mounts.current().ok();
     let [status, status_w] = owned(super::pipe()?);
     // Held until init is reaped: its end hangs up if the host dies before init watches it.
     let [lifeline_r, lifeline_w] = owned(super::pipe()?);
@@ -172,7 +178,8 @@ fn run_task(
     let pid = clone_init()?;
     if pid == 0 {
         drop((status, lifeline_w));
-        let e = match init_task(host, task, env, output, ids, status_w, lifeline_r) {
+        let pipes = (status_w, lifeline_r);
+        let e = match init_task(host, (task, env), (output, ids), pipes, known_mounts) {
             Ok(never) => match never {},
             Err(e) => e,
         };
@@ -278,12 +285,10 @@ fn clone_init() -> anyhow::Result<i32> {
 /// `ids` mapped to themselves, then the same init and worker as a one-off jail's.
 fn init_task(
     host: &HostSpec,
-    task: &JailSpec,
-    env: &[(Bytes, Bytes)],
-    output: OwnedFd,
-    ids: (libc::uid_t, libc::gid_t),
-    status: OwnedFd,
-    lifeline: OwnedFd,
+    (task, env): (&JailSpec, &[(Bytes, Bytes)]),
+    (output, ids): (OwnedFd, (libc::uid_t, libc::gid_t)),
+    (status, lifeline): (OwnedFd, OwnedFd),
+    known_mounts: Option<&[u8]>,
 ) -> anyhow::Result<Never> {
     let null = std::fs::File::open("/dev/null").context("/dev/null")?;
     // SAFETY: setpgid and dup2 on this process's own fds; the originals are closed when
@@ -322,8 +327,11 @@ fn init_task(
     super::init_main(
         task,
         &argv,
-        std::os::fd::IntoRawFd::into_raw_fd(status),
-        std::os::fd::IntoRawFd::into_raw_fd(lifeline),
+        (
+            std::os::fd::IntoRawFd::into_raw_fd(status),
+            std::os::fd::IntoRawFd::into_raw_fd(lifeline),
+        ),
+        known_mounts,
     )
 }
 

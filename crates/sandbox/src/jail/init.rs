@@ -13,11 +13,14 @@ use super::{JAIL_FAILED, JailSpec, Never, errno, path};
 
 /// PID 1 of the new namespace: mounts, Landlock, then the worker; reaps orphans, passes
 /// signals on, and exits when the worker does (which ends every process left inside).
+///
+/// `known_mounts`: the mount table of the namespace this one was copied from, when a jail
+/// host made it ([`super::mounts::MountTable`]).
 pub(super) fn init_main(
     spec: &JailSpec,
     argv: &[CString],
-    status_fd: i32,
-    lifeline_fd: i32,
+    (status_fd, lifeline_fd): (i32, i32),
+    known_mounts: Option<&[u8]>,
 ) -> anyhow::Result<Never> {
     // SAFETY: prctl and poll on our own fd.
     unsafe {
@@ -37,7 +40,7 @@ pub(super) fn init_main(
     // The forwarder's doors, opened before `confine` covers every door (the descriptors
     // close when the worker execs).
     let doors = open_doors(&spec.forwards)?;
-    confine(spec)?;
+    confine(spec, known_mounts)?;
     let forwarder = match spec.forwards.is_empty() {
         true => None,
         false => Some(start_forwarders(
@@ -81,7 +84,7 @@ fn open_doors(forwards: &[(u16, super::Bytes)]) -> anyhow::Result<Vec<std::os::f
 
 /// The walls of the jail, from inside its namespaces: private mounts, a `/proc` of the new
 /// PID namespace, the hidden paths, then Landlock (writes only where `spec` allows).
-fn confine(spec: &JailSpec) -> anyhow::Result<()> {
+fn confine(spec: &JailSpec, known_mounts: Option<&[u8]>) -> anyhow::Result<()> {
     mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
         .context("cannot make the mounts private")?;
     mount(
@@ -100,7 +103,9 @@ fn confine(spec: &JailSpec) -> anyhow::Result<()> {
         mount_state_view(view)?;
     }
     if let Some((view, worktree)) = &spec.git_view {
-        mount_git_view(view, &path(worktree))?;
+        let mounted_here: Vec<&std::path::Path> =
+            spec.state_views.iter().map(|v| v.dir.as_path()).collect();
+        mount_git_view(view, &path(worktree), (known_mounts, &mounted_here))?;
     }
     // What the worker runs in, and its own files, stay where a hidden folder holds them.
     for p in &spec.hide {

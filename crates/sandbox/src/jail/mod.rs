@@ -395,7 +395,7 @@ fn contained(spec: &JailSpec, argv: &[CString]) -> anyhow::Result<Never> {
             libc::close(status[0]);
             libc::close(lifeline[1]);
         }
-        let e = match init_main(spec, argv, status[1], lifeline[0]) {
+        let e = match init_main(spec, argv, (status[1], lifeline[0]), None) {
             Ok(never) => match never {},
             Err(e) => e,
         };

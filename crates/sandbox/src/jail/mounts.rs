@@ -209,8 +209,24 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_ulong = 0x4;
 /// the worktree — kept as it was: cloned before the overlay hides it, and put back on top.
 /// Where something else is mounted below the git directory (not a setup swarm makes: a test
 /// of a full disk), the view would hide it, so there is none: the worker's git cannot write.
-pub(super) fn mount_git_view(view: &StateView, carry: &Path) -> anyhow::Result<()> {
-    if mounts_below(&view.dir, carry) {
+///
+/// `known` is the mount table of the namespace this one was copied from (a jail host's),
+/// with `mounted_here` what this process mounted since: then `/proc/self/mountinfo`, which the
+/// kernel writes out whole at each read, need not be read for every task.
+pub(super) fn mount_git_view(
+    view: &StateView,
+    carry: &Path,
+    (known, mounted_here): (Option<&[u8]>, &[&Path]),
+) -> anyhow::Result<()> {
+    let below = |at: &Path| at != view.dir && at != carry && at.starts_with(&view.dir);
+    let mounted_below = match known {
+        Some(table) => {
+            mount_points(table).any(|at| below(&at)) || mounted_here.iter().any(|at| below(at))
+        }
+        None => std::fs::read("/proc/self/mountinfo")
+            .map_or(true, |table| mount_points(&table).any(|at| below(&at))),
+    };
+    if mounted_below {
         return Ok(());
     }
     if !carry.starts_with(&view.dir) {
@@ -224,19 +240,60 @@ pub(super) fn mount_git_view(view: &StateView, carry: &Path) -> anyhow::Result<(
     moved
 }
 
-/// Is anything mounted strictly below `dir`, but at `except`? (`/proc/self/mountinfo`'s
-/// fifth field, with its octal escapes.)
-fn mounts_below(dir: &Path, except: &Path) -> bool {
-    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
-        return true;
-    };
-    info.split(|b| *b == b'\n').any(|line| {
-        let Some(field) = line.split(|b| *b == b' ').nth(4) else {
-            return false;
-        };
-        let at = PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(field)));
-        at != dir && at != except && at.starts_with(dir)
+/// The mount points of a mount table (`/proc/self/mountinfo`'s fifth field, with its octal
+/// escapes).
+fn mount_points(table: &[u8]) -> impl Iterator<Item = PathBuf> + '_ {
+    table.split(|b| *b == b'\n').filter_map(|line| {
+        let field = line.split(|b| *b == b' ').nth(4)?;
+        Some(PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(
+            field,
+        ))))
     })
+}
+
+/// A jail host's mount table, read again only after a mount or an unmount in its namespace
+/// (the kernel marks an open `mountinfo` with `POLLPRI` then).
+pub(super) struct MountTable {
+    file: std::fs::File,
+    text: Vec<u8>,
+}
+
+impl MountTable {
+    pub(super) fn open() -> anyhow::Result<Self> {
+        let mut table = Self {
+            file: std::fs::File::open("/proc/self/mountinfo").context("/proc/self/mountinfo")?,
+            text: Vec::new(),
+        };
+        table.read()?;
+        Ok(table)
+    }
+
+    /// The table as it is now.
+    pub(super) fn current(&mut self) -> anyhow::Result<&[u8]> {
+        use std::os::fd::AsRawFd as _;
+        let mut fd = libc::pollfd {
+            fd: self.file.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        };
+        // SAFETY: poll on one local pollfd, without waiting.
+        let polled = unsafe { libc::poll(&mut fd, 1, 0) };
+        if polled != 0 {
+            // Changed (or poll failed: read it again all the same).
+            self.read()?;
+        }
+        Ok(&self.text)
+    }
+
+    fn read(&mut self) -> anyhow::Result<()> {
+        use std::io::{Read as _, Seek as _};
+        self.text.clear();
+        self.file.rewind().context("/proc/self/mountinfo")?;
+        self.file
+            .read_to_end(&mut self.text)
+            .context("/proc/self/mountinfo")?;
+        Ok(())
+    }
 }
 
 /// `\040` and the like, as the kernel escapes mount points.
@@ -296,5 +353,47 @@ mod tests {
     fn mount_points_are_unescaped_as_the_kernel_wrote_them() {
         assert_eq!(unescape_octal(br"/a\040b/c\134d"), b"/a b/c\\d");
         assert_eq!(unescape_octal(br"/plain\09"), br"/plain\09");
+    }
+
+    /// Set in the copy of this test run in a mount namespace of its own.
+    const CHILD: &str = "SWARM_MOUNT_TABLE_TEST_CHILD";
+
+    /// A host's table shows a mount made after it was read (and one taken away again): this
+    /// test run again by `unshare -Urm`, where it may mount without touching the machine's
+    /// own mounts.
+    #[test]
+    fn a_mount_table_sees_every_mount_made_since_it_was_read() {
+        let Some(dir) = std::env::var_os(CHILD) else {
+            let dir = tempfile::tempdir().unwrap();
+            let out = std::process::Command::new("unshare")
+                .args(["-Urm", "--propagation", "private"])
+                .arg(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "jail::mounts::tests::a_mount_table_sees_every_mount_made_since_it_was_read",
+                ])
+                .env(CHILD, dir.path())
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{said}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(said.contains("1 passed"), "{said}");
+            return;
+        };
+        let at = PathBuf::from(dir).join("below");
+        std::fs::create_dir(&at).unwrap();
+        let shows = |table: &[u8]| mount_points(table).any(|p| p == at);
+        let mut table = MountTable::open().unwrap();
+        assert!(!shows(table.current().unwrap()));
+        mount(Some("tmpfs"), at.to_str().unwrap(), Some("tmpfs"), 0, None).unwrap();
+        assert!(shows(table.current().unwrap()), "the new mount");
+        let at_c = std::ffi::CString::new(at.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::umount(at_c.as_ptr()) }, 0);
+        assert!(!shows(table.current().unwrap()), "the mount gone");
     }
 }
