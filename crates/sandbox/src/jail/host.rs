@@ -305,11 +305,12 @@ fn init_task(
     }
     drop((output, null));
     let argv = super::argv_of(task)?;
+    let by_itself = task.hidden_by_itself();
     anyhow::ensure!(
         host.loopback == (!task.forwards.is_empty() && !task.network)
             && task.keys.len() == task.forwards.len()
             && task.network == host.network
-            && task.hide.iter().all(|p| task.hidden_by_itself(&path(p))),
+            && task.hide.iter().all(|p| by_itself(&path(p))),
         "a task a jail host cannot run"
     );
     for (key, _) in std::env::vars_os() {

@@ -62,11 +62,12 @@ impl JailSpec {
         // A hidden folder that holds what the task keeps, or its doors, is hidden in the
         // task's own namespace (around what it keeps; after its init opened the doors); the
         // others once, in the host's.
+        let by_itself = self.hidden_by_itself();
         let (own, shared): (Vec<Bytes>, Vec<Bytes>) = self
             .hide
             .iter()
             .cloned()
-            .partition(|p| self.hidden_by_itself(&super::path(p)));
+            .partition(|p| by_itself(&super::path(p)));
         let key = HostSpec {
             hide: shared,
             network: self.network,

@@ -196,25 +196,32 @@ impl JailSpec {
             .collect()
     }
 
-    /// Whether the hidden folder `p` is hidden in this process's own mount namespace, in the
-    /// order a one-off jail's init hides it (after its doors are opened and its views
-    /// mounted), rather than once in a jail host's: it holds what the process keeps as it is,
-    /// or it holds or lies in a door of its forwards or a layer of its views.
-    pub(super) fn hidden_by_itself(&self, p: &Path) -> bool {
-        let overlaps = |q: &Path| q.starts_with(p) || p.starts_with(q);
+    /// Which hidden folders are hidden in this process's own mount namespace, in the order a
+    /// one-off jail's init hides them (after its doors are opened and its views mounted),
+    /// rather than once in a jail host's: those that hold what the process keeps as it is, or
+    /// hold or lie in a door of its forwards or a layer of its views. Gathered once for all
+    /// the hidden folders (some forty: the credential stores).
+    pub(super) fn hidden_by_itself(&self) -> impl Fn(&Path) -> bool + use<> {
+        let kept: Vec<PathBuf> = std::iter::once(&self.cwd)
+            .chain(&self.keep)
+            .map(path)
+            .collect();
         let views = self
             .state_views
             .iter()
-            .chain(self.git_view.iter().map(|(v, _)| v));
-        let overlay = self.overlay.iter();
-        !self.kept_inside(p).is_empty()
-            || self.forwards.iter().any(|(_, s)| overlaps(&path(s)))
-            || views
-                .flat_map(|v| [&v.dir, &v.upper, &v.work])
-                .any(|q| overlaps(q))
-            || overlay
-                .flat_map(|v| [&v.mount_point, &v.base, &v.upper, &v.work])
-                .any(|q| overlaps(q))
+            .chain(self.git_view.iter().map(|(v, _)| v))
+            .flat_map(|v| [&v.dir, &v.upper, &v.work]);
+        let overlay = self
+            .overlay
+            .iter()
+            .flat_map(|v| [&v.mount_point, &v.base, &v.upper, &v.work]);
+        let used: Vec<PathBuf> = (self.forwards.iter().map(|(_, s)| path(s)))
+            .chain(views.chain(overlay).cloned())
+            .collect();
+        move |p: &Path| {
+            kept.iter().any(|k| k.starts_with(p) && k != p)
+                || used.iter().any(|q| q.starts_with(p) || p.starts_with(q))
+        }
     }
 
     /// Shows `paths` as they are, though a hidden folder holds them.
