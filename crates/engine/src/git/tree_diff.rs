@@ -68,17 +68,17 @@ fn git_order(a: &git2::TreeEntry<'_>, b: &git2::TreeEntry<'_>) -> std::cmp::Orde
     name_order((a.name_bytes(), folder(a)), (b.name_bytes(), folder(b)))
 }
 
-/// How git sorts two names of a tree, each with whether it is a folder's.
+/// How git sorts two names of a tree, each with whether it is a folder's: byte by byte, a
+/// folder's name as if it ended in `/`, a name before any longer one it begins.
 pub(super) fn name_order((an, af): (&[u8], bool), (bn, bf): (&[u8], bool)) -> std::cmp::Ordering {
-    let key = |name: &[u8], folder: bool, k: usize| {
-        name.get(k)
-            .copied()
-            .or((k == name.len() && folder).then_some(b'/'))
-    };
-    (0..=an.len().max(bn.len()))
-        .map(|k| key(an, af, k).cmp(&key(bn, bf, k)))
-        .find(|o| o.is_ne())
-        .unwrap_or(std::cmp::Ordering::Equal)
+    let common = an.len().min(bn.len());
+    match an[..common].cmp(&bn[..common]) {
+        std::cmp::Ordering::Equal => {}
+        order => return order,
+    }
+    let a = an[common..].iter().copied().chain(af.then_some(b'/'));
+    let b = bn[common..].iter().copied().chain(bf.then_some(b'/'));
+    a.cmp(b)
 }
 
 /// Whether `tree`'s entries are in strictly increasing git order (no name twice).
