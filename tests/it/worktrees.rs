@@ -526,3 +526,33 @@ fn a_commit_converts_line_ends_exactly_where_git_add_would() {
         }
     }
 }
+
+/// The branches swarm makes and moves for its tasks keep no reflog (a failed task's branch,
+/// kept for inspection, has none), while the branch a run moves keeps its own, with swarm's
+/// entry added.
+#[test]
+fn task_branches_keep_no_reflog_and_the_target_keeps_its_own() {
+    for mode in ["overlay", "pool"] {
+        let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+        let entries = || repo.lines(&["reflog", "show", "main"]).len();
+        let before = entries();
+        let args = ["refactor", "x", "a.txt", "-y", "--worktrees", mode];
+        repo.swarm(&[&args[..], &["--exec", SED_FOO_BAR]].concat())
+            .assert_code(0);
+        assert_eq!(
+            entries(),
+            before + 1,
+            "{mode}: swarm's move of main is logged"
+        );
+        let fails = format!("{SED_FOO_BAR}; exit 3");
+        let args = ["refactor", "x", "b.txt", "-y", "--worktrees", mode];
+        repo.swarm(&[&args[..], &["--exec", &fails]].concat())
+            .assert_code(1);
+        assert!(
+            !repo.swarm_branches().is_empty(),
+            "{mode}: the failed task's branch"
+        );
+        let logs = repo.path.join(".git/logs/refs/heads/swarm");
+        assert!(!logs.exists(), "{mode}: {} exists", logs.display());
+    }
+}

@@ -260,12 +260,17 @@ impl WorktreePool {
         }
     }
 
-    /// Runs `work` on the repository of the common git directory, opened once for the pool.
+    /// Runs `work` on the repository of the common git directory, opened once for the pool to
+    /// make task branches, which keep no reflog ([`open::without_reflogs`]).
     fn with_common<T>(
         &self,
         work: impl FnOnce(&Repository) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let open = || Ok(Repository::open(&self.common_dir)?);
+        let open = || {
+            let repo = Repository::open(&self.common_dir)?;
+            open::without_reflogs(&repo)?;
+            Ok(repo)
+        };
         self.common.with(open, work)
     }
 
