@@ -28,7 +28,8 @@ pub(crate) struct ViewBase<'a> {
 /// Commits the changes of an overlay worktree (opened through its administrative directory),
 /// read from its view's `upper` directory, on `branch` (which must be HEAD). `base` is the
 /// base checkout the view shows. The worktree's index is left as it was: the view is reset
-/// before it is used again. Paths in `leave_out` (what a check alone wrote) are not committed. Blocking.
+/// before it is used again. Paths in `leave_out` (what a check alone wrote) are not
+/// committed. Blocking.
 pub(crate) fn commit_view(
     repo: &Repository,
     base: ViewBase<'_>,
