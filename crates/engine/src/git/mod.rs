@@ -373,7 +373,6 @@ pub(crate) fn on_threads<T: Sync, R: Send>(
 mod tests {
     use super::*;
 
-    /// The tree of `files`: path, content, mode.
     /// A tree's entry as text: its mode as stored, its name, its object.
     pub(super) type RawEntry<'a> = (&'a str, &'a str, Oid);
 
@@ -390,6 +389,7 @@ mod tests {
             .unwrap()
     }
 
+    /// The tree of `files`: path, content, mode.
     pub(super) fn tree_of(repo: &Repository, files: &[(&str, &str, i32)]) -> Oid {
         let mut index = git2::Index::new().unwrap();
         for (path, content, mode) in files {

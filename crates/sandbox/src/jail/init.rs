@@ -103,9 +103,19 @@ fn confine(spec: &JailSpec, known_mounts: Option<&[u8]>) -> anyhow::Result<()> {
         mount_state_view(view)?;
     }
     if let Some((view, worktree)) = &spec.git_view {
+        // A jail host's table, else this namespace's own, read now (the kernel writes it out
+        // whole at each read, which a host spares its tasks).
+        let read;
+        let table = match known_mounts {
+            Some(table) => Some(table),
+            None => {
+                read = std::fs::read("/proc/self/mountinfo").ok();
+                read.as_deref()
+            }
+        };
         let mounted_here: Vec<&std::path::Path> =
             spec.state_views.iter().map(|v| v.dir.as_path()).collect();
-        mount_git_view(view, &path(worktree), (known_mounts, &mounted_here))?;
+        mount_git_view(view, &path(worktree), (table, &mounted_here))?;
     }
     // What the worker runs in, and its own files, stay where a hidden folder holds them.
     for p in &spec.hide {

@@ -215,7 +215,10 @@ impl JailSpec {
             .overlay
             .iter()
             .flat_map(|v| [&v.mount_point, &v.base, &v.upper, &v.work]);
-        let used: Vec<PathBuf> = (self.forwards.iter().map(|(_, s)| path(s)))
+        let used: Vec<PathBuf> = self
+            .forwards
+            .iter()
+            .map(|(_, s)| path(s))
             .chain(views.chain(overlay).cloned())
             .collect();
         move |p: &Path| {

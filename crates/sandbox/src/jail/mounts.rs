@@ -210,22 +210,17 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_ulong = 0x4;
 /// Where something else is mounted below the git directory (not a setup swarm makes: a test
 /// of a full disk), the view would hide it, so there is none: the worker's git cannot write.
 ///
-/// `known` is the mount table of the namespace this one was copied from (a jail host's),
-/// with `mounted_here` what this process mounted since: then `/proc/self/mountinfo`, which the
-/// kernel writes out whole at each read, need not be read for every task.
+/// `table` is the mount table the process's namespace was copied from (`None`: it could not
+/// be read, so something may be mounted below), and `mounted_here` what the process mounted
+/// itself since.
 pub(super) fn mount_git_view(
     view: &StateView,
     carry: &Path,
-    (known, mounted_here): (Option<&[u8]>, &[&Path]),
+    (table, mounted_here): (Option<&[u8]>, &[&Path]),
 ) -> anyhow::Result<()> {
     let below = |at: &Path| at != view.dir && at != carry && at.starts_with(&view.dir);
-    let mounted_below = match known {
-        Some(table) => {
-            mount_points(table).any(|at| below(&at)) || mounted_here.iter().any(|at| below(at))
-        }
-        None => std::fs::read("/proc/self/mountinfo")
-            .map_or(true, |table| mount_points(&table).any(|at| below(&at))),
-    };
+    let mounted_below = table.is_none_or(|t| mount_points(t).any(|at| below(&at)))
+        || mounted_here.iter().any(|at| below(at));
     if mounted_below {
         return Ok(());
     }

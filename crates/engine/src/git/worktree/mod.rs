@@ -74,6 +74,9 @@ struct BaseCheckout {
     name: String,
     path: PathBuf,
     commit: Oid,
+    /// No conversion or filter can be on for its files ([`crate::git::filters`]), so a view's
+    /// commit writes a file's blob from its bytes; asked once, when the checkout is made.
+    filters_off: bool,
     /// The lock on the checkout kept between runs, if this is it ([`kept`]).
     _kept: Option<std::fs::File>,
 }

@@ -41,11 +41,11 @@ unsafe extern "C" {
 
 /// Makes the references swarm moves through `repo` for its tasks (the task branch, made by the
 /// pool and committed to in its worktree; the worktree's `HEAD`, pointed at it and detached
-/// again) keep no reflog: a
-/// read-only `core.logAllRefUpdates = false` in memory, above every configuration file,
-/// for this handle only. Those reflogs were a file made per task and four entries appended,
-/// each after looking for its file first, for references that go at the end of the run
-/// with their logs; the user's branches are moved through other handles and keep theirs.
+/// again) keep no reflog: a read-only `core.logAllRefUpdates = false` in memory, above every
+/// configuration file, for this handle only. Those reflogs were a file made per task and four
+/// entries appended, each after looking for its file first, for references that go at the
+/// end of the run with their logs; the user's branches are moved through other handles and
+/// keep theirs.
 pub(super) fn without_reflogs(repo: &Repository) -> Result<(), git2::Error> {
     use git2::Binding as _;
     const NO_REFLOGS: &str = "[core]\n\tlogAllRefUpdates = false\n";

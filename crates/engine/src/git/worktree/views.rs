@@ -45,11 +45,13 @@ impl WorktreePool {
             }
         };
         // Checked once here; each view opens its own handle on it.
-        open_worktree(&self.common_dir, &name, &path)?;
+        let checked = open_worktree(&self.common_dir, &name, &path)?;
+        let tree = checked.find_commit(start)?.tree_id();
         let made = Arc::new(BaseCheckout {
             name,
             path,
             commit: start,
+            filters_off: self.filters.off_for(&checked, tree),
             _kept: kept,
         });
         *base = Some(made.clone());
@@ -70,10 +72,9 @@ impl WorktreePool {
         let base = self.view_base().map_err(git_failure)?;
         let committed = slot
             .with_base_repo(&self.common_dir, &base, |base_repo| {
-                let tree = base_repo.find_commit(base.commit)?.tree_id();
                 let base = commit::ViewBase {
                     repo: base_repo,
-                    filters_off: self.filters.off_for(base_repo, tree),
+                    filters_off: base.filters_off,
                 };
                 slot.with_repo(&self.common_dir, |repo| {
                     Ok(commit::commit_view(
