@@ -105,14 +105,11 @@ fn confine(spec: &JailSpec, known_mounts: Option<&[u8]>) -> anyhow::Result<()> {
     if let Some((view, worktree)) = &spec.git_view {
         // A jail host's table, else this namespace's own, read now (the kernel writes it out
         // whole at each read, which a host spares its tasks).
-        let read;
-        let table = match known_mounts {
-            Some(table) => Some(table),
-            None => {
-                read = std::fs::read("/proc/self/mountinfo").ok();
-                read.as_deref()
-            }
-        };
+        let own = known_mounts
+            .is_none()
+            .then(|| std::fs::read("/proc/self/mountinfo").ok())
+            .flatten();
+        let table = known_mounts.or(own.as_deref());
         let mounted_here: Vec<&std::path::Path> =
             spec.state_views.iter().map(|v| v.dir.as_path()).collect();
         mount_git_view(view, &path(worktree), (table, &mounted_here))?;
