@@ -212,3 +212,30 @@ fi"#,
         assert!(shown.contains(&format!("log: {log}")), "{shown}");
     }
 }
+
+/// A file editor that swarm runs without a shell (`sed` here) gets no view of the git
+/// directory: its write there is refused (the task fails and nothing lands in `.git`). The
+/// same command through a shell gets a copy-on-write view: its write lands in swarm's layer,
+/// the edit merges, and `.git` is still unchanged.
+#[test]
+fn a_file_editor_run_without_a_shell_gets_no_git_view() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let probe = repo.path.join(".git/probe");
+    let sed = format!(
+        r#"sed -i -e s/foo/bar/ -e 'w {}' "$SWARM_FILE""#,
+        probe.display()
+    );
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--exec", &sed]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let tail = report["tasks"][0]["output_tail"].as_str().unwrap();
+    assert!(tail.contains(".git/probe: Permission denied"), "{tail}");
+    assert!(!probe.exists(), "the write reached the git directory");
+    assert_eq!(repo.read("a.txt"), "foo\n");
+
+    let shell = format!("sh -c '{}'", sed.replace('\'', r"'\''"));
+    let run = repo.swarm(&["refactor", "x", "a.txt", "--exec", &shell]);
+    run.assert_code(0);
+    assert!(!probe.exists(), "the write reached the git directory");
+    assert_eq!(repo.read("a.txt"), "bar\n");
+}

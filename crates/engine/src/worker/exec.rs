@@ -132,7 +132,11 @@ pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> 
         }
         _ => Vec::new(),
     };
-    let git = match (task.git, task.sandbox.enabled) {
+    let direct = super::direct::argv(task.command, &env);
+    // An agent commits as a matter of course; a file editor run without a shell never does.
+    let git_view =
+        task.agent.is_some() || !direct.as_deref().is_some_and(super::no_git::writes_no_git);
+    let git = match (task.git, task.sandbox.enabled && git_view) {
         (Some(dirs), true) => Some(GitLayer::new(dirs).map_err(|e| {
             WorkerError::Sandbox(anyhow::Error::new(e).context("the views of the worker's git"))
         })?),
@@ -141,7 +145,7 @@ pub(crate) async fn run(task: ExecTask<'_>) -> Result<ExecOutcome, WorkerError> 
     let log = log_path(task.task_dir);
     let (outcome, jail) = run_process(
         &task,
-        env,
+        (env, direct),
         &log,
         agent_sandbox.as_ref().unwrap_or(task.sandbox),
         &[result_dir.path()],
@@ -212,11 +216,12 @@ fn task_env(
     env
 }
 
-/// Runs the task's command under `sandbox`, writable also in `also` and its git's view; the
-/// views are unmounted (made readable again) whatever happened.
+/// Runs the task's command (its words `direct`, where it needs no shell) under `sandbox`,
+/// with its variables `env`, writable also in `also` and its git's view; the views are
+/// unmounted (made readable again) whatever happened.
 async fn run_process(
     task: &ExecTask<'_>,
-    env: Vec<(OsString, OsString)>,
+    (mut env, direct): (Vec<(OsString, OsString)>, Option<Vec<OsString>>),
     log: &Path,
     sandbox: &SandboxPolicy,
     also: &[&Path],
@@ -227,8 +232,6 @@ async fn run_process(
     if let Some(layer) = git {
         also_writable.push(layer.writable());
     }
-    let mut env = env;
-    let direct = super::direct::argv(task.command, &env);
     let program = match &direct {
         Some(argv) => {
             // What the shell would have set.

@@ -14,6 +14,7 @@ pub(crate) mod exec;
 pub(crate) mod file_vars;
 pub(crate) mod list_form;
 pub(crate) mod llm;
+mod no_git;
 pub(crate) mod own;
 pub(crate) mod process;
 

@@ -1,0 +1,67 @@
+//! Commands whose git needs no view of its own. Under the sandbox an `--exec` worker's git
+//! writes into copy-on-write views of the repository (`swarm_sandbox::git_view`): an overlay
+//! mounted for every task, made and torn down with it. A program that swarm runs without a
+//! shell ([`super::direct`]) and that only edits the files it is given (`sed`, the
+//! formatters) never uses them, so it gets none: its git directory stays read-only, as
+//! everything outside its worktree is, and a write there is refused, never half done.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+/// Programs that edit the files on their command line and have no use for writing a git
+/// directory. General-purpose ones (`perl`, `python`, `node`, `npx`, `cargo`, `awk`) are
+/// not here: what they run is anyone's guess.
+const WRITE_NO_GIT: &[&str] = &[
+    "sed",
+    "prettier",
+    "ruff",
+    "black",
+    "isort",
+    "eslint",
+    "rustfmt",
+    "gofmt",
+    "goimports",
+    "clang-format",
+    "pyupgrade",
+    "autopep8",
+    "yapf",
+    "dos2unix",
+    "unix2dos",
+    "stylua",
+    "shfmt",
+    "biome",
+    "dprint",
+    "comby",
+];
+
+/// Does the program of `argv` (a command run without a shell: its first word, a name or a
+/// path) write no git directory?
+pub(crate) fn writes_no_git(argv: &[OsString]) -> bool {
+    argv.first()
+        .and_then(|program| Path::new(program).file_name())
+        .is_some_and(|name| WRITE_NO_GIT.iter().any(|known| name == *known))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<OsString> {
+        words.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn a_known_editor_by_name_or_path_writes_no_git_and_anything_else_may() {
+        assert!(writes_no_git(&argv(&["sed", "-i", "s/a/b/", "f"])));
+        assert!(writes_no_git(&argv(&["/usr/bin/ruff", "check", "--fix"])));
+        assert!(writes_no_git(&argv(&[
+            "./node_modules/.bin/prettier",
+            "-w"
+        ])));
+        assert!(!writes_no_git(&argv(&["git", "commit"])));
+        assert!(!writes_no_git(&argv(&["perl", "-pi", "-e", "s/a/b/"])));
+        assert!(!writes_no_git(&argv(&["npx", "prettier"])));
+        assert!(!writes_no_git(&argv(&["sedx"])));
+        assert!(!writes_no_git(&[]));
+    }
+}
