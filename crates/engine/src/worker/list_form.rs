@@ -6,8 +6,9 @@
 
 use super::file_vars::file_vars;
 
-/// Programs known to take a list of files, as their first word or after `python -m`, `npx`…
-const TAKE_A_LIST: &[&str] = &[
+/// File editors and formatters: programs that edit the files named on their command line,
+/// a list of them, and do nothing else (so they write no git directory either: `no_git`).
+pub(super) const FILE_EDITORS: &[&str] = &[
     "prettier",
     "ruff",
     "black",
@@ -21,13 +22,20 @@ const TAKE_A_LIST: &[&str] = &[
     "autopep8",
     "yapf",
     "sed",
-    "perl",
     "dos2unix",
+    "unix2dos",
     "stylua",
     "shfmt",
     "biome",
     "dprint",
+    "comby",
 ];
+
+/// Does program `name` (as a word of the command, after `python -m`, `npx`…) take a list of
+/// files? The file editors, and `perl`.
+fn takes_a_list(name: &str) -> bool {
+    FILE_EDITORS.contains(&name) || name == "perl"
+}
 
 /// Below this many tasks a process per task costs little: no hint.
 const MANY: usize = 20;
@@ -42,7 +50,7 @@ pub(crate) fn hint(command: &str, tasks: usize) -> Option<String> {
     let words = shell_words::split(command).ok()?;
     let program = words.iter().find_map(|w| {
         let name = w.rsplit('/').next().unwrap_or(w);
-        TAKE_A_LIST.contains(&name).then_some(name)
+        takes_a_list(name).then_some(name)
     })?;
     let list = command
         .replace("\"$SWARM_FILE\"", "$SWARM_FILES")

@@ -8,38 +8,15 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-/// Programs that edit the files on their command line and have no use for writing a git
-/// directory. General-purpose ones (`perl`, `python`, `node`, `npx`, `cargo`, `awk`) are
-/// not here: what they run is anyone's guess.
-const WRITE_NO_GIT: &[&str] = &[
-    "sed",
-    "prettier",
-    "ruff",
-    "black",
-    "isort",
-    "eslint",
-    "rustfmt",
-    "gofmt",
-    "goimports",
-    "clang-format",
-    "pyupgrade",
-    "autopep8",
-    "yapf",
-    "dos2unix",
-    "unix2dos",
-    "stylua",
-    "shfmt",
-    "biome",
-    "dprint",
-    "comby",
-];
+use super::list_form::FILE_EDITORS;
 
 /// Does the program of `argv` (a command run without a shell: its first word, a name or a
-/// path) write no git directory?
+/// path) write no git directory? The file editors do not; general-purpose programs (`perl`,
+/// `python`, `node`, `npx`, `cargo`, `awk`) may run anything.
 pub(crate) fn writes_no_git(argv: &[OsString]) -> bool {
     argv.first()
         .and_then(|program| Path::new(program).file_name())
-        .is_some_and(|name| WRITE_NO_GIT.iter().any(|known| name == *known))
+        .is_some_and(|name| FILE_EDITORS.iter().any(|known| name == *known))
 }
 
 #[cfg(test)]
