@@ -20,7 +20,9 @@
 //! the ideal (`ceil(tasks / jobs) × requests × latency` over the wall time) and swarm's own
 //! peak memory, the medians and the overheads (target: under 5 % each). `--only agent` runs
 //! the gateway's way alone, then the stand-in agents' own floor: the same script on each
-//! file by `xargs -P jobs`, straight to the fake API, with no swarm. See docs/BENCHMARKS.md for recorded figures.
+//! file by `xargs -P jobs`, straight to the fake API, with no swarm. Each run's CPU time is
+//! that of swarm and every process it waited for (jails, agents), the floor's that of the
+//! stand-ins. See docs/BENCHMARKS.md for recorded figures.
 
 // A benchmark harness: failing loudly on any unexpected state is the point.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -88,8 +90,9 @@ enum Way<'a> {
     Agent(u16, &'a str),
 }
 
-/// One run of the fleet: its wall time and swarm's own peak memory (MB).
-fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> (Duration, f64) {
+/// One run of the fleet: its wall time, swarm's own peak memory (MB) and the CPU time of
+/// swarm and every process it waited for (its jails, the agents; seconds).
+fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> (Duration, f64, f64) {
     let binary = match way {
         Way::Agent(_, binary) => binary,
         Way::Exec(..) => env!("CARGO_BIN_EXE_swarm"),
@@ -111,7 +114,7 @@ fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> (Duration, f64) 
     let m = common::measure(&mut cmd);
     assert!(m.stderr.contains(" merged, 0 no change"), "{}", m.stderr);
     common::keep_events(repo);
-    (m.wall, m.peak_mb)
+    (m.wall, m.peak_mb, m.user_s + m.sys_s)
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -195,29 +198,36 @@ fn main() {
     // Every task's calls one after another, `jobs` tasks at once, nothing else.
     let ideal = latency * (tasks.div_ceil(jobs) * requests) as u32;
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); ways.len()];
+    let mut cpus: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
     for round in 0..rounds {
         for (k, (name, way)) in ways.iter().enumerate() {
             let repo = fleet(dir.path(), tasks, ways.len() * round + k);
-            let (t, peak) = run(&repo, jobs, way, &config);
+            let (t, peak, cpu) = run(&repo, jobs, way, &config);
             println!(
                 "round {round}: {name:<18} {:>7.2} s  efficiency (ideal {:.2} s / wall) {:.3}  \
-                 swarm peak {peak:.0} MB",
+                 swarm peak {peak:.0} MB  CPU {cpu:.2} s",
                 t.as_secs_f64(),
                 ideal.as_secs_f64(),
                 ideal.as_secs_f64() / t.as_secs_f64()
             );
             times[k].push(t);
+            cpus[k].push(cpu);
         }
     }
     for (k, (name, _)) in ways.iter().enumerate() {
         let worst = times[k].iter().max().unwrap().as_secs_f64();
         let best = times[k].iter().min().unwrap().as_secs_f64();
+        let mut cpu = cpus[k].clone();
+        cpu.sort_by(f64::total_cmp);
         println!(
             "{name}: efficiency {:.3}–{:.3} over {rounds} round(s) ({tasks} tasks, -j {jobs}, \
-             {requests} calls of {} ms)",
+             {requests} calls of {} ms); CPU median {:.2} s ({:.2}–{:.2})",
             ideal.as_secs_f64() / worst,
             ideal.as_secs_f64() / best,
-            latency.as_millis()
+            latency.as_millis(),
+            cpu[cpu.len() / 2],
+            cpu[0],
+            cpu[cpu.len() - 1],
         );
     }
     if ways.len() < 3 {
@@ -279,22 +289,28 @@ fn no_swarm_floor(
     std::fs::write(&agent, script).unwrap();
     for round in 0..rounds {
         let repo = fleet(dir, tasks, 1000 + round);
-        let started = std::time::Instant::now();
-        let status = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "ls src/* | xargs -n 1 -P {jobs} sh -c 'SWARM_FILE=$1 sh {}' agent",
-                agent.display()
-            ))
-            .current_dir(&repo)
-            .status()
-            .unwrap();
-        assert!(status.success(), "the stand-in agents without swarm");
-        let t = started.elapsed().as_secs_f64();
+        let m = common::measure_any(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "ls src/* | xargs -n 1 -P {jobs} sh -c 'SWARM_FILE=$1 sh {}' agent",
+                    agent.display()
+                ))
+                .current_dir(&repo),
+        );
+        assert_eq!(
+            m.code,
+            Some(0),
+            "the stand-in agents without swarm: {}",
+            m.stderr
+        );
+        let t = m.wall.as_secs_f64();
         println!(
-            "round {round}: no swarm (xargs)    {t:>7.2} s  efficiency (ideal {:.2} s / wall) {:.3}",
+            "round {round}: no swarm (xargs)    {t:>7.2} s  efficiency (ideal {:.2} s / wall) {:.3}  \
+             CPU {:.2} s",
             ideal.as_secs_f64(),
-            ideal.as_secs_f64() / t
+            ideal.as_secs_f64() / t,
+            m.user_s + m.sys_s
         );
     }
 }

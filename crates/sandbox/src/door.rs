@@ -7,7 +7,15 @@
 //! swarm writes it into a pipe that is the jail's standard input (never its command line,
 //! which `/proc` shows), the jail reads it before the worker exists and hands it to its
 //! forwarder, and the jail's processes are not dumpable, so the worker cannot read it from
-//! their memory ([`super::jail`]). The forwarder presents it on every connection.
+//! their memory ([`super::jail`]). The forwarder presents it on every knock.
+//!
+//! A knock is the key and one byte, in one message: [`HANDED`] with the descriptor of a
+//! connection the forwarder accepted on the jail's loopback (`SCM_RIGHTS`), which swarm then
+//! serves itself, so that no process of the jail copies the bytes; or [`STREAM`] with none,
+//! and the knocking stream is the connection (swarm's proxy passing a request on to a
+//! gateway). Anything else — a wrong key, a descriptor that is not a connected TCP socket,
+//! two descriptors, a byte with the wrong descriptor count — is refused and every descriptor
+//! received is closed.
 //!
 //! The key is the second wall: the first is that no worker sees a door at all. Every door's
 //! socket is in one folder ([`crate::scratch::doors`]) that every jail covers with an empty
@@ -17,10 +25,16 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
+
+mod handover;
 
 /// Bytes of a key.
 pub(crate) const KEY_LEN: usize = 32;
+/// A knock's last byte: a connection's descriptor comes with it.
+const HANDED: u8 = b'H';
+/// A knock's last byte: the knocking stream is the connection.
+const STREAM: u8 = b'S';
 /// How long a connection may take to present its key.
 const ADMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -87,50 +101,204 @@ impl DoorAddress {
     /// Connects from swarm itself (the proxy passing a request on to a gateway listener).
     pub async fn connect(&self) -> io::Result<tokio::net::UnixStream> {
         let mut conn = tokio::net::UnixStream::connect(&self.socket).await?;
-        conn.write_all(&self.key.0).await?;
+        let mut knock = self.key.0.to_vec();
+        knock.push(STREAM);
+        conn.write_all(&knock).await?;
         Ok(conn)
     }
 }
 
-/// Whether `conn` starts with `key` (read within a timeout; compared in constant time).
-pub async fn admit<S: AsyncRead + Unpin>(conn: &mut S, key: &DoorKey) -> bool {
-    let mut presented = [0u8; KEY_LEN];
-    match tokio::time::timeout(ADMIT_TIMEOUT, conn.read_exact(&mut presented)).await {
-        Ok(Ok(_)) => {
-            presented
-                .iter()
-                .zip(key.0.iter())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-        }
-        _ => false,
+/// What a knock let in.
+#[derive(Debug)]
+pub enum Entered {
+    /// A connection of the jail's loopback, handed over by its forwarder.
+    Handed(tokio::net::TcpStream),
+    /// The knocking stream itself.
+    Stream(tokio::net::UnixStream),
+}
+
+/// Reads a knock on `conn` (within a timeout): what it lets in, or `None` when it is
+/// refused (every descriptor it brought closed).
+pub async fn enter(conn: tokio::net::UnixStream, key: &DoorKey) -> Option<Entered> {
+    let (knock, handed) = tokio::time::timeout(ADMIT_TIMEOUT, handover::receive(&conn))
+        .await
+        .ok()?
+        .ok()?;
+    let (presented, last) = knock.split_at(KEY_LEN);
+    if !same(presented, &key.0) {
+        return None;
+    }
+    match (last, handed) {
+        ([HANDED], Some(fd)) => handover::connection(fd).map(Entered::Handed),
+        ([STREAM], None) => Some(Entered::Stream(conn)),
+        _ => None,
     }
 }
 
-/// Connects to `socket` from the jail's forwarder, presenting `key` (blocking). `socket` is
-/// `/proc/self/fd/N` of the socket file opened before the jail covered every door.
-pub(crate) fn knock(socket: &Path, key: &[u8]) -> io::Result<std::os::unix::net::UnixStream> {
-    use std::io::Write as _;
-    let mut conn = std::os::unix::net::UnixStream::connect(socket)?;
-    conn.write_all(key)?;
-    Ok(conn)
+/// Compared in constant time.
+fn same(presented: &[u8], key: &[u8]) -> bool {
+    presented.len() == key.len()
+        && presented
+            .iter()
+            .zip(key.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// Hands `conn` over to the door at `socket` from the jail's forwarder, presenting `key`
+/// (blocking); the forwarder's copy of the connection is closed when `conn` drops. `socket`
+/// is `/proc/self/fd/N` of the socket file opened before the jail covered every door.
+pub(crate) fn hand_over(socket: &Path, key: &[u8], conn: &std::net::TcpStream) -> io::Result<()> {
+    let door = std::os::unix::net::UnixStream::connect(socket)?;
+    let mut knock = key.to_vec();
+    knock.push(HANDED);
+    handover::send(&door, &knock, &[std::os::fd::AsRawFd::as_raw_fd(conn)])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::{AsRawFd, FromRawFd as _, OwnedFd};
+
+    /// A door, a knocking end of it (blocking) and a loopback connection to hand over.
+    struct Bench {
+        door: Door,
+        listener: tokio::net::UnixListener,
+        tcp: std::net::TcpListener,
+    }
+
+    impl Bench {
+        fn new() -> Self {
+            let (door, listener) = Door::bind("test-").unwrap();
+            let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            Self {
+                door,
+                listener,
+                tcp,
+            }
+        }
+
+        /// A client connected to the loopback listener, and the connection it accepted.
+        fn pair(&self) -> (std::net::TcpStream, std::net::TcpStream) {
+            let client = std::net::TcpStream::connect(self.tcp.local_addr().unwrap()).unwrap();
+            (client, self.tcp.accept().unwrap().0)
+        }
+
+        /// Knocks with `knock` (and `fd`, if any), then reads what the door let in.
+        async fn knock(&self, knock: &[u8], fds: &[&dyn AsRawFd]) -> Option<Entered> {
+            let conn = std::os::unix::net::UnixStream::connect(self.door.socket()).unwrap();
+            match fds {
+                [] => (&conn).write_all(knock).unwrap(),
+                fds => {
+                    let fds: Vec<_> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+                    handover::send(&conn, knock, &fds).unwrap();
+                }
+            }
+            // What is sent stays in flight without its sender.
+            drop(conn);
+            let (accepted, _) = self.listener.accept().await.unwrap();
+            enter(accepted, self.door.key()).await
+        }
+    }
+
+    fn with(key: &DoorKey, last: u8) -> Vec<u8> {
+        let mut knock = key.0.to_vec();
+        knock.push(last);
+        knock
+    }
+
+    #[tokio::test]
+    async fn a_connection_handed_over_is_served_by_swarm() {
+        let bench = Bench::new();
+        let (mut client, accepted) = bench.pair();
+        let knock = with(bench.door.key(), HANDED);
+        let Some(Entered::Handed(conn)) = bench.knock(&knock, &[&accepted]).await else {
+            panic!("a connection handed over with the key is let in");
+        };
+        // The forwarder's copy closes; swarm's end still talks to the client.
+        drop(accepted);
+        let mut conn = conn.into_std().unwrap();
+        // With room for a whole answer in one write.
+        let mut size: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `size` and `len` are valid for the call.
+        let rc = unsafe {
+            libc::getsockopt(
+                conn.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&raw mut size).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert!(size >= 256 * 1024, "{size}");
+        conn.set_nonblocking(false).unwrap();
+        conn.write_all(b"from swarm").unwrap();
+        drop(conn);
+        let mut got = String::new();
+        client.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "from swarm");
+    }
 
     #[tokio::test]
     async fn only_the_key_opens_the_door() {
-        let key = DoorKey::random().unwrap();
-        let mut right: &[u8] = &key.0.clone();
-        assert!(admit(&mut right, &key).await);
-        let mut wrong = key.0;
+        let bench = Bench::new();
+        let (_client, accepted) = bench.pair();
+        let mut wrong = bench.door.key().0;
         wrong[7] ^= 1;
-        let mut wrong: &[u8] = &wrong;
-        assert!(!admit(&mut wrong, &key).await);
-        let mut short: &[u8] = &key.0[..10];
-        assert!(!admit(&mut short, &key).await);
-        assert_eq!(format!("{key:?}"), "DoorKey(…)");
+        let wrong = with(&DoorKey(wrong), HANDED);
+        assert!(bench.knock(&wrong, &[&accepted]).await.is_none());
+        let short = &bench.door.key().0[..10];
+        assert!(bench.knock(short, &[]).await.is_none());
+        assert_eq!(format!("{:?}", bench.door.key()), "DoorKey(…)");
+    }
+
+    #[tokio::test]
+    async fn a_knock_that_says_one_thing_and_brings_another_is_refused() {
+        let bench = Bench::new();
+        let (_client, accepted) = bench.pair();
+        let key = bench.door.key().clone();
+        // A stream knock with a descriptor, a handed one without, an unknown last byte.
+        assert!(
+            bench
+                .knock(&with(&key, STREAM), &[&accepted])
+                .await
+                .is_none()
+        );
+        assert!(bench.knock(&with(&key, HANDED), &[]).await.is_none());
+        assert!(bench.knock(&with(&key, b'X'), &[]).await.is_none());
+        assert!(matches!(
+            bench.knock(&with(&key, STREAM), &[]).await,
+            Some(Entered::Stream(_))
+        ));
+        // Two connections at once.
+        let (_other, second) = bench.pair();
+        let two = bench
+            .knock(&with(&key, HANDED), &[&accepted, &second])
+            .await;
+        assert!(two.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_descriptor_that_is_not_a_connection_is_refused() {
+        let bench = Bench::new();
+        let knock = with(bench.door.key(), HANDED);
+        // A listening socket: swarm would serve whoever connects to it.
+        let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(bench.knock(&knock, &[&listening]).await.is_none());
+        // A file and a Unix socket.
+        let file = std::fs::File::open("/dev/null").unwrap();
+        assert!(bench.knock(&knock, &[&file]).await.is_none());
+        let (unix, _other) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(bench.knock(&knock, &[&unix]).await.is_none());
+        // A TCP socket never connected.
+        // SAFETY: a new socket, owned at once.
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        assert!(raw >= 0);
+        // SAFETY: `raw` is a new descriptor no one else owns.
+        let unconnected = unsafe { OwnedFd::from_raw_fd(raw) };
+        assert!(bench.knock(&knock, &[&unconnected]).await.is_none());
     }
 }

@@ -2,14 +2,15 @@
 //! allows some domains (`--allow-domain`, `[sandbox] allow_domains`).
 //!
 //! ```text
-//! worker ─HTTP(S)_PROXY─▶ 127.0.0.1:PORT (forwarder, in the jail) ─unix socket─▶ this proxy
-//!                                                     (in swarm, outside) ─TCP─▶ allowed host
+//! worker ─HTTP(S)_PROXY─▶ 127.0.0.1:PORT (the forwarder, in the jail, hands the connection
+//!     over a unix socket) ─▶ this proxy (in swarm, outside) ─TCP─▶ allowed host
 //! ```
 //!
 //! The proxy runs in swarm, in the host's network, and listens on a Unix socket in a
 //! directory of its own (the worker cannot write there), a [`Door`] that serves only the
-//! connections presenting its key. Inside the jail, init forwards
-//! `127.0.0.1:`[`FORWARD_PORT`] to that socket with the key ([`super::jail`]); a worker of
+//! connections presenting its key. Inside the jail, init's forwarder hands each connection
+//! to `127.0.0.1:`[`FORWARD_PORT`] over to that socket with the key ([`super::jail`],
+//! [`super::door`]), and the proxy serves the jail's socket itself; a worker of
 //! another jail that finds the socket cannot use it. The proxy reads one
 //! request head: `CONNECT host:port` is a tunnel, an absolute-form `GET http://host/…` is
 //! passed on as origin-form; either is allowed only when the host matches the allow-list
@@ -26,9 +27,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::TcpStream;
 
-use super::door::{self, Door, DoorAddress};
+use super::door::{self, Door, DoorAddress, Entered};
 use crate::allow_list::{AllowList, split_host_port};
 
 /// The port the jail's forwarder listens on, on the loopback of the worker's namespace.
@@ -77,10 +78,11 @@ impl Proxy {
             gateway,
         });
         let task = tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
+            while let Ok((conn, _)) = listener.accept().await {
                 let (shared, key) = (shared.clone(), key.clone());
                 tokio::spawn(async move {
-                    if door::admit(&mut conn, &key).await {
+                    // Only a forwarder knocks here: a connection handed over.
+                    if let Some(Entered::Handed(conn)) = door::enter(conn, &key).await {
                         let _ = serve(conn, &shared).await;
                     }
                 });
@@ -89,7 +91,7 @@ impl Proxy {
         Ok(Self { door, task })
     }
 
-    /// Where the jail's forwarder connects to.
+    /// Where the jail's forwarder hands its connections over.
     pub fn address(&self) -> DoorAddress {
         self.door.address()
     }
@@ -161,7 +163,7 @@ struct Request {
     forward: Option<Vec<u8>>,
 }
 
-async fn serve(mut conn: UnixStream, rules: &Rules) -> anyhow::Result<()> {
+async fn serve(mut conn: TcpStream, rules: &Rules) -> anyhow::Result<()> {
     let (head_len, buf) = read_head(&mut conn).await?;
     let request = match parse_request(&buf[..head_len]) {
         Ok(r) => r,
@@ -203,7 +205,7 @@ async fn serve(mut conn: UnixStream, rules: &Rules) -> anyhow::Result<()> {
 
 /// Opens the tunnel, or sends the request on, then copies both ways.
 async fn pass_on<S>(
-    mut conn: UnixStream,
+    mut conn: TcpStream,
     mut upstream: S,
     request: &Request,
     buf: &[u8],
@@ -226,7 +228,7 @@ where
 }
 
 /// Reads until the end of the request head; returns its length and everything read.
-async fn read_head(conn: &mut UnixStream) -> anyhow::Result<(usize, Vec<u8>)> {
+async fn read_head(conn: &mut TcpStream) -> anyhow::Result<(usize, Vec<u8>)> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
@@ -306,7 +308,7 @@ async fn connect(
     Ok(stream)
 }
 
-async fn respond(conn: &mut UnixStream, status: &str, body: &str) -> anyhow::Result<()> {
+async fn respond(conn: &mut TcpStream, status: &str, body: &str) -> anyhow::Result<()> {
     let reply = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: \
          close\r\n\r\n{body}\n",

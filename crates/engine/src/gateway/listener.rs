@@ -1,5 +1,6 @@
-//! One agent process's door to the gateway: an HTTP server on a Unix socket that the jail
-//! forwards from `127.0.0.1:`[`super::GATEWAY_PORT`] (or, when the process shares the host's
+//! One agent process's door to the gateway: an HTTP server on a Unix socket to which the
+//! jail hands the connections to `127.0.0.1:`[`super::GATEWAY_PORT`] over, served as they
+//! are (or, when the process shares the host's
 //! network, on a port of the host's loopback), the placeholders of its credentials, and what
 //! its requests spent.
 
@@ -18,7 +19,7 @@ use super::forward;
 use super::operations::Api;
 use super::{Binding, GATEWAY_PORT, Gateway, Spent};
 use crate::ids::TaskId;
-use swarm_sandbox::door::{self, Door, DoorAddress};
+use swarm_sandbox::door::{self, Door, DoorAddress, Entered};
 
 /// Where the agent process reaches its listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,9 +86,10 @@ impl Gateway {
                     while let Ok((conn, _)) = listener.accept().await {
                         let (state, key) = (state.clone(), key.clone());
                         tokio::spawn(async move {
-                            let mut conn = conn;
-                            if door::admit(&mut conn, &key).await {
-                                serve(conn, state);
+                            match door::enter(conn, &key).await {
+                                Some(Entered::Handed(conn)) => serve(conn, state),
+                                Some(Entered::Stream(conn)) => serve(conn, state),
+                                None => {}
                             }
                         });
                     }

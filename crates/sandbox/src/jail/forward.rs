@@ -1,5 +1,6 @@
-//! The jail's forwarder: the only way out of a worker's network namespace, from ports of its
-//! loopback to Unix sockets of swarm's (its allow-list proxy, its model gateway).
+//! The jail's forwarder: the only way out of a worker's network namespace. It accepts the
+//! connections to ports of its loopback and hands each one over to a Unix socket of swarm's
+//! (its allow-list proxy, its model gateway), which serves it ([`crate::door`]).
 
 use std::path::{Path, PathBuf};
 
@@ -9,10 +10,9 @@ use super::{Bytes, errno};
 use crate::door::{self, DoorKey};
 
 /// Forks the forwarder: it listens on the namespace's loopback, at each port of `forwards`,
-/// before the worker starts, and passes each connection on to the Unix socket of that port
+/// before the worker starts, and hands each connection over to the Unix socket of that port
 /// (swarm's proxy, swarm's gateway; `doors`, their sockets opened as paths), a thread per
-/// direction. It dies with init, like every
-/// process of the namespace. Returns its pid.
+/// port. It dies with init, like every process of the namespace. Returns its pid.
 pub(super) fn start_forwarders(
     forwards: &[(u16, Bytes)],
     doors: &[std::os::fd::OwnedFd],
@@ -60,33 +60,14 @@ pub(super) fn start_forwarders(
     unsafe { libc::_exit(0) }
 }
 
-/// Passes each connection to `listener` on to `socket`, presenting `key` first.
+/// Hands each connection to `listener` over to the door at `socket`, presenting `key`: swarm
+/// serves it from then on, and this process keeps no copy of it.
 fn forward(listener: &std::net::TcpListener, socket: &Path, key: &DoorKey) {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         // Small writes (a CONNECT, its answer) must not wait for delayed acknowledgements.
         let _ = conn.set_nodelay(true);
-        let (socket, key) = (socket.to_path_buf(), key.clone());
-        std::thread::spawn(move || {
-            if let Ok(upstream) = door::knock(&socket, &key.0) {
-                splice(conn, upstream);
-            }
-        });
+        // A door that cannot be reached closes the connection: the client sees it end.
+        let _ = door::hand_over(socket, &key.0, &conn);
     }
-}
-
-/// Copies both ways until each side has finished sending.
-fn splice(client: std::net::TcpStream, upstream: std::os::unix::net::UnixStream) {
-    use std::net::Shutdown;
-    let (Ok(mut client_w), Ok(mut upstream_r)) = (client.try_clone(), upstream.try_clone()) else {
-        return;
-    };
-    let (mut client_r, mut upstream_w) = (client, upstream);
-    let up = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut client_r, &mut upstream_w);
-        let _ = upstream_w.shutdown(Shutdown::Write);
-    });
-    let _ = std::io::copy(&mut upstream_r, &mut client_w);
-    let _ = client_w.shutdown(Shutdown::Write);
-    let _ = up.join();
 }

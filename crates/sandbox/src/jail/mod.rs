@@ -8,16 +8,17 @@
 //!            └─ init (PID 1 of the new PID namespace; dies with the jail)
 //!                 │ /proc remounted (only this namespace's processes), credential stores
 //!                 │ hidden (empty mounts), Landlock (writes, signals, abstract sockets)
-//!                 ├─ the forwarder: 127.0.0.1:3128 → swarm's proxy (with an allow-list),
-//!                 │   127.0.0.1:3129 → swarm's model gateway (an agent's process)
+//!                 ├─ the forwarder: hands 127.0.0.1:3128's connections to swarm's proxy
+//!                 │   (an allow-list), 127.0.0.1:3129's to swarm's model gateway (an agent)
 //!                 └─ the worker: `sh -c CMD` (or an argv), and everything it starts
 //! ```
 //!
 //! With an allow-list (`--allow-domain`), or for an agent whose model requests go through
 //! swarm's gateway, the network namespace gets its loopback up and init forks a forwarder
-//! that passes each connection to `127.0.0.1:`[`super::proxy::FORWARD_PORT`] on to the Unix
+//! that hands each connection to `127.0.0.1:`[`super::proxy::FORWARD_PORT`] over to the Unix
 //! socket of swarm's proxy ([`super::proxy`]), which decides, and `127.0.0.1:`
-//! [`crate::proxy::GATEWAY_PORT`] to the model gateway's (the engine's `gateway`). An agent's state
+//! [`crate::proxy::GATEWAY_PORT`] to the model gateway's (the engine's `gateway`)
+//! ([`crate::door`]). An agent's state
 //! directories are copy-on-write views ([`StateView`]): it reads the user's settings, and
 //! what it writes stays in its task's layer.
 //!
