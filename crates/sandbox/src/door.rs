@@ -28,6 +28,9 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt as _;
 
 mod handover;
+mod limit;
+
+pub use limit::{MAX_OPEN_PER_DOOR, OpenLimit, OpenPermit};
 
 /// Bytes of a key.
 pub(crate) const KEY_LEN: usize = 32;
@@ -132,6 +135,32 @@ pub async fn enter(conn: tokio::net::UnixStream, key: &DoorKey) -> Option<Entere
         ([HANDED], Some(fd)) => handover::connection(fd).map(Entered::Handed),
         ([STREAM], None) => Some(Entered::Stream(conn)),
         _ => None,
+    }
+}
+
+/// Serves the knocks on `listener` until it fails, each on a task of its own: what a knock
+/// lets in goes to `serve`, which holds its place in `limit` until it returns. Past the
+/// limit, the next connection waits unaccepted ([`OpenLimit`]).
+pub async fn serve_knocks<S, F>(
+    listener: tokio::net::UnixListener,
+    key: DoorKey,
+    limit: OpenLimit,
+    serve: S,
+) where
+    S: Fn(Entered) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    while let Some(permit) = limit.reserve().await {
+        let Ok((conn, _)) = listener.accept().await else {
+            return;
+        };
+        let (key, serve) = (key.clone(), serve.clone());
+        tokio::spawn(async move {
+            if let Some(entered) = enter(conn, &key).await {
+                serve(entered).await;
+            }
+            drop(permit);
+        });
     }
 }
 
@@ -240,6 +269,44 @@ mod tests {
         let mut got = String::new();
         client.read_to_string(&mut got).unwrap();
         assert_eq!(got, "from swarm");
+    }
+
+    #[tokio::test]
+    async fn past_its_limit_a_door_lets_the_next_connection_wait_unserved() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (door, listener) = Door::bind("test-").unwrap();
+        let server = tokio::spawn(serve_knocks(
+            listener,
+            door.key().clone(),
+            OpenLimit::of(2),
+            |entered| async move {
+                let Entered::Stream(mut conn) = entered else {
+                    return;
+                };
+                // Held open until the client ends it.
+                let _ = conn.write_all(b"in").await;
+                let _ = conn.read(&mut [0u8; 1]).await;
+            },
+        ));
+        let address = door.address();
+        let served = |mut conn: tokio::net::UnixStream| async move {
+            let mut got = [0u8; 2];
+            let read = conn.read_exact(&mut got);
+            let served = tokio::time::timeout(Duration::from_millis(300), read).await;
+            (served.is_ok_and(|r| r.is_ok()), conn)
+        };
+        let (first, first_conn) = served(address.connect().await.unwrap()).await;
+        let (second, _second_conn) = served(address.connect().await.unwrap()).await;
+        assert!(
+            first && second,
+            "two connections within the limit are served"
+        );
+        let (third, third_conn) = served(address.connect().await.unwrap()).await;
+        assert!(!third, "a third one waits");
+        drop(first_conn);
+        let (third, _) = served(third_conn).await;
+        assert!(third, "and is served once one ends");
+        server.abort();
     }
 
     #[tokio::test]

@@ -29,7 +29,7 @@ use anyhow::Context as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use super::door::{self, Door, DoorAddress, Entered};
+use super::door::{self, Door, DoorAddress, Entered, OpenLimit};
 use crate::allow_list::{AllowList, split_host_port};
 
 /// The port the jail's forwarder listens on, on the loopback of the worker's namespace.
@@ -77,17 +77,20 @@ impl Proxy {
             resolve: test_resolve(),
             gateway,
         });
-        let task = tokio::spawn(async move {
-            while let Ok((conn, _)) = listener.accept().await {
-                let (shared, key) = (shared.clone(), key.clone());
-                tokio::spawn(async move {
+        let task = tokio::spawn(door::serve_knocks(
+            listener,
+            key,
+            OpenLimit::default(),
+            move |entered| {
+                let shared = shared.clone();
+                async move {
                     // Only a forwarder knocks here: a connection handed over.
-                    if let Some(Entered::Handed(conn)) = door::enter(conn, &key).await {
+                    if let Entered::Handed(conn) = entered {
                         let _ = serve(conn, &shared).await;
                     }
-                });
-            }
-        });
+                }
+            },
+        ));
         Ok(Self { door, task })
     }
 

@@ -11,6 +11,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinHandle;
 
 use tokio_util::sync::CancellationToken;
 
@@ -19,7 +20,7 @@ use super::forward;
 use super::operations::Api;
 use super::{Binding, GATEWAY_PORT, Gateway, Spent};
 use crate::ids::TaskId;
-use swarm_sandbox::door::{self, Door, DoorAddress, Entered};
+use swarm_sandbox::door::{self, Door, DoorAddress, Entered, OpenLimit};
 
 /// Where the agent process reaches its listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,42 +79,8 @@ impl Gateway {
             short: short.clone(),
         });
         let (door, url, server) = match place {
-            Place::Jail => {
-                let (door, listener) =
-                    Door::bind("gw-").context("cannot start the model gateway")?;
-                let key = door.key().clone();
-                let server = tokio::spawn(async move {
-                    while let Ok((conn, _)) = listener.accept().await {
-                        let (state, key) = (state.clone(), key.clone());
-                        tokio::spawn(async move {
-                            match door::enter(conn, &key).await {
-                                Some(Entered::Handed(conn)) => serve(conn, state),
-                                Some(Entered::Stream(conn)) => serve(conn, state),
-                                None => {}
-                            }
-                        });
-                    }
-                });
-                (
-                    Some(door),
-                    format!("http://127.0.0.1:{GATEWAY_PORT}"),
-                    server,
-                )
-            }
-            Place::Host => {
-                let listener = std::net::TcpListener::bind("127.0.0.1:0")
-                    .context("cannot start the model gateway")?;
-                listener.set_nonblocking(true)?;
-                let url = format!("http://{}", listener.local_addr()?);
-                let listener = tokio::net::TcpListener::from_std(listener)?;
-                let server = tokio::spawn(async move {
-                    while let Ok((conn, _)) = listener.accept().await {
-                        let _ = conn.set_nodelay(true);
-                        serve(conn, state.clone());
-                    }
-                });
-                (None, url, server)
-            }
+            Place::Jail => serve_door(state)?,
+            Place::Host => serve_host(state)?,
         };
         for binding in bindings {
             for var in &binding.route.base_url_env {
@@ -130,17 +97,62 @@ impl Gateway {
     }
 }
 
-/// Serves one connection (HTTP/1.1, kept alive) on its own task.
-fn serve<IO>(conn: IO, state: Arc<ListenerState>)
+/// The listener's door, for a jail: its address, its base URL in the jail and its server.
+fn serve_door(state: Arc<ListenerState>) -> anyhow::Result<(Option<Door>, String, JoinHandle<()>)> {
+    let (door, listener) = Door::bind("gw-").context("cannot start the model gateway")?;
+    let key = door.key().clone();
+    let server = tokio::spawn(door::serve_knocks(
+        listener,
+        key,
+        OpenLimit::default(),
+        move |entered| {
+            let state = state.clone();
+            async move {
+                match entered {
+                    Entered::Handed(conn) => serve(conn, state).await,
+                    Entered::Stream(conn) => serve(conn, state).await,
+                }
+            }
+        },
+    ));
+    let url = format!("http://127.0.0.1:{GATEWAY_PORT}");
+    Ok((Some(door), url, server))
+}
+
+/// The listener on a port of the host's loopback, for a process that shares its network,
+/// with a door's limit of open connections.
+fn serve_host(state: Arc<ListenerState>) -> anyhow::Result<(Option<Door>, String, JoinHandle<()>)> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("cannot start the model gateway")?;
+    listener.set_nonblocking(true)?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let limit = OpenLimit::default();
+    let server = tokio::spawn(async move {
+        while let Some(permit) = limit.reserve().await {
+            let Ok((conn, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = conn.set_nodelay(true);
+            let state = state.clone();
+            tokio::spawn(async move {
+                serve(conn, state).await;
+                drop(permit);
+            });
+        }
+    });
+    Ok((None, url, server))
+}
+
+/// Serves one connection (HTTP/1.1, kept alive) to its end.
+async fn serve<IO>(conn: IO, state: Arc<ListenerState>)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    tokio::spawn(async move {
-        let service = service_fn(move |req| forward::handle(state.clone(), req));
-        let _ = http1::Builder::new()
-            .serve_connection(TokioIo::new(conn), service)
-            .await;
-    });
+    let service = service_fn(move |req| forward::handle(state.clone(), req));
+    let _ = http1::Builder::new()
+        .serve_connection(TokioIo::new(conn), service)
+        .await;
 }
 
 impl Listener {
