@@ -1,4 +1,5 @@
-//! A hostile model cannot make swarm's memory grow without bound.
+//! A hostile model cannot make swarm's memory grow without bound, nor a hostile agent the
+//! descriptors swarm holds.
 
 use std::time::{Duration, Instant};
 
@@ -44,4 +45,54 @@ fn endless_answers_are_cut_off_with_a_clear_error() {
             "swarm peaked at {peak_mb} MB on an endless answer"
         );
     }
+}
+
+/// An agent opens 200 connections to its model gateway and holds them: swarm serves at most
+/// a door's 64 at once (docs/SECURITY.md), so its own descriptors stay far below what the
+/// agent opened, and the run goes on once the agent lets them go.
+#[test]
+fn an_agent_holding_connections_open_cannot_make_swarm_hold_as_many() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let seen = repo.root().join("seen");
+    std::fs::create_dir_all(&seen).unwrap();
+    let exec = format!(
+        "bash -c 'for i in $(seq 200); do exec {{fd}}<>/dev/tcp/127.0.0.1/3129 || exit 9; done; \
+         touch {seen}/flooded; sleep 3; sed -i s/foo/bar/ \"$SWARM_FILE\"'",
+        seen = seen.display()
+    );
+    repo.user_config(&format!(
+        "[agents.flood]\nexec = '''{exec}'''\nbinary = \"bash\"\napi = \"anthropic\"\n\
+         output = \"text\"\n\n[sandbox]\nwritable = [\"{}\"]\n",
+        seen.display()
+    ));
+    let mut cmd = repo.swarm_cmd();
+    cmd.args(["refactor", "x", "a.txt", "--agent", "flood", "-y"])
+        .env("ANTHROPIC_API_KEY", "sk-flood-key-0123456789")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let fds = format!("/proc/{}/fd", child.id());
+    // swarm's descriptors while the agent holds its connections.
+    let mut most = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !seen.join("flooded").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        seen.join("flooded").exists(),
+        "the agent opened its connections"
+    );
+    for _ in 0..40 {
+        let open = std::fs::read_dir(&fds).map_or(0, Iterator::count);
+        most = most.max(open);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = crate::common::Run::from(child.wait_with_output().unwrap());
+    run.assert_code(0);
+    assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar");
+    assert!(
+        most < 64 + 100,
+        "swarm held {most} descriptors while an agent held 200 connections"
+    );
 }
