@@ -249,19 +249,7 @@ mod tests {
         drop(accepted);
         let mut conn = conn.into_std().unwrap();
         // With room for a whole answer in one write.
-        let mut size: libc::c_int = 0;
-        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `size` and `len` are valid for the call.
-        let rc = unsafe {
-            libc::getsockopt(
-                conn.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&raw mut size).cast(),
-                &mut len,
-            )
-        };
-        assert_eq!(rc, 0);
+        let size = handover::socket_option(conn.as_raw_fd(), libc::SO_SNDBUF).unwrap();
         assert!(size >= 256 * 1024, "{size}");
         conn.set_nonblocking(false).unwrap();
         conn.write_all(b"from swarm").unwrap();

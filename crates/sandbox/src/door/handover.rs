@@ -127,21 +127,7 @@ fn receive_some(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Owne
 /// `fd` as a connection swarm serves, if it is one: a connected TCP socket (not a listening
 /// one, not a file, a pipe or a Unix socket).
 pub(super) fn connection(fd: OwnedFd) -> Option<tokio::net::TcpStream> {
-    let option = |name| {
-        let mut value: libc::c_int = 0;
-        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `value` and `len` are valid for the call; an fd that is not a socket fails.
-        let rc = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                name,
-                (&raw mut value).cast(),
-                &mut len,
-            )
-        };
-        (rc == 0).then_some(value)
-    };
+    let option = |name| socket_option(fd.as_raw_fd(), name);
     let tcp = option(libc::SO_TYPE)? == libc::SOCK_STREAM
         && matches!(option(libc::SO_DOMAIN)?, libc::AF_INET | libc::AF_INET6)
         && option(libc::SO_ACCEPTCONN)? == 0;
@@ -166,4 +152,21 @@ pub(super) fn connection(fd: OwnedFd) -> Option<tokio::net::TcpStream> {
     };
     conn.set_nonblocking(true).ok()?;
     tokio::net::TcpStream::from_std(conn).ok()
+}
+
+/// An integer option (`SOL_SOCKET`) of socket `fd`; `None` when `fd` is not a socket.
+pub(super) fn socket_option(fd: RawFd, name: libc::c_int) -> Option<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are valid for the call; an fd that is not a socket fails.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            name,
+            (&raw mut value).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(value)
 }
