@@ -32,6 +32,7 @@ mod merge_drivers;
 mod merging;
 mod module_graph;
 mod network;
+mod open_files;
 mod per_process;
 mod planner;
 mod planning;

@@ -32,6 +32,7 @@ pub mod files;
 pub mod git_view;
 pub mod jail;
 pub mod janitor;
+pub mod open_files;
 pub mod overlay;
 pub mod policy;
 pub mod proxy;

@@ -9,7 +9,7 @@ use crate::git::repo::{self, IntoTarget};
 use crate::orchestrator::Secrets;
 use crate::plan::Task;
 use crate::repo_path::RepoPath;
-use crate::settings::{ApiKey, OnConflict, PerProcess, SandboxPolicy, Scope, Settings};
+use crate::settings::{ApiKey, OnConflict, PerProcess, Scope, Settings};
 use swarm_sandbox as sandbox;
 
 /// A worker is configured (`--exec` or `--model`); the key is not needed yet (a plan file).
@@ -254,9 +254,19 @@ pub(crate) async fn worktrees(settings: &Settings, common_dir: &std::path::Path)
     }
 }
 
-/// Workers can be confined here with `policy` (unless it is off).
-pub(crate) async fn sandbox(policy: &SandboxPolicy) -> AppResult<()> {
-    sandbox::probe(policy).await.map_err(AppError::Sandbox)
+/// This machine can run the workers: confined as `settings` ask (unless the sandbox is off),
+/// and `--jobs` of them at once within the descriptors swarm may hold (raising its soft limit
+/// to the hard one if it must).
+pub(crate) async fn machine(settings: &Settings) -> AppResult<()> {
+    sandbox::open_files::ensure(settings.jobs).map_err(|short| AppError::OpenFiles {
+        jobs: settings.jobs,
+        needed: short.needed,
+        allowed: short.allowed,
+        max_jobs: short.max_jobs,
+    })?;
+    sandbox::probe(&settings.sandbox)
+        .await
+        .map_err(AppError::Sandbox)
 }
 
 /// The files of each task reach the worker's command as they are: a command that names only
@@ -345,7 +355,7 @@ pub(crate) async fn plan_file(
     let secrets = secrets(&settings)?;
     crate::git::repo::check_filters(repo, plan.tasks.iter().flat_map(|t| &t.files))?;
     files_reach_the_command(&settings, &plan.tasks)?;
-    sandbox(&settings.sandbox).await?;
+    machine(&settings).await?;
     Ok((settings, secrets, warnings))
 }
 

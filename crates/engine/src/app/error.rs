@@ -122,6 +122,18 @@ pub enum AppError {
     NoPlannerModel,
     #[error("cannot confine worker processes here: {0}")]
     Sandbox(String),
+    #[error(
+        "--jobs {jobs} needs swarm to hold up to {needed} open files, and it may hold {allowed} \
+         here (the hard `ulimit -n`): {}raise the hard limit (`LimitNOFILE=` for a systemd \
+         service, `nofile` in /etc/security/limits.conf, `--ulimit nofile=` for a container)",
+        match max_jobs { 0 => String::new(), n => format!("pass -j {n} or fewer, or ") }
+    )]
+    OpenFiles {
+        jobs: usize,
+        needed: u64,
+        allowed: u64,
+        max_jobs: u64,
+    },
     #[error("--worktrees overlay cannot be used here: {0}")]
     NoOverlay(String),
     /// The run itself failed (swarm's own failure: exit 3; a busy run becomes

@@ -270,7 +270,7 @@ async fn check_for_continuing(settings: &Settings, merge_only: bool) -> AppResul
     if !merge_only || repairs || settings.verify_merged.is_some() {
         super::agents::installed(settings)?;
         secrets.agent = checks::agent_secrets(settings)?;
-        checks::sandbox(&settings.sandbox).await?;
+        checks::machine(settings).await?;
     }
     Ok(secrets)
 }

@@ -52,16 +52,7 @@ impl OpenLimit {
 fn process_budget() -> &'static Arc<Semaphore> {
     static BUDGET: OnceLock<Arc<Semaphore>> = OnceLock::new();
     BUDGET.get_or_init(|| {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `limit` is valid for the call.
-        let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
-            0 => limit.rlim_cur,
-            _ => 1024,
-        };
-        let half = usize::try_from(soft / 2).unwrap_or(usize::MAX);
+        let half = usize::try_from(crate::open_files::current().0 / 2).unwrap_or(usize::MAX);
         Arc::new(Semaphore::new(half.clamp(16, Semaphore::MAX_PERMITS)))
     })
 }

@@ -203,7 +203,9 @@ impl Drop for Hosted {
 impl Host {
     fn start(spec: HostSpec) -> anyhow::Result<Host> {
         let (orders, theirs) = UnixStream::pair().context("a socket for a jail host")?;
-        let mut child = std::process::Command::new("/proc/self/exe")
+        let mut command = std::process::Command::new("/proc/self/exe");
+        crate::open_files::restore_in_child(&mut command);
+        let mut child = command
             .args(host_args(&spec)?)
             .stdin(OwnedFd::from(theirs))
             .stdout(Stdio::piped())

@@ -252,6 +252,7 @@ impl JailSpec {
         use std::io::Write as _;
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
         cmd.arg(ARG).arg(serde_json::to_string(self)?);
+        crate::open_files::restore_in_child(cmd.as_std_mut());
         if self.keys.is_empty() {
             cmd.stdin(std::process::Stdio::null());
             return Ok(cmd);

@@ -120,6 +120,7 @@ pub(super) fn start(
             let mut cmd = Command::new(&argv[0]);
             // A jail's standard input carries its doors' keys; the worker gets /dev/null.
             cmd.args(&argv[1..]).stdin(Stdio::null());
+            swarm_sandbox::open_files::restore_in_child(cmd.as_std_mut());
             cmd
         }
     };
