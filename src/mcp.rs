@@ -94,14 +94,17 @@ pub(crate) async fn detached(run: DetachedRun) -> CommandResult<i32> {
             };
             super::execute::execute(request, &output).await
         }
-        Detached::Continue { run: id, how } => {
+        Detached::Continue { run: id, how, jobs } => {
             let mode = match how {
                 Continuing::Resume => RunMode::Resume,
                 Continuing::ResumeFailed => RunMode::RerunFailed,
                 Continuing::Merge => RunMode::MergeOnly,
             };
             let selector = id.parse().map_err(AppError::Id)?;
-            let overrides = reconcile::Overrides::default();
+            let overrides = reconcile::Overrides {
+                jobs,
+                ..Default::default()
+            };
             let continuing =
                 reconcile::continue_run(&run.repo, &selector, mode, false, overrides).await?;
             let output = super::execute::Output {

@@ -41,6 +41,10 @@ pub(crate) struct ResumeArgs {
     /// A new spending cap for the whole run, in US dollars.
     #[arg(long, value_name = "USD")]
     pub max_cost: Option<f64>,
+    /// Workers running at once for the tasks this resume runs (the run's own --jobs if not
+    /// given), e.g. on a machine smaller than the one that started the run.
+    #[arg(short = 'j', long, value_name = "N")]
+    pub jobs: Option<usize>,
     /// Print the run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -67,6 +71,7 @@ pub(crate) async fn run(args: ResumeArgs) -> CommandResult<i32> {
         atomic: false,
         exec: args.exec.clone(),
         verify: args.verify.clone(),
+        jobs: args.jobs,
     };
     let continuing =
         reconcile::continue_run(&cwd, &args.run_id, mode, args.keep, overrides).await?;

@@ -326,14 +326,33 @@ fn a_run_is_cancelled_then_resumed_and_a_dry_run_merged() {
     );
     assert_eq!(answer(&seen, 0)["stopping"], true);
     assert_eq!(wait_for_end(&repo, &run), "interrupted");
+    // A resume may ask for other jobs, within the server's cap; merge runs no worker.
     let seen = session(
         &repo,
-        &[],
-        json!([{"name": "resume", "arguments": {"run_id": run, "wait_seconds": 60}}]),
+        &["--max-jobs", "3"],
+        json!([
+            {"name": "resume", "arguments": {"run_id": run, "jobs": 4}},
+            {"name": "merge", "arguments": {"run_id": run, "jobs": 2}},
+            {"name": "resume", "arguments": {"run_id": run, "jobs": 3, "wait_seconds": 60}},
+        ]),
     );
-    let resumed = answer(&seen, 0);
+    assert!(refusal(&seen, 0).contains("at most 3 (the server's limit), not 4"));
+    assert!(refusal(&seen, 1).contains("jobs is for resume"));
+    let resumed = answer(&seen, 2);
     assert_eq!(resumed["state"], "finished", "{resumed}");
     assert_eq!(resumed["merged"]["count"], 4, "{resumed}");
+    let jobs: Vec<Value> = repo
+        .run_file(&run, "events.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["kind"] == "run_started")
+        .map(|e| e["jobs"].clone())
+        .collect();
+    assert_eq!(
+        jobs,
+        [json!(1), json!(3)],
+        "the run's own, then the resume's"
+    );
     let files = ["a.txt", "b.txt", "c.txt", "d.txt"];
     let oracle = repo.oracle_tree(&base, &files, SED_FOO_BAR);
     assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);

@@ -48,14 +48,12 @@ fn files() -> Vec<(String, String)> {
 }
 
 /// Each worker writes the limits it was given into its file.
-fn refactor(repo: &TestRepo, sandbox: &str) -> Command {
+const WRITE_LIMITS: &str = "sleep 1; echo \"$(ulimit -Sn) $(ulimit -Hn)\" > \"$SWARM_FILE\"";
+
+fn refactor(repo: &TestRepo, sandbox: &str, exec: &str) -> Command {
     let mut cmd = repo.swarm_cmd();
     cmd.args(["refactor", "limits", "*.txt", "-y", "--sandbox", sandbox])
-        .args(["-j", &JOBS.to_string()])
-        .args([
-            "--exec",
-            "sleep 1; echo \"$(ulimit -Sn) $(ulimit -Hn)\" > \"$SWARM_FILE\"",
-        ]);
+        .args(["-j", &JOBS.to_string(), "--exec", exec]);
     cmd
 }
 
@@ -68,7 +66,7 @@ fn a_soft_limit_too_low_for_jobs_is_raised_and_the_workers_get_it_back() {
     );
     for sandbox in ["workspace-write", "off"] {
         let repo = TestRepo::with_files(&files());
-        let run = with_limits(&mut refactor(&repo, sandbox), 128, hard);
+        let run = with_limits(&mut refactor(&repo, sandbox, WRITE_LIMITS), 128, hard);
         run.assert_code(0);
         let merged = repo.lines(&["log", "--merges", "--format=%H"]);
         assert_eq!(merged.len(), JOBS, "{}", run.stderr);
@@ -83,7 +81,11 @@ fn a_soft_limit_too_low_for_jobs_is_raised_and_the_workers_get_it_back() {
 fn a_hard_limit_too_low_for_jobs_refuses_the_run_and_changes_nothing() {
     let repo = TestRepo::with_files(&files());
     let head = repo.git(&["rev-parse", "HEAD"]);
-    let run = with_limits(&mut refactor(&repo, "workspace-write"), 128, 512);
+    let run = with_limits(
+        &mut refactor(&repo, "workspace-write", WRITE_LIMITS),
+        128,
+        512,
+    );
     run.assert_code(2);
     assert!(
         run.stderr.contains("--jobs 60 needs swarm to hold up to 1088 open files")
@@ -95,4 +97,43 @@ fn a_hard_limit_too_low_for_jobs_refuses_the_run_and_changes_nothing() {
     assert!(repo.swarm_branches().is_empty());
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
     assert!(!repo.swarm_dir().join("runs").exists());
+}
+
+/// A run started with more workers than this machine's hard limit covers is resumed here
+/// with fewer (`swarm resume -j`); without it, the resume is refused and names the flag.
+#[test]
+fn a_run_is_resumed_with_fewer_jobs_where_the_hard_limit_is_lower() {
+    let repo = TestRepo::with_files(&files());
+    let run = Run::from(
+        refactor(&repo, "workspace-write", "exit 1")
+            .output()
+            .unwrap(),
+    );
+    run.assert_code(1);
+    let id = run.run_id();
+    let resume = |jobs: Option<&str>| {
+        let mut cmd = repo.swarm_cmd();
+        cmd.args([
+            "resume",
+            &id,
+            "--failed",
+            "--exec",
+            "echo done > \"$SWARM_FILE\"",
+        ]);
+        if let Some(jobs) = jobs {
+            cmd.args(["-j", jobs]);
+        }
+        with_limits(&mut cmd, 128, 512)
+    };
+    let refused = resume(None);
+    refused.assert_code(2);
+    assert!(
+        refused.stderr.contains("--jobs 60 needs") && refused.stderr.contains("pass -j 24"),
+        "{}",
+        refused.stderr
+    );
+    assert!(repo.lines(&["log", "--merges", "--format=%H"]).is_empty());
+    resume(Some("24")).assert_code(0);
+    assert_eq!(repo.lines(&["log", "--merges", "--format=%H"]).len(), JOBS);
+    assert_eq!(repo.git(&["show", "HEAD:f07.txt"]), "done");
 }

@@ -34,9 +34,14 @@ pub enum Detached {
         server: Box<Layer>,
         dry_run: bool,
     },
-    /// Continues run `run`: resumes it (with its failed tasks, `failed`), or merges what it
-    /// finished.
-    Continue { run: String, how: Continuing },
+    /// Continues run `run`: resumes it (with its failed tasks, `failed`; `jobs` workers at
+    /// once, else the run's own), or merges what it finished.
+    Continue {
+        run: String,
+        how: Continuing,
+        #[serde(default)]
+        jobs: Option<usize>,
+    },
 }
 
 /// How a run is continued.

@@ -34,13 +34,7 @@ impl Limits {
         for spec in &work.pathspecs {
             outside(spec)?;
         }
-        if let (Some(asked), Some(most)) = (work.jobs, self.max_jobs)
-            && asked > most
-        {
-            return Err(format!(
-                "jobs: at most {most} (the server's limit), not {asked}"
-            ));
-        }
+        self.check_jobs(work.jobs)?;
         if let (Some(asked), Some(most)) = (work.max_cost, self.max_cost)
             && asked > most
         {
@@ -68,6 +62,16 @@ impl Limits {
             ));
         }
         Ok(())
+    }
+
+    /// `Err` says, for the model, that `jobs` is more than the server allows.
+    pub(crate) fn check_jobs(&self, jobs: Option<usize>) -> Result<(), String> {
+        match (jobs, self.max_jobs) {
+            (Some(asked), Some(most)) if asked > most => Err(format!(
+                "jobs: at most {most} (the server's limit), not {asked}"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The settings `work` asks for, checked against the server's limits: a layer the

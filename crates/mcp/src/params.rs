@@ -94,6 +94,9 @@ pub(crate) struct Continue {
     pub run_id: String,
     /// `resume` only: run failed, timed-out and conflicted tasks again too.
     pub failed: Option<bool>,
+    /// `resume` only: workers at once for the tasks this resume runs (the run's own if
+    /// absent; at most the server's limit).
+    pub jobs: Option<usize>,
     /// Wait up to this many seconds for it to end, as for `refactor`.
     pub wait_seconds: Option<u64>,
 }

@@ -215,8 +215,11 @@ impl Swarm {
             Some(true) => Continuing::ResumeFailed,
             _ => Continuing::Resume,
         };
-        let run = what.run_id;
-        let start = move |_: PathBuf| Ok(Detached::Continue { run, how });
+        if let Err(why) = self.limits.check_jobs(what.jobs) {
+            return refused(why);
+        }
+        let (run, jobs) = (what.run_id, what.jobs);
+        let start = move |_: PathBuf| Ok(Detached::Continue { run, how, jobs });
         self.start(start, what.wait_seconds, meta, peer).await
     }
 
@@ -231,9 +234,18 @@ impl Swarm {
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
     ) -> CallToolResult {
+        if what.jobs.is_some() {
+            return refused("jobs: merge runs no worker (jobs is for resume)");
+        }
         let run = what.run_id;
         let how = Continuing::Merge;
-        let start = move |_: PathBuf| Ok(Detached::Continue { run, how });
+        let start = move |_: PathBuf| {
+            Ok(Detached::Continue {
+                run,
+                how,
+                jobs: None,
+            })
+        };
         self.start(start, what.wait_seconds, meta, peer).await
     }
 

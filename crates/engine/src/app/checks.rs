@@ -255,11 +255,11 @@ pub(crate) async fn worktrees(settings: &Settings, common_dir: &std::path::Path)
 }
 
 /// This machine can run the workers: confined as `settings` ask (unless the sandbox is off),
-/// and `--jobs` of them at once within the descriptors swarm may hold (raising its soft limit
+/// and `jobs` of them at once within the descriptors swarm may hold (raising its soft limit
 /// to the hard one if it must).
-pub(crate) async fn machine(settings: &Settings) -> AppResult<()> {
-    sandbox::open_files::ensure(settings.jobs).map_err(|short| AppError::OpenFiles {
-        jobs: settings.jobs,
+pub(crate) async fn machine(settings: &Settings, jobs: usize) -> AppResult<()> {
+    sandbox::open_files::ensure(jobs).map_err(|short| AppError::OpenFiles {
+        jobs,
         needed: short.needed,
         allowed: short.allowed,
         max_jobs: short.max_jobs,
@@ -355,7 +355,7 @@ pub(crate) async fn plan_file(
     let secrets = secrets(&settings)?;
     crate::git::repo::check_filters(repo, plan.tasks.iter().flat_map(|t| &t.files))?;
     files_reach_the_command(&settings, &plan.tasks)?;
-    machine(&settings).await?;
+    machine(&settings, settings.jobs).await?;
     Ok((settings, secrets, warnings))
 }
 

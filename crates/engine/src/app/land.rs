@@ -146,6 +146,6 @@ async fn checks_settings(
 ) -> AppResult<Settings> {
     let (_, resolved) = reconcile::run_settings(info, run_dir, Layer::default())?;
     warnings.extend(resolved.warnings);
-    checks::machine(&resolved.settings).await?;
+    checks::machine(&resolved.settings, 1).await?;
     Ok(resolved.settings)
 }

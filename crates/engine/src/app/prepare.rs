@@ -127,7 +127,7 @@ pub async fn prepare(
         Purpose::Run => {
             super::agents::installed(&settings)?;
             let secrets = checks::secrets(&settings)?;
-            checks::machine(&settings).await?;
+            checks::machine(&settings, settings.jobs).await?;
             checks::worktrees(&settings, &info.common_dir).await?;
             secrets
         }

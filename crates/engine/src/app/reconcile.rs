@@ -76,6 +76,8 @@ pub struct Overrides {
     pub exec: Option<String>,
     /// `swarm resume --verify`: a corrected check, likewise.
     pub verify: Option<String>,
+    /// `swarm resume -j`: workers at once for the tasks this resume runs.
+    pub jobs: Option<usize>,
 }
 
 impl Overrides {
@@ -87,6 +89,7 @@ impl Overrides {
         layer.run.max_tokens = self.max_tokens;
         layer.run.exec = self.exec;
         layer.run.verify = self.verify;
+        layer.run.jobs = self.jobs;
         layer.run.max_cost = match self.max_cost {
             // Not a number: refused as a budget of nothing is.
             Some(usd) => Some(
@@ -270,7 +273,9 @@ async fn check_for_continuing(settings: &Settings, merge_only: bool) -> AppResul
     if !merge_only || repairs || settings.verify_merged.is_some() {
         super::agents::installed(settings)?;
         secrets.agent = checks::agent_secrets(settings)?;
-        checks::machine(settings).await?;
+        // Merging runs one process at a time, whatever the run's --jobs.
+        let jobs = if merge_only { 1 } else { settings.jobs };
+        checks::machine(settings, jobs).await?;
     }
     Ok(secrets)
 }
