@@ -98,6 +98,10 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
                 "none: skipped in review, their branches kept (swarm diff {run} TASK shows one)"
             )
         }
+        TaskStatus::Failed if let Some(short) = ran_short_of(&group.reason) => format!(
+            "this machine ran short of {short}: free some, or run fewer at once, then: swarm \
+             resume {run} --failed -j N"
+        ),
         TaskStatus::Failed if group.reason.contains("--verify") => {
             format!("fix the code or the check, then: swarm resume {run} --failed [--verify CMD]")
         }
@@ -111,5 +115,88 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
             format!("swarm resume {run} --failed runs them again on the merged result")
         }
         _ => format!("swarm resume {run} --failed runs them again"),
+    }
+}
+
+/// What the machine ran short of, when `reason` is the system's word for it (as the C
+/// library says it, in swarm's errors and libgit2's alike): no command fixes that.
+fn ran_short_of(reason: &str) -> Option<&'static str> {
+    const SHORT: [(&str, &str); 6] = [
+        ("Too many open files", "open files"),
+        ("Resource temporarily unavailable", "processes"),
+        ("Cannot allocate memory", "memory"),
+        ("No space left on device", "disk space"),
+        ("Disk quota exceeded", "disk quota"),
+        ("No file descriptors available", "open files"),
+    ];
+    SHORT
+        .iter()
+        .find(|(said, _)| reason.contains(said))
+        .map(|(_, short)| *short)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report whose failed tasks have `errors`, as a run writes it.
+    fn report(errors: &[&str]) -> Report {
+        let tasks: Vec<serde_json::Value> = errors
+            .iter()
+            .enumerate()
+            .map(|(i, error)| {
+                serde_json::json!({
+                    "id": format!("f{i}-txt-0000000{i}"), "files": [format!("f{i}.txt")],
+                    "status": "failed", "branch": "b", "commit": null, "start": null,
+                    "merge_commit": null, "attempts": 1, "duration_ms": 1,
+                    "tokens": {"prompt": 0, "completion": 0}, "turns": 0,
+                    "changed_files": [], "error": error,
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "run_id": "20261130-220225-118f", "instruction": "x",
+            "base": "4d1aaf558fc415453bfa86362d723c19408906aa", "into": "main",
+            "into_start": "4d1aaf558fc415453bfa86362d723c19408906aa", "state": "finished",
+            "started_at": "2026-11-30T22:02:25Z", "tasks": tasks, "result": null,
+            "into_updated": false, "result_branch": null, "worktrees": "overlay",
+            "per_process": 1, "totals": {"tasks": 4, "merged": 0, "no_change": 0,
+            "failed": 4, "conflict": 0, "timeout": 0, "skipped": 0, "interrupted": 0,
+            "unfinished": 0, "unmerged": 0, "excluded": 0, "retried": 0,
+            "tokens": {"prompt": 0, "completion": 0}, "duration_ms": 1},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_machine_that_ran_short_is_not_told_to_fix_the_command() {
+        // Errors as a run at `-j 500` under a soft limit of 1,024 wrote them.
+        let report = report(&[
+            "cannot create /r/.git/swarm/runs/R/tasks/f0-txt-00000000/worker.log: Too many \
+             open files (os error 24)",
+            "cannot create branch swarm/R/f1-txt-00000001: could not open '/r/.git/config': \
+             Too many open files; class=Os (2)",
+            "cannot start `sh -c x`: Resource temporarily unavailable (os error 11)",
+            "the worker exited with status 3",
+        ]);
+        let steps: Vec<String> = groups(&report).iter().map(|g| next_step(g, "R")).collect();
+        let short = |of: &str| {
+            format!(
+                "this machine ran short of {of}: free some, or run fewer at once, then: swarm \
+                 resume R --failed -j N"
+            )
+        };
+        assert_eq!(
+            steps.iter().filter(|s| **s == short("open files")).count(),
+            2
+        );
+        assert!(steps.contains(&short("processes")), "{steps:?}");
+        assert!(
+            steps.contains(
+                &"fix the command, then: swarm resume R --failed --exec 'FIXED COMMAND'"
+                    .to_string()
+            ),
+            "{steps:?}"
+        );
     }
 }
