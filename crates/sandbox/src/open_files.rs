@@ -2,7 +2,7 @@
 //!
 //! A worker slot holds about four descriptors in swarm's process (its output pipe, its jail
 //! host's socket, its log; a committing task beside it a few more), and the doors of all
-//! slots may hold half the soft limit ([`crate::door::limit`]). Many systems start a process
+//! slots may hold half the soft limit (`door/limit.rs`). Many systems start a process
 //! with a soft limit of 1,024 and a far higher hard one: at `-j 500` a run under 1,024 failed
 //! task after task with "Too many open files". So before a run swarm checks that its limit
 //! covers `--jobs` ([`ensure`]): it raises its soft limit to the hard one when it has to, and
