@@ -137,3 +137,15 @@ fn a_run_is_resumed_with_fewer_jobs_where_the_hard_limit_is_lower() {
     assert_eq!(repo.lines(&["log", "--merges", "--format=%H"]).len(), JOBS);
     assert_eq!(repo.git(&["show", "HEAD:f07.txt"]), "done");
 }
+
+/// No more workers run at once than there are files: `-j 500` over three files needs what
+/// three workers need.
+#[test]
+fn jobs_beyond_the_files_are_not_counted() {
+    let repo = TestRepo::with_files(&files());
+    let mut cmd = repo.swarm_cmd();
+    cmd.args(["refactor", "limits", "f0[1-3].txt", "-y", "-j", "500"])
+        .args(["--exec", WRITE_LIMITS]);
+    with_limits(&mut cmd, 128, 512).assert_code(0);
+    assert_eq!(repo.lines(&["log", "--merges", "--format=%H"]).len(), 3);
+}

@@ -355,7 +355,7 @@ pub(crate) async fn plan_file(
     let secrets = secrets(&settings)?;
     crate::git::repo::check_filters(repo, plan.tasks.iter().flat_map(|t| &t.files))?;
     files_reach_the_command(&settings, &plan.tasks)?;
-    machine(&settings, settings.jobs).await?;
+    machine(&settings, settings.jobs.min(plan.tasks.len())).await?;
     Ok((settings, secrets, warnings))
 }
 

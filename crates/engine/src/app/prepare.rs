@@ -126,10 +126,7 @@ pub async fn prepare(
     let secrets = match req.purpose {
         Purpose::Run => {
             super::agents::installed(&settings)?;
-            let secrets = checks::secrets(&settings)?;
-            checks::machine(&settings, settings.jobs).await?;
-            checks::worktrees(&settings, &info.common_dir).await?;
-            secrets
+            checks::secrets(&settings)?
         }
         Purpose::PlanFile => {
             checks::worker_configured(&settings)?;
@@ -140,6 +137,12 @@ pub async fn prepare(
     let skipped = plan::describe_skipped(&selection.skipped);
     if selection.files.is_empty() {
         return Ok(Prepared::NoFiles(nothing_matched(&req, &skipped)));
+    }
+    if req.purpose == Purpose::Run {
+        // No more workers at once than files, whatever --jobs says.
+        let jobs = settings.jobs.min(selection.files.len());
+        checks::machine(&settings, jobs).await?;
+        checks::worktrees(&settings, &info.common_dir).await?;
     }
     let (tasks, not_tasks) = match req.split {
         SplitMode::Llm => {

@@ -154,7 +154,11 @@ pub async fn continue_run(
         Err(why) => return Ok(Continuing::Nothing(why)),
     };
     let into = repo::resolve_into(&repo, &info, Some(&report.into))?;
-    let secrets = check_for_continuing(&settings, merge_only).await?;
+    let workers = match merge_only {
+        true => 1,
+        false => settings.jobs.min(to_do),
+    };
+    let secrets = check_for_continuing(&settings, merge_only, workers).await?;
     checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;
     // What a crashed run left behind.
     worktree::remove_run_worktrees(&info.common_dir, &id)?;
@@ -258,8 +262,12 @@ fn mark_merged_from_git(
 }
 
 /// `swarm merge` runs no worker, but may run the merged check or repair conflicts; `swarm
-/// resume` runs workers.
-async fn check_for_continuing(settings: &Settings, merge_only: bool) -> AppResult<Secrets> {
+/// resume` runs workers, `workers` of them at once.
+async fn check_for_continuing(
+    settings: &Settings,
+    merge_only: bool,
+    workers: usize,
+) -> AppResult<Secrets> {
     checks::merge_tool(settings)?;
     let repairs = settings.on_conflict == OnConflict::Repair;
     let model_key = match merge_only && !repairs {
@@ -273,9 +281,7 @@ async fn check_for_continuing(settings: &Settings, merge_only: bool) -> AppResul
     if !merge_only || repairs || settings.verify_merged.is_some() {
         super::agents::installed(settings)?;
         secrets.agent = checks::agent_secrets(settings)?;
-        // Merging runs one process at a time, whatever the run's --jobs.
-        let jobs = if merge_only { 1 } else { settings.jobs };
-        checks::machine(settings, jobs).await?;
+        checks::machine(settings, workers).await?;
     }
     Ok(secrets)
 }
@@ -326,7 +332,7 @@ pub async fn merge_plan(req: MergePlan) -> AppResult<PlanMerge> {
     plan.into = into.branch.clone();
     let into_start = into.tip.unwrap_or(base);
     let (report, records) = gather(&repo, &plan, &into.branch, into_start)?;
-    let secrets = check_for_continuing(&settings, true).await?;
+    let secrets = check_for_continuing(&settings, true, 1).await?;
     checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;
     let missing = report
         .tasks
