@@ -47,19 +47,17 @@ pub fn ensure(jobs: usize) -> Result<(), Shortfall> {
     if soft >= needed {
         return Ok(());
     }
+    // What `allowed` covers: the inverse of [`needed`].
+    let short = |allowed: u64| Shortfall {
+        needed,
+        allowed,
+        max_jobs: (allowed / 2).saturating_sub(BASE) / PER_JOB,
+    };
     let allowed = hard.min(kernel_max());
     if allowed < needed {
-        return Err(Shortfall {
-            needed,
-            allowed: allowed.max(soft),
-            max_jobs: (allowed.max(soft) / 2).saturating_sub(BASE) / PER_JOB,
-        });
+        return Err(short(allowed.max(soft)));
     }
-    set(allowed, hard).map_err(|_| Shortfall {
-        needed,
-        allowed: soft,
-        max_jobs: (soft / 2).saturating_sub(BASE) / PER_JOB,
-    })?;
+    set(allowed, hard).map_err(|_| short(soft))?;
     FOUND.get_or_init(|| soft);
     Ok(())
 }

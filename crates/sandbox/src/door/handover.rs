@@ -139,17 +139,7 @@ pub(super) fn connection(fd: OwnedFd) -> Option<tokio::net::TcpStream> {
     // An answer of a few hundred KiB goes out in one write, as it went into the Unix socket
     // before the forwarder carried it: no wake-up a 16 KiB chunk while the agent reads. A
     // kernel that refuses keeps its default, which only costs wake-ups.
-    let size: libc::c_int = SEND_BUFFER;
-    // SAFETY: `size` is valid for the call.
-    unsafe {
-        libc::setsockopt(
-            conn.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&raw const size).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    set_socket_option(conn.as_raw_fd(), libc::SO_SNDBUF, SEND_BUFFER);
     conn.set_nonblocking(true).ok()?;
     tokio::net::TcpStream::from_std(conn).ok()
 }
@@ -169,4 +159,18 @@ pub(super) fn socket_option(fd: RawFd, name: libc::c_int) -> Option<libc::c_int>
         )
     };
     (rc == 0).then_some(value)
+}
+
+/// Sets an integer option (`SOL_SOCKET`) of socket `fd`, if the kernel lets it.
+fn set_socket_option(fd: RawFd, name: libc::c_int, value: libc::c_int) {
+    // SAFETY: `value` is valid for the call.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            name,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
 }
