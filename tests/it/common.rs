@@ -12,6 +12,8 @@ use tempfile::TempDir;
 
 pub struct TestRepo {
     _dir: TempDir,
+    /// The test's own folder on a tmpfs, where swarm keeps layers in memory.
+    _runtime: Option<TempDir>,
     pub home: PathBuf,
     pub path: PathBuf,
 }
@@ -60,6 +62,14 @@ pub fn hermetic(cmd: &mut Command, home: &Path) {
         // On a pseudo-terminal swarm pages `diff` and `--review` (src/pager.rs): not in tests
         // that do not ask for it.
         .env("PAGER", "cat");
+    // Layers in memory go to `$XDG_RUNTIME_DIR` first: a tmpfs folder of the test's own
+    // (`runtime` in its directory names it), never the machine's /dev/shm.
+    match std::fs::read_link(home.with_file_name("runtime")) {
+        Ok(runtime) => cmd.env("XDG_RUNTIME_DIR", runtime),
+        Err(_) => cmd
+            .env_remove("XDG_RUNTIME_DIR")
+            .env("SWARM_LAYERS_ON_DISK", "1"),
+    };
     // The suite runs once per kind of worktree (`.ci/run`): `SWARM_TEST_WORKTREES=pool` makes
     // every run use full checkouts, where a test does not choose with `--worktrees`.
     if let Some(mode) = std::env::var_os("SWARM_TEST_WORKTREES") {
@@ -75,8 +85,17 @@ impl TestRepo {
         let path = dir.path().join("repo");
         std::fs::create_dir_all(&home).unwrap();
         std::fs::create_dir_all(&path).unwrap();
+        let runtime = tempfile::tempdir_in("/dev/shm").ok();
+        if let Some(runtime) = &runtime {
+            // Open to the unprivileged user of `swarm_unprivileged_cmd` too, which otherwise
+            // could not make its folder here and would use the machine's /dev/shm.
+            std::fs::set_permissions(runtime.path(), std::fs::Permissions::from_mode(0o777))
+                .unwrap();
+            std::os::unix::fs::symlink(runtime.path(), dir.path().join("runtime")).unwrap();
+        }
         let repo = Self {
             _dir: dir,
+            _runtime: runtime,
             home,
             path,
         };
@@ -205,6 +224,11 @@ impl TestRepo {
             .filter(|l| !l.is_empty())
             .map(str::to_string)
             .collect()
+    }
+
+    /// The tmpfs folder swarm finds as `$XDG_RUNTIME_DIR` (`None` without `/dev/shm`).
+    pub fn runtime_dir(&self) -> Option<&Path> {
+        self._runtime.as_ref().map(TempDir::path)
     }
 
     pub fn swarm_cmd(&self) -> Command {

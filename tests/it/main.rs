@@ -28,6 +28,7 @@ mod live_checkout;
 mod llm;
 mod llm_server;
 mod mcp;
+mod memory_layers;
 mod merge_drivers;
 mod merging;
 mod module_graph;

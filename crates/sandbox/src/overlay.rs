@@ -58,7 +58,7 @@ pub(crate) fn options(lower: &[&Path], upper: &Path, work: &Path) -> Option<Stri
 }
 
 /// Is `dir` on a tmpfs (a file system in memory, which a sync leaves as it is)?
-fn on_tmpfs(dir: &Path) -> bool {
+pub fn on_tmpfs(dir: &Path) -> bool {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     // `f_type`'s type differs between targets.
     #[allow(clippy::unnecessary_cast)]

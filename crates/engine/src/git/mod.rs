@@ -18,6 +18,7 @@ pub(crate) mod commit;
 pub(crate) mod filters;
 pub(crate) mod finish;
 pub(crate) mod ignore;
+pub(crate) mod layers;
 pub(crate) mod merge;
 pub(crate) mod repo;
 pub(crate) mod shard;

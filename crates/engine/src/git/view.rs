@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use git2::{ObjectType, Tree};
 
 use crate::repo_path::RepoPath;
-use crate::state;
 use swarm_sandbox::{janitor, overlay};
 
 /// What an upper directory says changed, relative to the tree of the view's HEAD.
@@ -190,13 +189,4 @@ fn clear(
 /// and removed with them.
 pub(crate) fn graveyard(view: &overlay::OverlayView) -> PathBuf {
     view.upper.with_file_name("retired")
-}
-
-/// Removes the layers directory of an overlay worktree (`upper` and `work`). overlayfs
-/// leaves `work/work` with mode 000, which its owner must open up first. Only under
-/// `.git/swarm/`, without following links ([`state::remove_owned`]).
-pub(crate) fn remove_layers(common_dir: &Path, dir: &Path) -> anyhow::Result<()> {
-    overlay::open_work_dir(&dir.join("work"));
-    state::discard_owned(common_dir, dir)?;
-    Ok(())
 }

@@ -17,12 +17,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, EventSink};
 use crate::gateway::{Binding, Gateway, GatewayOptions, Meter};
+use crate::git::layers::LayersRoot;
 use crate::git::repo::{IntoTarget, RepoInfo};
 use crate::git::worktree::WorktreePool;
 use crate::ids::{RunBranch, RunId, TaskId};
 use crate::plan::Plan;
 use crate::report::{Report, TaskStatus};
-use crate::settings::{ApiKey, Settings, WorktreeMode};
+use crate::settings::{ApiKey, Settings};
 use crate::state::{self, RunDir};
 use crate::worker::llm::LlmShared;
 
@@ -43,6 +44,7 @@ mod scheduler;
 mod select;
 mod task;
 mod verify_merged;
+mod views;
 mod watch;
 mod worker_run;
 
@@ -52,6 +54,8 @@ pub use mode::RunMode;
 pub(crate) use records::new_report;
 use records::{atomic_hold, close_report, open_run, spent_before};
 use scheduler::Scheduler;
+pub(crate) use views::views_unavailable;
+use views::{git_views_work, use_views};
 use watch::user_branches;
 
 pub struct RunRequest {
@@ -149,10 +153,12 @@ struct Services {
 }
 
 /// How the run's workers are laid out, decided once before the first one starts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Layout {
     /// Do first attempts (which start at the base) run in overlay worktrees?
     views: bool,
+    /// Where the overlay worktrees keep their layers.
+    layers: LayersRoot,
     /// The most tasks one worker process runs (`--per-process`).
     per_process: usize,
     /// Does a worker's own git get copy-on-write views of the repository (a confined
@@ -209,7 +215,18 @@ pub(crate) async fn run(
             continuation.prepare(req.mode)
         }
     };
-    let (report, per_process) = announce(&req, &run_dir, &sink, report, views)?;
+    let per_process = group::tasks_per_process(&req.settings, pending(&report));
+    let layers = match views {
+        true => views::layers_root(&req, per_process).await,
+        false => LayersRoot::disk(&req.info.common_dir),
+    };
+    let layout = Layout {
+        views,
+        layers,
+        per_process,
+        git_views,
+    };
+    let report = announce(&req, &run_dir, &sink, report, &layout)?;
     let meter = Meter::new(&req.settings, spent_before(&report), Some(sink.clone()));
     let services = Services {
         secrets: std::mem::take(&mut req.secrets),
@@ -217,11 +234,6 @@ pub(crate) async fn run(
         // A child token: an internal error stops the workers without looking like Ctrl-C.
         cancel: cancel.child_token(),
         meter,
-    };
-    let layout = Layout {
-        views,
-        per_process,
-        git_views,
     };
     let shared = Arc::new(Shared::new(
         req.plan,
@@ -306,22 +318,33 @@ fn warn_run(sink: &EventSink, message: String) {
     });
 }
 
+/// The tasks of `report` still to run.
+fn pending(report: &Report) -> usize {
+    report
+        .tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::Pending)
+        .count()
+}
+
 /// Saves the report the run starts from and says the run started (and, without a git
-/// identity, whose name its commits carry); gives the report and the tasks per process.
+/// identity, whose name its commits carry); gives the report.
 fn announce(
     req: &RunRequest,
     run_dir: &RunDir,
     sink: &EventSink,
     mut report: Report,
-    views: bool,
-) -> Result<(Report, usize), RunError> {
-    report.worktrees = Some(if views { "overlay" } else { "pool" }.to_string());
-    let to_run = report
-        .tasks
-        .iter()
-        .filter(|t| t.status == TaskStatus::Pending)
-        .count();
-    let per_process = group::tasks_per_process(&req.settings, to_run);
+    layout: &Layout,
+) -> Result<Report, RunError> {
+    let per_process = layout.per_process;
+    report.worktrees = Some(if layout.views { "overlay" } else { "pool" }.to_string());
+    report.layers = layout.views.then(|| {
+        match layout.layers {
+            LayersRoot::Disk(_) => "disk",
+            LayersRoot::Memory(_) => "memory",
+        }
+        .to_string()
+    });
     report.per_process = Some(per_process);
     report.compute_totals(0);
     state::write_json_atomic(&run_dir.report(), &report)
@@ -348,7 +371,7 @@ fn announce(
             ),
         );
     }
-    Ok((report, per_process))
+    Ok(report)
 }
 
 /// The gateway of an `--agent`'s model requests, when swarm serves any of its APIs (it holds
@@ -369,57 +392,6 @@ fn agent_gateway(
         read_timeout: std::time::Duration::from_secs(settings.model.request_timeout_secs),
     };
     Ok(Some(Gateway::new(meter.clone(), sink.clone(), options)?))
-}
-
-/// Do the run's workers get overlay worktrees (`--worktrees`)? Only `--exec` workers in the
-/// jail can (the built-in worker's file tools, and `--repair`'s, run in swarm itself, outside
-/// any jail's view), and not when the worktrees are kept for inspection (`--keep`). `auto`
-/// falls back to pooled checkouts where a probe cannot mount a view, saying so in the log;
-/// `overlay` was checked before the run (exit 2).
-pub(crate) async fn use_views(req: &RunRequest, sink: &EventSink) -> bool {
-    let settings = &req.settings;
-    if settings.worktree.mode == WorktreeMode::Pool
-        || settings.exec.is_none()
-        || settings.repair
-        || req.keep
-        || !req.mode.runs_workers()
-    {
-        return false;
-    }
-    match views_unavailable(settings, &req.info.common_dir).await {
-        None => true,
-        Some(why) => {
-            sink.emit(Event::Warning {
-                task: None,
-                message: format!(
-                    "overlay worktrees are not available here ({why}); full checkouts are used"
-                ),
-            });
-            false
-        }
-    }
-}
-
-/// Can a confined `--exec` worker's git be given copy-on-write views here (overlays mount in
-/// its jail)? Asked when the worktrees are not views themselves.
-async fn git_views_work(req: &RunRequest) -> bool {
-    let settings = &req.settings;
-    settings.sandbox.enabled
-        && settings.exec.is_some()
-        && req.mode.runs_workers()
-        && views_unavailable(settings, &req.info.common_dir)
-            .await
-            .is_none()
-}
-
-/// Why overlay worktrees cannot be used with these settings in this repository, if so.
-pub(crate) async fn views_unavailable(
-    settings: &crate::settings::Settings,
-    common_dir: &std::path::Path,
-) -> Option<String> {
-    swarm_sandbox::probe_overlay(&settings.sandbox, &state::layers_dir(common_dir))
-        .await
-        .err()
 }
 
 impl Shared {
@@ -482,6 +454,10 @@ impl Shared {
         } = services;
         let mut settings = settings;
         state::hide_from_workers(&mut settings.sandbox, &info.common_dir);
+        settings
+            .sandbox
+            .hide
+            .extend(layout.layers.hidden().map(Into::into));
         let base = plan.base;
         // The model serves the built-in worker, and with --exec, --repair and conflict repair.
         let client = |name: &String| {
@@ -516,15 +492,7 @@ impl Shared {
             true => None,
             false => Some(watch::CheckoutWatch::new(&info.workdir).map_err(RunError::Worktree)?),
         };
-        let pool = Arc::new(
-            WorktreePool::new(
-                &info.common_dir,
-                &plan.run_id,
-                settings.worktree.copy.clone(),
-                &info.workdir,
-            )
-            .reusing_base(settings.worktree.reuse_base),
-        );
+        let pool = worktree_pool(&settings, info, &plan.run_id, &layout);
         Ok(Self {
             known_branches: match workers_write_refs(&settings.sandbox, &info.common_dir) {
                 true => Some(std::sync::Mutex::new(
@@ -556,6 +524,25 @@ impl Shared {
             models,
         })
     }
+}
+
+/// The run's worktrees, made as `settings` and `layout` say.
+fn worktree_pool(
+    settings: &Settings,
+    info: &RepoInfo,
+    run_id: &RunId,
+    layout: &Layout,
+) -> Arc<WorktreePool> {
+    let pool = WorktreePool::new(
+        &info.common_dir,
+        run_id,
+        settings.worktree.copy.clone(),
+        &info.workdir,
+    );
+    Arc::new(
+        pool.reusing_base(settings.worktree.reuse_base)
+            .with_layers(layout.layers.clone()),
+    )
 }
 
 /// A coarse step of a running task, for the live view.

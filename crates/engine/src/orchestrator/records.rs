@@ -95,6 +95,7 @@ pub(crate) fn new_report(
         totals: Default::default(),
         verify_merged: None,
         worktrees: None,
+        layers: None,
         per_process: None,
         skipped_files: plan.skipped.clone(),
     }

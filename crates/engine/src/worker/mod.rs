@@ -15,6 +15,7 @@ pub(crate) mod file_vars;
 pub(crate) mod list_form;
 pub(crate) mod llm;
 mod no_git;
+pub(crate) use no_git::edits_files_only;
 pub(crate) mod own;
 pub(crate) mod process;
 

@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use super::list_form::FILE_EDITORS;
+use crate::env_vars;
 
 /// Does the program of `argv` (a command run without a shell: its first word, a name or a
 /// path) write no git directory? The file editors do not; general-purpose programs (`perl`,
@@ -17,6 +18,29 @@ pub(crate) fn writes_no_git(argv: &[OsString]) -> bool {
     argv.first()
         .and_then(|program| Path::new(program).file_name())
         .is_some_and(|name| FILE_EDITORS.iter().any(|known| name == *known))
+}
+
+/// Does `command`, whatever the task it is run for, only edit the files it is given: a file
+/// editor that swarm runs without a shell? Nothing else it runs writes in its worktree (no
+/// build output, no git), so its view's layers hold the task's files and little more.
+pub(crate) fn edits_files_only(command: &str) -> bool {
+    // The task's variables, each a plain word: what makes a command need a shell is its own
+    // syntax, never a file's name (a name is never parsed).
+    let vars: Vec<(OsString, OsString)> = [
+        env_vars::SWARM_FILE,
+        env_vars::SWARM_FILES,
+        env_vars::SWARM_INSTRUCTION,
+        env_vars::SWARM_TASK_ID,
+        env_vars::SWARM_CANDIDATE,
+        env_vars::SWARM_RUN_ID,
+        env_vars::SWARM_WORKTREE,
+        env_vars::SWARM_TASK_FILE,
+        env_vars::SWARM_RESULT_FILE,
+    ]
+    .into_iter()
+    .map(|name| (name.into(), "x".into()))
+    .collect();
+    super::direct::argv(command, &vars).is_some_and(|argv| writes_no_git(&argv))
 }
 
 #[cfg(test)]
@@ -40,5 +64,23 @@ mod tests {
         assert!(!writes_no_git(&argv(&["npx", "prettier"])));
         assert!(!writes_no_git(&argv(&["sedx"])));
         assert!(!writes_no_git(&[]));
+    }
+
+    #[test]
+    fn a_file_editor_run_without_a_shell_edits_files_only() {
+        assert!(edits_files_only(r#"sed -i 's/a/b/' "$SWARM_FILE""#));
+        assert!(edits_files_only("ruff check --fix $SWARM_FILES"));
+        assert!(edits_files_only(
+            r#"/usr/bin/prettier --write "${SWARM_FILE}""#
+        ));
+        // A shell runs it: anything may follow.
+        assert!(!edits_files_only(
+            r#"sed -i 's/a/b/' "$SWARM_FILE" && make"#
+        ));
+        assert!(!edits_files_only(
+            r#"sed -i 's/a/b/' "$SWARM_FILE"; cargo build"#
+        ));
+        assert!(!edits_files_only(r#"cargo fmt -- "$SWARM_FILE""#));
+        assert!(!edits_files_only(r#"sed -i "s/$HOME/b/" "$SWARM_FILE""#));
     }
 }

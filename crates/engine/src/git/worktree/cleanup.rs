@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use git2::{Repository, WorktreePruneOptions};
 
+use crate::git::layers::LayersRoot;
 use crate::ids::RunId;
 use crate::state;
 
@@ -31,16 +32,19 @@ pub(crate) fn remove_run_layers(common_dir: &Path, run_id: &RunId) -> anyhow::Re
     remove_layers_where(common_dir, &|part| part.starts_with(&prefix))
 }
 
-/// Removes the layers directories `<RUN-ID>-<n>` that `select` picks.
+/// Removes the layers directories `<RUN-ID>-<n>` that `select` picks, on the disk and in
+/// memory.
 fn remove_layers_where(common_dir: &Path, select: &dyn Fn(&str) -> bool) -> anyhow::Result<()> {
-    let Ok(entries) = std::fs::read_dir(state::layers_dir(common_dir)) else {
-        return Ok(());
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if is_slot_name(&name) && select(&name) {
-            crate::git::view::remove_layers(common_dir, &entry.path())?;
+    for root in LayersRoot::all(common_dir) {
+        let Ok(entries) = std::fs::read_dir(root.path()) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if is_slot_name(&name) && select(&name) {
+                root.remove(common_dir, &entry.path())?;
+            }
         }
     }
     Ok(())

@@ -34,6 +34,7 @@ use git2::{Oid, Repository};
 
 use super::commit::{self, CommitError, Committed};
 use super::view;
+use crate::git::layers::LayersRoot;
 use crate::ids::RunId;
 use crate::repo_path::RepoPath;
 use crate::state;
@@ -108,6 +109,8 @@ pub(crate) struct WorktreePool {
     reuse_base: bool,
     /// Whether a checkout may skip git's filters ([`crate::git::filters`]).
     filters: crate::git::filters::Filters,
+    /// Where the overlay worktrees' layers are made.
+    layers: LayersRoot,
 }
 
 /// How many threads check a new worktree out.
@@ -144,7 +147,14 @@ impl WorktreePool {
             common: Default::default(),
             reuse_base: false,
             filters: Default::default(),
+            layers: LayersRoot::disk(common_dir),
         }
+    }
+
+    /// Overlay worktrees with their layers in `layers` rather than on the repository's disk.
+    pub(crate) fn with_layers(mut self, layers: LayersRoot) -> Self {
+        self.layers = layers;
+        self
     }
 
     /// Overlay worktrees over the base checkout kept between runs ([`kept`]), when another
@@ -341,7 +351,7 @@ impl WorktreePool {
         }
         if let Some(view) = &slot.view
             && let Some(layers) = view.upper.parent()
-            && let Err(e) = view::remove_layers(&self.common_dir, layers)
+            && let Err(e) = self.layers.remove(&self.common_dir, layers)
         {
             tracing::warn!("cannot remove the layers of worktree {}: {e:#}", slot.name);
         }

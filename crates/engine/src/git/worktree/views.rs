@@ -102,8 +102,9 @@ impl WorktreePool {
         branch_ref: &str,
     ) -> anyhow::Result<NewView> {
         let (name, path) = self.register(repo, Head::Branch(branch_ref))?;
-        let layers = state::layers_dir(&self.common_dir)
-            .join(path.file_name().context("a worktree path without a name")?);
+        let layers = self
+            .layers
+            .slot(path.file_name().context("a worktree path without a name")?);
         let (upper, work) = (layers.join("upper"), layers.join("work"));
         std::fs::create_dir_all(&upper)?;
         std::fs::create_dir_all(&work)?;
