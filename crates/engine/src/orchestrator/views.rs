@@ -79,8 +79,15 @@ pub(super) async fn layers_root(req: &RunRequest, per_process: usize) -> LayersR
     if !edits_only {
         return disk;
     }
+    let sizing = std::time::Instant::now();
     let needed = match room_needed(req, per_process) {
-        Ok(needed) => needed,
+        Ok(needed) => {
+            tracing::debug!(
+                "layers need {needed} bytes (sized in {:?})",
+                sizing.elapsed()
+            );
+            needed
+        }
         Err(e) => {
             tracing::debug!("layers on the disk: cannot size the tasks' files: {e:#}");
             return disk;
