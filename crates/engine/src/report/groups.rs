@@ -10,6 +10,9 @@ pub struct Group<'a> {
     /// The error, with `<file>` for the task's own file names.
     pub reason: String,
     pub tasks: Vec<&'a TaskReport>,
+    /// Did the run keep its layers in memory (the report's `layers`)? Then "no space" may be
+    /// the tmpfs's.
+    pub layers_in_memory: bool,
 }
 
 /// The unsuccessful tasks (not pending, running or finished-unmerged), grouped, the largest
@@ -27,6 +30,7 @@ pub fn groups(report: &Report) -> Vec<Group<'_>> {
             status: tasks[0].status,
             reason,
             tasks,
+            layers_in_memory: report.layers.as_deref() == Some("memory"),
         })
         .collect();
     groups.sort_by(|a, b| {
@@ -98,10 +102,19 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
                 "none: skipped in review, their branches kept (swarm diff {run} TASK shows one)"
             )
         }
-        TaskStatus::Failed if let Some(short) = ran_short_of(&group.reason) => format!(
-            "this machine ran short of {short}: free some, or run fewer at once, then: swarm \
-             resume {run} --failed -j N"
-        ),
+        TaskStatus::Failed if let Some(short) = ran_short_of(&group.reason) => {
+            let (short, or) = match (short, group.layers_in_memory) {
+                ("disk space", true) => (
+                    "disk space, or of room in memory where the run kept its layers",
+                    " (SWARM_LAYERS_ON_DISK=1 keeps them on the disk)",
+                ),
+                _ => (short, ""),
+            };
+            format!(
+                "this machine ran short of {short}: free some, or run fewer at once, then: \
+                 swarm resume {run} --failed -j N{or}"
+            )
+        }
         TaskStatus::Failed if group.reason.contains("--verify") => {
             format!("fix the code or the check, then: swarm resume {run} --failed [--verify CMD]")
         }
@@ -191,6 +204,17 @@ mod tests {
             2
         );
         assert!(steps.contains(&short("processes")), "{steps:?}");
+        // No space: on the disk, or on the tmpfs of a run's layers in memory.
+        let full = ["cannot write: No space left on device (os error 28)"];
+        let mut full = self::report(&full);
+        assert_eq!(next_step(&groups(&full)[0], "R"), short("disk space"));
+        full.layers = Some("memory".into());
+        assert_eq!(
+            next_step(&groups(&full)[0], "R"),
+            "this machine ran short of disk space, or of room in memory where the run kept its \
+             layers: free some, or run fewer at once, then: swarm resume R --failed -j N \
+             (SWARM_LAYERS_ON_DISK=1 keeps them on the disk)"
+        );
         assert!(
             steps.contains(
                 &"fix the command, then: swarm resume R --failed --exec 'FIXED COMMAND'"
