@@ -26,9 +26,9 @@ fn uid() -> u32 {
 }
 
 /// A file editor by its name (`sed`), as swarm tells one: it appends to its file where its
-/// view's upper layer is, what it sees of this user's folder of layers in `runtime`, and
-/// whether it could write there; then sleeps `sleep` seconds.
-fn fake_sed(repo: &TestRepo, runtime: &Path, sleep: u32) -> PathBuf {
+/// view's upper layer is and what it sees of this user's folder of layers in `runtime`, and
+/// tries to write there; then sleeps a minute while the test's `slow` file exists.
+fn fake_sed(repo: &TestRepo, runtime: &Path) -> PathBuf {
     let bin = repo.root().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let dir = runtime.join(format!("swarm-{}", uid()));
@@ -38,13 +38,19 @@ fn fake_sed(repo: &TestRepo, runtime: &Path, sleep: u32) -> PathBuf {
          echo \"upper: $(grep -o 'upperdir=[^,]*' /proc/self/mountinfo | head -n 1)\" >> \"$1\"\n\
          echo \"seen: $(ls -A \"$dir\" 2>/dev/null | tr '\\n' ' ')\" >> \"$1\"\n\
          touch \"$dir/planted\" 2>/dev/null\n\
-         sleep {sleep}\n",
-        dir.display()
+         if [ -e '{}' ]; then sleep 60; fi\n",
+        dir.display(),
+        slow(repo).display()
     );
     let sed = bin.join("sed");
     std::fs::write(&sed, script).unwrap();
     std::fs::set_permissions(&sed, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     sed
+}
+
+/// While this file exists, the workers of `fake_sed` take a minute.
+fn slow(repo: &TestRepo) -> PathBuf {
+    repo.root().join("slow")
 }
 
 fn refactor(repo: &TestRepo, exec: &str, extra: &[&str]) -> Command {
@@ -84,7 +90,7 @@ fn merges(repo: &TestRepo) -> usize {
 fn a_file_editors_layers_are_in_memory_hidden_from_workers_and_gone_after() {
     let repo = repo();
     let runtime = repo.runtime_dir().expect("/dev/shm").to_path_buf();
-    let sed = fake_sed(&repo, &runtime, 0);
+    let sed = fake_sed(&repo, &runtime);
     let run = Run::from(
         refactor(&repo, &format!("{} \"$SWARM_FILE\"", sed.display()), &[])
             .output()
@@ -118,7 +124,7 @@ fn a_command_run_by_a_shell_or_with_verify_or_told_to_keeps_its_layers_on_disk()
     let disk = |extra: &[&str], shell: bool, on_disk: bool| {
         let repo = repo();
         let runtime = repo.runtime_dir().expect("/dev/shm").to_path_buf();
-        let sed = fake_sed(&repo, &runtime, 0);
+        let sed = fake_sed(&repo, &runtime);
         let exec = match shell {
             true => format!("{} \"$SWARM_FILE\" && true", sed.display()),
             false => format!("{} \"$SWARM_FILE\"", sed.display()),
@@ -166,7 +172,7 @@ fn layers_go_to_memory_only_where_there_is_twice_their_room() {
     // half of 100 MiB does not hold and half of 1 GiB does.
     for (size, expected, at) in [("100m", "disk", None), ("1g", "memory", Some("/dev/shm"))] {
         let repo = repo();
-        let sed = fake_sed(&repo, Path::new("/dev/shm"), 0);
+        let sed = fake_sed(&repo, Path::new("/dev/shm"));
         let run = with_shm_of(&repo, size, &format!("{} \"$SWARM_FILE\"", sed.display()));
         run.assert_code(0);
         assert_eq!(repo.report(&run)["layers"], expected, "{size}");
@@ -179,30 +185,32 @@ fn layers_go_to_memory_only_where_there_is_twice_their_room() {
     }
 }
 
-#[test]
-fn layers_in_memory_a_killed_run_left_are_removed_by_swarm_clean() {
-    let repo = repo();
+/// The layers folders in this user's folder `mine`, of every repository.
+fn layers_in(mine: &Path) -> Vec<PathBuf> {
+    let Ok(repos) = std::fs::read_dir(mine) else {
+        return Vec::new();
+    };
+    repos
+        .flatten()
+        .flat_map(|r| std::fs::read_dir(r.path()).into_iter().flatten().flatten())
+        .map(|slot| slot.path())
+        .collect()
+}
+
+/// Starts a run whose workers take a minute, and kills it (`kill -9`) once three of them are
+/// running: gives this user's folder of layers in memory, which the run left layers in.
+fn kill_mid_run(repo: &TestRepo) -> PathBuf {
     let runtime = repo.runtime_dir().expect("/dev/shm").to_path_buf();
-    let sed = fake_sed(&repo, &runtime, 60);
-    let mut child = refactor(&repo, &format!("{} \"$SWARM_FILE\"", sed.display()), &[])
+    let sed = fake_sed(repo, &runtime);
+    std::fs::write(slow(repo), "").unwrap();
+    let mut child = refactor(repo, &format!("{} \"$SWARM_FILE\"", sed.display()), &[])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let mine = runtime.join(format!("swarm-{}", uid()));
-    let layers = || -> Vec<PathBuf> {
-        let Ok(repos) = std::fs::read_dir(&mine) else {
-            return Vec::new();
-        };
-        repos
-            .flatten()
-            .flat_map(|r| std::fs::read_dir(r.path()).into_iter().flatten().flatten())
-            .map(|slot| slot.path())
-            .filter(|slot| slot.join("upper/f0.txt").exists() || slot.join("upper").is_dir())
-            .collect()
-    };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while layers().len() < 3 {
+    while layers_in(&mine).len() < 3 {
         assert!(Instant::now() < deadline, "no worker started");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -210,10 +218,36 @@ fn layers_in_memory_a_killed_run_left_are_removed_by_swarm_clean() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
-        !layers().is_empty(),
+        !layers_in(&mine).is_empty(),
         "the killed run left no layers to clean"
     );
+    mine
+}
+
+#[test]
+fn layers_in_memory_a_killed_run_left_are_removed_by_swarm_clean() {
+    let repo = repo();
+    let mine = kill_mid_run(&repo);
     repo.swarm(&["clean", "--all"]).assert_code(0);
-    assert!(layers().is_empty(), "left in memory: {:?}", layers());
+    assert!(layers_in(&mine).is_empty(), "left: {:?}", layers_in(&mine));
+    repo.assert_clean_after_run();
+}
+
+#[test]
+fn a_killed_run_resumed_merges_everything_and_leaves_nothing_in_memory() {
+    let repo = repo();
+    let mine = kill_mid_run(&repo);
+    std::fs::remove_file(slow(&repo)).unwrap();
+    let runs: Vec<_> = std::fs::read_dir(repo.swarm_dir().join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = repo.swarm(&["resume", &runs[0]]);
+    run.assert_code(0);
+    assert_eq!(merges(&repo), FILES);
+    assert_eq!(repo.report(&run)["layers"], "memory");
+    assert!(layers_in(&mine).is_empty(), "left: {:?}", layers_in(&mine));
     repo.assert_clean_after_run();
 }
