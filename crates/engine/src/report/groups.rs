@@ -102,7 +102,7 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
                 "none: skipped in review, their branches kept (swarm diff {run} TASK shows one)"
             )
         }
-        TaskStatus::Failed if let Some(short) = ran_short_of(&group.reason) => {
+        TaskStatus::Failed if let Some(short) = machine_ran_short(group) => {
             let (short, or) = match (short, group.layers_in_memory) {
                 ("disk space", true) => (
                     "disk space, or of room in memory where the run kept its layers",
@@ -129,6 +129,21 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
         }
         _ => format!("swarm resume {run} --failed runs them again"),
     }
+}
+
+/// What the machine ran short of, when the group's error says so, or the output of each of
+/// its tasks' workers does (a file editor that could not write its file: `sed: couldn't
+/// flush …: No space left on device`).
+fn machine_ran_short(group: &Group<'_>) -> Option<&'static str> {
+    ran_short_of(&group.reason).or_else(|| {
+        let said = |t: &&TaskReport| t.output_tail.as_deref().and_then(ran_short_of);
+        let first = group.tasks.first().and_then(said)?;
+        group
+            .tasks
+            .iter()
+            .all(|t| said(t) == Some(first))
+            .then_some(first)
+    })
 }
 
 /// What the machine ran short of, when `reason` is the system's word for it (as the C
@@ -209,6 +224,15 @@ mod tests {
         let mut full = self::report(&full);
         assert_eq!(next_step(&groups(&full)[0], "R"), short("disk space"));
         full.layers = Some("memory".into());
+        // A worker that said so itself, its exit status being all swarm knows.
+        let mut said = self::report(&["the worker exited with status 4"]);
+        said.tasks[0].output_tail =
+            Some("sed: couldn't flush f0.txt: No space left on device\n".into());
+        said.layers = Some("memory".into());
+        assert_eq!(
+            next_step(&groups(&said)[0], "R"),
+            next_step(&groups(&full)[0], "R")
+        );
         assert_eq!(
             next_step(&groups(&full)[0], "R"),
             "this machine ran short of disk space, or of room in memory where the run kept its \
