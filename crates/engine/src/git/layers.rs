@@ -46,8 +46,7 @@ impl LayersRoot {
         all.extend(
             tmpfs_bases()
                 .iter()
-                .filter_map(|base| user_dir(base, false))
-                .map(|dir| dir.join(digest(common_dir)))
+                .filter_map(|base| Some(user_dir(base, false)?.join(digest(common_dir)?)))
                 .filter(|dir| std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()))
                 .map(Self::Memory),
         );
@@ -116,7 +115,7 @@ pub(crate) fn memory_root(common_dir: &Path, needed: u64) -> Option<LayersRoot> 
         if needed > free / 2 {
             return None;
         }
-        let dir = user_dir(base, true)?.join(digest(common_dir));
+        let dir = user_dir(base, true)?.join(digest(common_dir)?);
         let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
         let meta = std::fs::symlink_metadata(&dir).ok()?;
         meta.is_dir().then_some(LayersRoot::Memory(dir))
@@ -150,17 +149,14 @@ fn user_dir(base: &Path, create: bool) -> Option<PathBuf> {
 }
 
 /// The name of `common_dir`'s folder of layers in memory: a digest of its path (git's own
-/// object hash, so every version of swarm finds the same).
-fn digest(common_dir: &Path) -> String {
+/// object hash, so every version of swarm finds the same); `None` if libgit2 cannot hash.
+fn digest(common_dir: &Path) -> Option<String> {
     let path = common_dir
         .canonicalize()
         .unwrap_or_else(|_| common_dir.to_path_buf());
     let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
-    match git2::Oid::hash_object(git2::ObjectType::Blob, bytes) {
-        Ok(id) => id.to_string()[..20].to_string(),
-        // Only if libgit2 cannot hash: one folder for every repository, still this user's.
-        Err(_) => "repository".to_string(),
-    }
+    let id = git2::Oid::hash_object(git2::ObjectType::Blob, bytes).ok()?;
+    Some(id.to_string()[..20].to_string())
 }
 
 #[cfg(test)]
@@ -221,6 +217,6 @@ mod tests {
         let a = digest(Path::new("/nonexistent/a/.git"));
         assert_eq!(a, digest(Path::new("/nonexistent/a/.git")));
         assert_ne!(a, digest(Path::new("/nonexistent/b/.git")));
-        assert_eq!(a.len(), 20);
+        assert_eq!(a.map(|a| a.len()), Some(20));
     }
 }

@@ -340,8 +340,8 @@ fn announce(
     report.worktrees = Some(if layout.views { "overlay" } else { "pool" }.to_string());
     report.layers = layout.views.then(|| {
         match layout.layers {
-            LayersRoot::Disk(_) => "disk",
-            LayersRoot::Memory(_) => "memory",
+            LayersRoot::Disk(_) => crate::report::LAYERS_ON_DISK,
+            LayersRoot::Memory(_) => crate::report::LAYERS_IN_MEMORY,
         }
         .to_string()
     });

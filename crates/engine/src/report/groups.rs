@@ -2,7 +2,7 @@
 //! (the error with the task's own files and id taken out), with how many, the first files,
 //! and the next step: what fixes it, and the `swarm resume` that runs them again.
 
-use super::{Report, TaskReport, TaskStatus};
+use super::{LAYERS_IN_MEMORY, Report, TaskReport, TaskStatus};
 
 /// Tasks that failed the same way.
 pub struct Group<'a> {
@@ -30,7 +30,7 @@ pub fn groups(report: &Report) -> Vec<Group<'_>> {
             status: tasks[0].status,
             reason,
             tasks,
-            layers_in_memory: report.layers.as_deref() == Some("memory"),
+            layers_in_memory: report.layers.as_deref() == Some(LAYERS_IN_MEMORY),
         })
         .collect();
     groups.sort_by(|a, b| {
@@ -223,12 +223,12 @@ mod tests {
         let full = ["cannot write: No space left on device (os error 28)"];
         let mut full = self::report(&full);
         assert_eq!(next_step(&groups(&full)[0], "R"), short("disk space"));
-        full.layers = Some("memory".into());
+        full.layers = Some(LAYERS_IN_MEMORY.into());
         // A worker that said so itself, its exit status being all swarm knows.
         let mut said = self::report(&["the worker exited with status 4"]);
         said.tasks[0].output_tail =
             Some("sed: couldn't flush f0.txt: No space left on device\n".into());
-        said.layers = Some("memory".into());
+        said.layers = Some(LAYERS_IN_MEMORY.into());
         assert_eq!(
             next_step(&groups(&said)[0], "R"),
             next_step(&groups(&full)[0], "R")

@@ -18,6 +18,10 @@ pub(crate) use usage::{NetworkUse, Reported};
 
 pub(crate) const REPORT_SCHEMA_VERSION: u32 = 1;
 
+/// The report's `layers` when a run kept its overlay layers in memory, and on the disk.
+pub(crate) const LAYERS_IN_MEMORY: &str = "memory";
+pub(crate) const LAYERS_ON_DISK: &str = "disk";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
