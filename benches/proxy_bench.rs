@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo bench --bench proxy_bench -- [--tasks 32] [--jobs 16] [--requests 4] [--latency-ms 500] [--rounds 3] [--also OLD_SWARM] [--only agent]
-//!     [--stand-in curl|bash] [--events FILE]
+//!     [--stand-in curl|bash|native] [--events FILE]
 //! ```
 //!
 //! Each task is a fake agent: `--requests` Messages requests (`POST /v1/messages`, a
@@ -108,13 +108,49 @@ fn run(repo: &Path, jobs: u64, way: &Way<'_>, config: &Path) -> (Duration, f64, 
             .env("ANTHROPIC_API_KEY", "sk-bench-key-0123456789")
             .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}")),
     };
+    // The native stand-in is this bench's binary: its folder on PATH, as an agent's is.
+    let exe = std::env::current_exe().unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    cmd.env(
+        "PATH",
+        format!("{}:{path}", exe.parent().unwrap().display()),
+    );
     cmd.env("SWARM_TEST_PROXY_RESOLVE", "api.bench.test=127.0.0.1")
         .env("GIT_AUTHOR_NAME", "bench")
         .env("GIT_AUTHOR_EMAIL", "bench@example.com");
+    let spawned = std::time::SystemTime::now();
     let m = common::measure(&mut cmd);
+    let ended = std::time::SystemTime::now();
     assert!(m.stderr.contains(" merged, 0 no change"), "{}", m.stderr);
+    print_ends(repo, spawned, ended);
     common::keep_events(repo);
     (m.wall, m.peak_mb, m.user_s + m.sys_s)
+}
+
+/// Where a run's time beyond its tasks went: from swarm's start to its first task's, and
+/// from its last task's end (`task_finished`) to swarm's exit, from the run's events.
+fn print_ends(repo: &Path, spawned: std::time::SystemTime, ended: std::time::SystemTime) {
+    let secs = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let events = std::fs::read_to_string(common::events_file(repo)).unwrap();
+    let stamps = |kind: &str| -> Vec<f64> {
+        events
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["kind"] == kind)
+            .map(|e| e["ts"].as_f64().unwrap())
+            .collect()
+    };
+    let first = stamps("task_started").into_iter().fold(f64::MAX, f64::min);
+    let last = stamps("task_finished").into_iter().fold(0.0, f64::max);
+    println!(
+        "    swarm's start to its first task {:.0} ms, its last task's end to its exit {:.0} ms",
+        (first - secs(spawned)) * 1e3,
+        (secs(ended) - last) * 1e3
+    );
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -123,6 +159,9 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("stand-in-agent") {
+        return native_agent();
+    }
     let tasks = option("--tasks", 32);
     let jobs = option("--jobs", 16);
     let requests = option("--requests", 4);
@@ -137,18 +176,16 @@ fn main() {
              -d '{body}' -o /dev/null {url} || exit 1; done; sed -i s/foo/bar/ \"$SWARM_FILE\""
         )
     };
-    let lean = match option_str("--stand-in", "curl").as_str() {
-        "curl" => false,
-        "bash" => true,
-        other => panic!("--stand-in is curl or bash, not {other}"),
+    let stand_in = option_str("--stand-in", "curl");
+    let lean = match stand_in.as_str() {
+        "curl" => None,
+        "bash" => Some(bash_calls(requests, body)),
+        "native" => Some(native_calls(requests)),
+        other => panic!("--stand-in is curl, bash or native, not {other}"),
     };
-    let direct = if lean {
-        format!(
-            "ANTHROPIC_BASE_URL=http://127.0.0.1:{port} {}",
-            bash_calls(requests, body)
-        )
-    } else {
-        calls(&format!("http://127.0.0.1:{port}/v1/messages"), "")
+    let direct = match &lean {
+        Some(calls) => format!("ANTHROPIC_BASE_URL=http://127.0.0.1:{port} {calls}"),
+        None => calls(&format!("http://127.0.0.1:{port}/v1/messages"), ""),
     };
     let proxied = calls(
         &format!("http://api.bench.test:{port}/v1/messages"),
@@ -158,14 +195,23 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     // The fleet as an agent: the same calls, to the gateway, with its placeholder key.
     let config = dir.path().join("config.toml");
-    let (gatewayed, binary) = if lean {
-        (bash_calls(requests, body), "bash")
+    let (gatewayed, binary) = if let Some(calls) = &lean {
+        let program = calls.split_whitespace().next().unwrap();
+        (
+            calls.clone(),
+            Path::new(program)
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        )
     } else {
         let curl = calls(
             "\"$ANTHROPIC_BASE_URL/v1/messages\"",
             "-H \"x-api-key: $ANTHROPIC_API_KEY\"",
         );
-        (curl, "curl")
+        (curl, "curl".to_owned())
     };
     std::fs::write(
         &config,
@@ -191,8 +237,8 @@ fn main() {
         ways.retain(|(name, _)| name.starts_with("--agent"));
     } else {
         assert!(
-            !lean,
-            "--stand-in bash is for --only agent (its calls make no CONNECT)"
+            lean.is_none(),
+            "--stand-in bash or native is for --only agent (its calls make no CONNECT)"
         );
     }
     // Every task's calls one after another, `jobs` tasks at once, nothing else.
@@ -274,6 +320,53 @@ sed -i s/foo/bar/ "$SWARM_FILE"'"#,
         len = body.len(),
         body = body.replace('"', "\\\""),
     )
+}
+
+/// The native stand-in (`--stand-in native`): this bench's own binary makes the same calls
+/// and the same edit in one process (no `bash`, `cat` or `sed` started), so that what a run
+/// costs beyond the calls' latency is swarm's.
+fn native_calls(requests: u64) -> String {
+    let exe = std::env::current_exe().unwrap();
+    format!("{} stand-in-agent {requests}", exe.display())
+}
+
+/// The native stand-in's body: `requests` calls to `$ANTHROPIC_BASE_URL/v1/messages`, each
+/// answer drained, then `foo` → `bar` in `$SWARM_FILE`. A call answered with anything but a
+/// 200 fails the task.
+fn native_agent() {
+    use std::io::{BufRead as _, BufReader, Read as _};
+    let requests: u64 = std::env::args().nth(2).unwrap().parse().unwrap();
+    let base = std::env::var("ANTHROPIC_BASE_URL").unwrap();
+    let key = std::env::var("ANTHROPIC_API_KEY").unwrap_or_default();
+    let rest = base.strip_prefix("http://").unwrap();
+    let (host, prefix) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
+    let prefix = if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("/{prefix}")
+    };
+    let body = r#"{"model":"bench","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#;
+    for _ in 0..requests {
+        let mut stream = std::net::TcpStream::connect(host).unwrap();
+        write!(
+            stream,
+            "POST {prefix}/v1/messages HTTP/1.1\r\nHost: {host}\r\nx-api-key: {key}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut status = String::new();
+        reader.read_line(&mut status).unwrap();
+        if !status.starts_with("HTTP/1.1 200") {
+            eprintln!("{status}");
+            std::process::exit(1);
+        }
+        std::io::copy(&mut reader.by_ref(), &mut std::io::sink()).unwrap();
+    }
+    let file = std::env::var("SWARM_FILE").unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replacen("foo", "bar", 1)).unwrap();
 }
 
 /// The stand-in agents' own floor: the same script on each file, `jobs` at a time by

@@ -61,6 +61,17 @@ pub fn start() {
     }
 }
 
+/// Has the folder `path`, which nothing uses any more and nobody will look for at that
+/// path again, deleted off the caller's path.
+pub fn delete_later(path: PathBuf) {
+    let queued = queue()
+        .as_ref()
+        .is_some_and(|q| q.send(Job::Delete(path.clone())).is_ok());
+    if !queued {
+        delete(&path);
+    }
+}
+
 /// Moves the folder `path` into `graveyard` (made if missing, never through a link), and
 /// has it deleted there. `Err` if it could not be moved: it is where it was.
 pub fn retire(path: &Path, graveyard: &Path) -> io::Result<()> {
@@ -88,13 +99,7 @@ pub fn retire(path: &Path, graveyard: &Path) -> io::Result<()> {
             break;
         }
     }
-    let moved = moved?;
-    let queued = queue()
-        .as_ref()
-        .is_some_and(|q| q.send(Job::Delete(moved.clone())).is_ok());
-    if !queued {
-        delete(&moved);
-    }
+    delete_later(moved?);
     Ok(())
 }
 

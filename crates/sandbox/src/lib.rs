@@ -202,6 +202,15 @@ async fn probe_overlay_in(policy: &SandboxPolicy, layers: &std::path::Path) -> R
     }
 }
 
+/// The end of a run's processes: the idle jail hosts told to end and the scratch folders kept
+/// for use again handed to the janitor, so that both are done while the run merges its last
+/// tasks and cleans up, not after its summary. Anything confined started after this gets a
+/// new host and new folders. Blocking, but quick: a socket closed a host, a message a folder.
+pub fn wind_down() {
+    jail::retire_idle_hosts();
+    scratch::release_kept();
+}
+
 /// A private temporary directory for one worker process, emptied when dropped (and used
 /// again, [`scratch::reusable`]).
 pub fn private_tmp() -> std::io::Result<scratch::ScratchDir> {

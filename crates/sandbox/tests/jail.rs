@@ -132,6 +132,64 @@ async fn a_hosted_status_comes_before_the_jail_is_gone(dir: &Path) {
     assert_eq!(first, second);
 }
 
+/// The pids of this process's children that are jail hosts, and whether each has ended
+/// (a zombie, not reaped yet).
+fn hosts() -> Vec<(u32, bool)> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|p| {
+            let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(p.path().join("stat")).ok()?;
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let (state, ppid) = (fields.next()?, fields.next()?);
+            let host = std::fs::read(p.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"__swarm-jail-host"));
+            // A zombie's command line is empty: its parent is what names it.
+            (ppid == me && (host || state == "Z")).then_some((pid, state == "Z"))
+        })
+        .collect()
+}
+
+/// At a run's end (`wind_down`) an idle host is told to end and its scratch folders kept for
+/// use again are deleted, while the process goes on: the host ends at once (it is only
+/// reaped at `end_hosts`), a process started after gets a new host, and `end_hosts` leaves
+/// none.
+async fn a_wound_down_host_ends_and_the_next_process_gets_a_new_one(dir: &Path) {
+    // What the tests before left idle.
+    swarm_sandbox::jail::end_hosts();
+    let (code, first, jail) = hosted("readlink /proc/self/ns/net", dir).await;
+    assert_eq!(code, Some(0), "{first}");
+    tokio::task::spawn_blocking(move || drop(jail))
+        .await
+        .unwrap();
+    let idle = hosts();
+    assert_eq!(idle.len(), 1, "one idle host: {idle:?}");
+    let kept = swarm_sandbox::private_tmp().unwrap();
+    let kept_path = kept.path().to_path_buf();
+    drop(kept);
+    assert!(
+        kept_path.is_dir(),
+        "an emptied folder is kept for use again"
+    );
+    swarm_sandbox::wind_down();
+    let ended = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        hosts() == [(idle[0].0, true)]
+    });
+    assert!(ended, "the idle host did not end: {:?}", hosts());
+    assert!(!kept_path.exists(), "a kept folder outlived the wind-down");
+    let (code, second, jail) = hosted("readlink /proc/self/ns/net", dir).await;
+    assert_eq!(code, Some(0), "{second}");
+    assert_ne!(first, second, "the ended host ran the next process");
+    tokio::task::spawn_blocking(move || drop(jail))
+        .await
+        .unwrap();
+    swarm_sandbox::jail::end_hosts();
+    assert_eq!(hosts(), [], "a host outlived end_hosts");
+}
+
 /// A hosted jail that fails before its worker runs (an argument no `execve` can take) says
 /// nothing early: its status still comes, the jail's own, and its end after it.
 async fn a_hosted_jail_that_fails_still_reports_its_status(dir: &Path) {
@@ -259,7 +317,8 @@ fn main() -> ExitCode {
         a_hosted_status_comes_before_the_jail_is_gone(&each("hosted")).await;
         a_hosted_jail_that_fails_still_reports_its_status(&each("hosted-fails")).await;
         a_volatile_view_mounts_again_on_the_same_layers(&each("volatile")).await;
-        println!("7 jail tests passed");
+        a_wound_down_host_ends_and_the_next_process_gets_a_new_one(&each("wound-down")).await;
+        println!("8 jail tests passed");
     });
     ExitCode::SUCCESS
 }

@@ -194,22 +194,21 @@ async fn clean_up(shared: &Arc<Shared>, info: &RepoInfo, keep: bool, report: &mu
     }
     delete.push(run_id.branch(&RunBranch::Verify));
     delete.push(run_id.branch(&RunBranch::Repair));
-    let removed_worktrees = if keep {
-        0
-    } else {
+    // The worktrees and the branches go side by side: neither needs the other gone.
+    let removing = (!keep).then(|| {
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || shared.pool.remove_all())
-            .await
-            .unwrap_or(0)
+    });
+    let deleting =
+        tokio::task::spawn_blocking(move || finish::delete_branches(&common_dir, &delete));
+    let removed_worktrees = match removing {
+        Some(removing) => removing.await.unwrap_or(0),
+        None => 0,
     };
-    let deleted_branches = tokio::task::spawn_blocking(move || {
-        let deleted = finish::delete_branches(&common_dir, &delete);
-        // What the worktrees held goes in a process of its own, after the result is out.
-        crate::state::empty_trash_later(&common_dir);
-        deleted
-    })
-    .await
-    .unwrap_or(0);
+    let deleted_branches = deleting.await.unwrap_or(0);
+    // What the worktrees held goes in a process of its own, after the result is out.
+    let common_dir = info.common_dir.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::state::empty_trash_later(&common_dir)).await;
     shared.sink.emit(Event::Cleanup {
         removed_worktrees,
         deleted_branches,

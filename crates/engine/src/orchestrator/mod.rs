@@ -300,6 +300,8 @@ async fn conclude(
         stopped: interrupted || driven.is_err(),
         hold: hold.as_deref(),
     };
+    // No worker process runs after this point.
+    swarm_sandbox::wind_down();
     finish::finish(shared, &ending, &mut report).await;
     let report = close_report(shared, report, interrupted, started)
         .map_err(|e| RunError::classify("saving the run's report", e))?;

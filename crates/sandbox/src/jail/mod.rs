@@ -58,7 +58,7 @@ mod init;
 mod mounts;
 mod wire;
 
-pub use hosted::{Hosted, NO_HOSTS_VAR, end_hosts};
+pub use hosted::{Hosted, NO_HOSTS_VAR, end_hosts, retire_idle_hosts};
 use init::init_main;
 pub use mounts::StateView;
 use mounts::loopback_up;

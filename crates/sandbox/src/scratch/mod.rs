@@ -31,7 +31,7 @@ use crate::files::{rename_noreplace, try_lock};
 
 mod reuse;
 
-pub use reuse::{ScratchDir, reusable};
+pub use reuse::{ScratchDir, release_kept, reusable};
 
 /// The name of every process's directory starts with this, then its pid and a dash.
 const PREFIX: &str = "swarm-";

@@ -81,6 +81,15 @@ pub fn reusable(kind: &'static str, inner: &'static [&'static str]) -> io::Resul
     })
 }
 
+/// Has the folders kept for use again deleted by the janitor: at a run's end, while it
+/// merges and cleans up. A folder asked for after this is made anew.
+pub fn release_kept() {
+    let kept = std::mem::take(&mut *KEPT.lock().unwrap_or_else(|e| e.into_inner()));
+    for (_, path) in kept {
+        crate::janitor::delete_later(path);
+    }
+}
+
 impl Drop for ScratchDir {
     fn drop(&mut self) {
         if emptied(self).is_ok_and(|clean| clean) {
