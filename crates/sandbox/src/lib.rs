@@ -126,9 +126,7 @@ pub async fn probe(policy: &SandboxPolicy) -> Result<(), String> {
 
 /// Runs a probe's jail to its end: `Err` says why it failed, in the jail's words.
 async fn run_probe(spec: &jail::JailSpec) -> Result<(), String> {
-    let mut cmd = spec.command().map_err(|e| e.to_string())?;
-    cmd.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
+    let cmd = spec.command().map_err(|e| e.to_string())?;
     let out = cmd.output().await.map_err(|e| e.to_string())?;
     if out.status.success() {
         return Ok(());

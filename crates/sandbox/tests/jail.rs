@@ -132,6 +132,36 @@ async fn a_hosted_status_comes_before_the_jail_is_gone(dir: &Path) {
     assert_eq!(first, second);
 }
 
+/// A one-off jail dies with swarm (its parent-death signal), never with the thread that
+/// started it: Linux sends that signal when the parent *thread* ends, and swarm starts jails
+/// from the async runtime's threads, which end after 10 s idle.
+async fn a_jail_outlives_the_thread_that_started_it(dir: &Path) {
+    let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), "sleep 1; echo alive".into()];
+    let spec = JailSpec::new(&argv, dir, &[], &[], false);
+    let runtime = tokio::runtime::Handle::current();
+    let child = std::thread::spawn(move || {
+        let _in_runtime = runtime.enter();
+        let mut cmd = spec.command().unwrap();
+        cmd.command_mut().stdout(std::process::Stdio::piped());
+        let child = cmd.spawn().unwrap();
+        // The thread ends once the jail is set up (its parent-death signal asked for).
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        child
+    })
+    .join()
+    .unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref()
+        ),
+        (Some(0), "alive\n"),
+        "the jail ended with the thread that started it: {:?}",
+        out.status
+    );
+}
+
 /// The pids of this process's children that are jail hosts, and whether each has ended
 /// (a zombie, not reaped yet).
 fn hosts() -> Vec<(u32, bool)> {
@@ -318,7 +348,8 @@ fn main() -> ExitCode {
         a_hosted_jail_that_fails_still_reports_its_status(&each("hosted-fails")).await;
         a_volatile_view_mounts_again_on_the_same_layers(&each("volatile")).await;
         a_wound_down_host_ends_and_the_next_process_gets_a_new_one(&each("wound-down")).await;
-        println!("8 jail tests passed");
+        a_jail_outlives_the_thread_that_started_it(&each("outlives")).await;
+        println!("9 jail tests passed");
     });
     ExitCode::SUCCESS
 }

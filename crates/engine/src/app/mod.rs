@@ -89,6 +89,10 @@ pub async fn execute(
     tokio::task::spawn_blocking(|| swarm_sandbox::scratch::sweep(&std::env::temp_dir()));
     // Deletes what tasks leave off their path; started here, where no thread is confined.
     swarm_sandbox::janitor::start();
+    // Starts the one-off jails, which die with the thread that started them: one that lasts.
+    if let Err(e) = swarm_sandbox::jail::starter::start() {
+        tracing::debug!("no thread to start jails yet ({e}): the first jail makes it");
+    }
     let mode = request.mode;
     orchestrator::run(request, cancel, sink)
         .await

@@ -56,6 +56,7 @@ mod host;
 mod hosted;
 mod init;
 mod mounts;
+pub mod starter;
 mod wire;
 
 pub use hosted::{Hosted, NO_HOSTS_VAR, end_hosts, retire_idle_hosts};
@@ -248,14 +249,14 @@ impl JailSpec {
 
     /// The command that runs this spec in a jail. Its standard input is set: a pipe holding
     /// the doors' keys (the worker's is `/dev/null`).
-    pub fn command(&self) -> anyhow::Result<tokio::process::Command> {
+    pub fn command(&self) -> anyhow::Result<JailCommand> {
         use std::io::Write as _;
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
         cmd.arg(ARG).arg(serde_json::to_string(self)?);
         crate::open_files::restore_in_child(cmd.as_std_mut());
         if self.keys.is_empty() {
             cmd.stdin(std::process::Stdio::null());
-            return Ok(cmd);
+            return Ok(JailCommand(cmd));
         }
         let (keys, mut sender) = std::io::pipe().context("cannot create a pipe for the jail")?;
         for key in &self.keys {
@@ -263,7 +264,35 @@ impl JailSpec {
         }
         drop(sender);
         cmd.stdin(keys);
-        Ok(cmd)
+        Ok(JailCommand(cmd))
+    }
+}
+
+/// A one-off jail's command: set up by its caller ([`JailCommand::command_mut`]), started
+/// only from the thread that starts every jail (`starter`), so that the jail dies with swarm,
+/// never with the thread that asked for it.
+#[derive(Debug)]
+pub struct JailCommand(tokio::process::Command);
+
+impl JailCommand {
+    /// The command, for its output, folder and environment (its standard input is the
+    /// jail's).
+    pub fn command_mut(&mut self) -> &mut tokio::process::Command {
+        &mut self.0
+    }
+
+    /// Starts the jail. Call it from the async runtime the child belongs to.
+    pub fn spawn(self) -> std::io::Result<tokio::process::Child> {
+        starter::spawn(self.0)
+    }
+
+    /// Starts the jail and waits for its end, with what it wrote on its standard output and
+    /// error (both captured, whatever was set).
+    pub async fn output(mut self) -> std::io::Result<std::process::Output> {
+        self.0
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        self.spawn()?.wait_with_output().await
     }
 }
 

@@ -114,26 +114,33 @@ pub(super) fn start(
         },
         None => output,
     };
-    let mut cmd = match &spec {
-        Some(spec) => spec.command().map_err(WorkerError::Sandbox)?,
+    let output_err = output.try_clone().map_err(WorkerError::Process)?;
+    let set_up = |cmd: &mut Command| {
+        cmd.stdout(output).stderr(output_err);
+        cmd.current_dir(req.cwd).process_group(0).kill_on_drop(true);
+        cmd.env_clear().envs(env);
+    };
+    // Our copies of the pipe's write end go with the command once it started, or the reader
+    // would never see end-of-file.
+    let child = match &spec {
+        Some(spec) => {
+            let mut jail = spec.command().map_err(WorkerError::Sandbox)?;
+            set_up(jail.command_mut());
+            jail.spawn()
+        }
         None => {
             let mut cmd = Command::new(&argv[0]);
             // A jail's standard input carries its doors' keys; the worker gets /dev/null.
             cmd.args(&argv[1..]).stdin(Stdio::null());
             swarm_sandbox::open_files::restore_in_child(cmd.as_std_mut());
-            cmd
+            set_up(&mut cmd);
+            cmd.spawn()
         }
     };
-    let output_err = output.try_clone().map_err(WorkerError::Process)?;
-    cmd.stdout(output).stderr(output_err);
-    cmd.current_dir(req.cwd).process_group(0).kill_on_drop(true);
-    cmd.env_clear().envs(env);
-    let child = cmd.spawn().map_err(|error| WorkerError::Start {
+    let child = child.map_err(|error| WorkerError::Start {
         program: req.program.describe(),
         error,
     })?;
-    // Our copies of the pipe's write end must go, or the reader never sees end-of-file.
-    drop(cmd);
     let pgid = child.id().map(|p| p as i32);
     Ok((
         Running::Child {
