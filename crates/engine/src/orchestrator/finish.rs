@@ -206,9 +206,6 @@ async fn clean_up(shared: &Arc<Shared>, info: &RepoInfo, keep: bool, report: &mu
         None => 0,
     };
     let deleted_branches = deleting.await.unwrap_or(0);
-    // What the worktrees held goes in a process of its own, after the result is out.
-    let common_dir = info.common_dir.clone();
-    let _ = tokio::task::spawn_blocking(move || crate::state::empty_trash_later(&common_dir)).await;
     shared.sink.emit(Event::Cleanup {
         removed_worktrees,
         deleted_branches,

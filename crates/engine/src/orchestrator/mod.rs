@@ -194,7 +194,7 @@ pub(crate) async fn run(
     let run_dir = RunDir::new(&req.info.common_dir, &req.plan.run_id);
     // A continued run's lock, taken before its recovery; a new run takes it here.
     let held = req.continuation.as_mut().and_then(|c| c.lock.take());
-    let _lock = open_run(&run_dir, &req.plan, &sink, held)?;
+    let lock = open_run(&run_dir, &req.plan, &sink, held)?;
     let views = use_views(&req, &sink).await;
     let git_views = views || git_views_work(&req).await;
     let (report, first_tip, merge_first) = match req.continuation.take() {
@@ -252,7 +252,15 @@ pub(crate) async fn run(
         keep: req.keep,
         mode: req.mode,
     };
-    conclude(&target, &shared, sched, driven, &cancel, started).await
+    let concluded = conclude(&target, &shared, sched, driven, &cancel, started).await;
+    drop(lock);
+    // What the worktrees held goes in a process of its own, once the run's lock is let go: a
+    // process started with the lock held has its file open until its `execve` closes it,
+    // which the kernel may finish after `spawn` returns, and the next command on the run
+    // (`--review`'s merge, a `swarm resume` right after) found the run busy.
+    let common_dir = req.info.common_dir.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::state::empty_trash_later(&common_dir)).await;
+    concluded
 }
 
 /// Where a run's result goes.
