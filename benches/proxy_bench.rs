@@ -41,6 +41,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+/// Every stand-in's request: a Messages call of 100 tokens at most.
+const BODY: &str =
+    r#"{"model":"bench","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#;
+
 /// The fake API: every request is answered with 64 KiB after `latency`.
 fn fake_api(latency: Duration) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -169,7 +173,7 @@ fn main() {
     let rounds = option("--rounds", 3) as usize;
     let port = fake_api(latency);
     let also = std::env::args().skip_while(|a| a != "--also").nth(1);
-    let body = r#"{"model":"bench","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#;
+    let body = BODY;
     let calls = |url: &str, extra: &str| {
         format!(
             "for i in $(seq {requests}); do curl -sSf {extra} -H 'content-type: application/json' \
@@ -345,7 +349,7 @@ fn native_agent() {
     } else {
         format!("/{prefix}")
     };
-    let body = r#"{"model":"bench","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#;
+    let body = BODY;
     for _ in 0..requests {
         let mut stream = std::net::TcpStream::connect(host).unwrap();
         write!(

@@ -52,6 +52,18 @@ pub const SWARM_RUN_ID: &str = "SWARM_RUN_ID";
 pub const SWARM_WORKTREE: &str = "SWARM_WORKTREE";
 pub const SWARM_TASK_FILE: &str = "SWARM_TASK_FILE";
 pub const SWARM_RESULT_FILE: &str = "SWARM_RESULT_FILE";
+/// Every variable above, the task's own (`worker::exec::task_env` sets them).
+pub const TASK_VARS: [&str; 9] = [
+    SWARM_FILE,
+    SWARM_FILES,
+    SWARM_INSTRUCTION,
+    SWARM_TASK_ID,
+    SWARM_CANDIDATE,
+    SWARM_RUN_ID,
+    SWARM_WORKTREE,
+    SWARM_TASK_FILE,
+    SWARM_RESULT_FILE,
+];
 /// `--model` with `--agent`: the agent's model, for its preset's command line.
 pub const SWARM_AGENT_MODEL: &str = "SWARM_AGENT_MODEL";
 

@@ -317,6 +317,11 @@ fn main() -> ExitCode {
     if let Some(code) = swarm_sandbox::jail::main_if_jail() {
         return code;
     }
+    // swarm's scratch folders (what hosts and jails use, what a wind-down deletes) in this
+    // test's own temporary folder, never the machine's.
+    let tmp = tempfile::tempdir().unwrap();
+    // SAFETY: no other thread runs yet.
+    unsafe { std::env::set_var("TMPDIR", tmp.path()) };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -351,5 +356,7 @@ fn main() -> ExitCode {
         a_jail_outlives_the_thread_that_started_it(&each("outlives")).await;
         println!("9 jail tests passed");
     });
+    swarm_sandbox::jail::end_hosts();
+    swarm_sandbox::scratch::close();
     ExitCode::SUCCESS
 }

@@ -77,6 +77,14 @@ impl LayersRoot {
     /// links are removed, never followed. overlayfs leaves `work/work` with mode 000, which
     /// its owner must open up first.
     pub(crate) fn remove(&self, common_dir: &Path, dir: &Path) -> anyhow::Result<()> {
+        if let Self::Memory(root) = self {
+            // Checked before anything in it is touched.
+            anyhow::ensure!(
+                dir.parent() == Some(root.as_path()) && dir.file_name().is_some_and(|n| n != ".."),
+                "{} is not a folder of swarm's layers",
+                dir.display()
+            );
+        }
         if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
             swarm_sandbox::overlay::open_work_dir(&dir.join("work"));
         }
@@ -85,12 +93,6 @@ impl LayersRoot {
                 state::discard_owned(common_dir, dir)?;
             }
             Self::Memory(root) => {
-                anyhow::ensure!(
-                    dir.parent() == Some(root.as_path())
-                        && dir.file_name().is_some_and(|n| n != ".."),
-                    "{} is not a folder of swarm's layers",
-                    dir.display()
-                );
                 swarm_sandbox::files::remove_no_follow(dir)
                     .with_context(|| format!("cannot remove {}", dir.display()))?;
                 // The repository's folder goes with its last layers (another run's keep it).

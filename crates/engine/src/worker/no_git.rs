@@ -26,20 +26,10 @@ pub(crate) fn writes_no_git(argv: &[OsString]) -> bool {
 pub(crate) fn edits_files_only(command: &str) -> bool {
     // The task's variables, each a plain word: what makes a command need a shell is its own
     // syntax, never a file's name (a name is never parsed).
-    let vars: Vec<(OsString, OsString)> = [
-        env_vars::SWARM_FILE,
-        env_vars::SWARM_FILES,
-        env_vars::SWARM_INSTRUCTION,
-        env_vars::SWARM_TASK_ID,
-        env_vars::SWARM_CANDIDATE,
-        env_vars::SWARM_RUN_ID,
-        env_vars::SWARM_WORKTREE,
-        env_vars::SWARM_TASK_FILE,
-        env_vars::SWARM_RESULT_FILE,
-    ]
-    .into_iter()
-    .map(|name| (name.into(), "x".into()))
-    .collect();
+    let vars: Vec<(OsString, OsString)> = env_vars::TASK_VARS
+        .into_iter()
+        .map(|name| (name.into(), "x".into()))
+        .collect();
     super::direct::argv(command, &vars).is_some_and(|argv| writes_no_git(&argv))
 }
 
