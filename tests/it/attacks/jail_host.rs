@@ -34,7 +34,7 @@ fi
     )
 }
 
-/// Runs `cmd` to its end, and says whether a jail host (`swarm __swarm-jail-host`) was ever
+/// Runs `cmd` to its end, and says whether a jail host (named `swarm-jail-host`) was ever
 /// among its children meanwhile.
 fn run_watching_hosts(cmd: &mut Command) -> (Run, bool) {
     let mut child = cmd
@@ -50,9 +50,7 @@ fn run_watching_hosts(cmd: &mut Command) -> (Run, bool) {
             let ppid = stat
                 .rsplit_once(')')
                 .and_then(|(_, r)| r.split_whitespace().nth(1));
-            ppid == Some(parent.as_str())
-                && std::fs::read(p.path().join("cmdline"))
-                    .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"__swarm-jail-host"))
+            ppid == Some(parent.as_str()) && stat.contains("(swarm-jail-host)")
         });
         std::thread::sleep(Duration::from_millis(20));
     }

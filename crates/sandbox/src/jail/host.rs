@@ -1,5 +1,6 @@
 //! A jail host: the part of a jail that does not depend on the task, set up once per worker
-//! slot and kept (`swarm __swarm-jail-host SPEC`), which makes each task's init.
+//! slot and kept (forked by the host factory, [`super::factory`]), which makes each task's
+//! init.
 //!
 //! ```text
 //! swarm ── host (its own process group; ends when swarm's end of its socket closes)
@@ -33,10 +34,7 @@
 //! swarm signals a task through the host (`Signal`), which owns the task's init and has not
 //! reaped it yet, so the signal cannot reach a reused process group.
 
-use std::ffi::OsString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStringExt as _;
-use std::process::ExitCode;
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
@@ -45,9 +43,6 @@ use super::mounts::MountTable;
 use super::wire::{Order, Report, read_order, send_report};
 use super::{Bytes, JAIL_FAILED, JailSpec, Never, TASK_NAMESPACES, errno, path};
 use crate::door::DoorKey;
-
-/// The argument that makes swarm a jail host.
-pub(crate) const ARG: &str = "__swarm-jail-host";
 
 /// What is the same for every task of a host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,25 +59,20 @@ pub(super) struct HostSpec {
     pub parent: u32,
 }
 
-/// The host process's life: namespaces once, then one task after another until swarm's end
-/// of the socket closes.
-pub(super) fn main(arg: Option<OsString>) -> ExitCode {
-    let spec = arg
-        .context("no host spec")
-        .and_then(|a| serde_json::from_slice::<HostSpec>(&a.into_vec()).context("host spec"));
-    let ready = spec.and_then(|spec| {
-        set_up(&spec)?;
-        Ok((spec, MountTable::open()?))
-    });
+/// The host process's life, once forked by the factory ([`super::factory`]) with its orders
+/// socket as standard input and its reports pipe as standard output: namespaces once, then
+/// one task after another until swarm's end of the socket closes. Its exit code.
+pub(super) fn serve(spec: &HostSpec, probe: bool) -> u8 {
+    let ready = set_up(spec, probe).and_then(|()| MountTable::open());
     let report = match &ready {
         Ok(_) => Report::Ready,
         Err(e) => Report::Failed(format!("{e:#}")),
     };
     if send_report(&report).is_err() {
-        return ExitCode::from(JAIL_FAILED);
+        return JAIL_FAILED;
     }
-    let Ok((spec, mut mounts)) = ready else {
-        return ExitCode::from(JAIL_FAILED);
+    let Ok(mut mounts) = ready else {
+        return JAIL_FAILED;
     };
     loop {
         match read_order(0) {
@@ -96,27 +86,27 @@ pub(super) fn main(arg: Option<OsString>) -> ExitCode {
             ))) => {
                 let mut task = *task;
                 task.keys = keys.into_iter().map(DoorKey).collect();
-                match run_task(&spec, (&task, &env), output, &mut mounts) {
+                match run_task(spec, (&task, &env), output, &mut mounts) {
                     Ok(Some(())) => {}
                     // swarm is gone: so is its task.
-                    Ok(None) => return ExitCode::SUCCESS,
-                    Err(_) => return ExitCode::from(JAIL_FAILED),
+                    Ok(None) => return 0,
+                    Err(_) => return JAIL_FAILED,
                 }
                 if send_report(&Report::Gone).is_err() {
-                    return ExitCode::SUCCESS;
+                    return 0;
                 }
             }
             // No task runs: nothing to signal.
             Ok(Some((Order::Signal(_), _))) => {}
-            Ok(None) => return ExitCode::SUCCESS,
-            Ok(Some((Order::Run { .. }, None))) | Err(_) => return ExitCode::from(JAIL_FAILED),
+            Ok(None) => return 0,
+            Ok(Some((Order::Run { .. }, None))) | Err(_) => return JAIL_FAILED,
         }
     }
 }
 
-/// The host's namespaces, its hidden paths, and a check that a task's namespaces can be
-/// made inside them.
-fn set_up(spec: &HostSpec) -> anyhow::Result<()> {
+/// The host's namespaces, its hidden paths, and (with `probe`) a check that a task's
+/// namespaces can be made inside them.
+fn set_up(spec: &HostSpec, probe: bool) -> anyhow::Result<()> {
     anyhow::ensure!(
         std::os::unix::process::parent_id() == spec.parent,
         "swarm has exited"
@@ -137,6 +127,15 @@ fn set_up(spec: &HostSpec) -> anyhow::Result<()> {
     for p in &spec.hide {
         super::mounts::hide(&path(p))?;
     }
+    if probe {
+        probe_task_namespaces()?;
+    }
+    Ok(())
+}
+
+/// Checks that a task's namespaces can be made inside the host's: once a process, by its
+/// first hosts (what a host can make depends on the kernel and the user, not on the host).
+fn probe_task_namespaces() -> anyhow::Result<()> {
     // SAFETY: single-threaded; the child only unshares and leaves.
     let probe = unsafe { libc::fork() };
     if probe < 0 {
@@ -344,9 +343,4 @@ fn pidfd_open(pid: i32) -> anyhow::Result<OwnedFd> {
     }
     // SAFETY: the fd was just returned to us and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// For swarm's side: the argument vector of a host process.
-pub(super) fn host_args(spec: &HostSpec) -> anyhow::Result<[OsString; 2]> {
-    Ok([ARG.into(), serde_json::to_string(spec)?.into()])
 }

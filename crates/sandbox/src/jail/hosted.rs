@@ -4,17 +4,18 @@
 //! killed, and everything of its task with it.
 
 use std::ffi::OsString;
-use std::io::BufReader;
+use std::io::{BufReader, PipeReader};
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
-use std::process::{Child, ChildStdout, ExitStatus, Stdio};
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::ExitStatus;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 
-use super::host::{HostSpec, host_args};
+use super::factory::{self, ChildPid};
+use super::host::HostSpec;
 use super::wire::{Order, Report, frame, read_report, send};
 use super::{Bytes, JailSpec};
 
@@ -25,17 +26,17 @@ pub const NO_HOSTS_VAR: &str = "SWARM_NO_JAIL_HOSTS";
 const MAX_IDLE: usize = 64;
 
 static IDLE: Mutex<Vec<Host>> = Mutex::new(Vec::new());
-/// Hosts told to end ([`retire_idle_hosts`]), not reaped yet.
-static ENDING: Mutex<Vec<Child>> = Mutex::new(Vec::new());
+/// Hosts (and host factories) told to end ([`retire_idle_hosts`]), not reaped yet.
+static ENDING: Mutex<Vec<ChildPid>> = Mutex::new(Vec::new());
 /// A host could not be set up here: one-off jails from then on.
 static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
 
 /// One host process: its orders socket and its reports.
 struct Host {
     spec: HostSpec,
-    child: Child,
+    process: ChildPid,
     orders: UnixStream,
-    reports: Option<BufReader<ChildStdout>>,
+    reports: Option<BufReader<PipeReader>>,
 }
 
 /// A confined process running in a jail host, like a child process: [`Hosted::wait`],
@@ -47,7 +48,7 @@ struct Host {
 pub struct Hosted {
     host: Option<Host>,
     /// The report being read (kept, so that a `wait` cancelled and called again goes on).
-    pending: Option<tokio::task::JoinHandle<(BufReader<ChildStdout>, std::io::Result<Report>)>>,
+    pending: Option<tokio::task::JoinHandle<(BufReader<PipeReader>, std::io::Result<Report>)>>,
     ended: Option<ExitStatus>,
     /// Has the host said that the jail is gone?
     gone: bool,
@@ -99,7 +100,7 @@ impl JailSpec {
                     return Err(output);
                 }
             };
-            match send(&host.orders, &order, Some(output.as_fd())) {
+            match send(&host.orders, &order, &[output.as_fd()]) {
                 Ok(()) => {
                     return Ok(Hosted {
                         host: Some(host),
@@ -180,7 +181,7 @@ impl Hosted {
             return;
         }
         let Some(host) = &self.host else { return };
-        let sent = frame(&Order::Signal(signal)).and_then(|f| send(&host.orders, &f, None));
+        let sent = frame(&Order::Signal(signal)).and_then(|f| send(&host.orders, &f, &[]));
         if sent.is_err() {
             // The host cannot be told: ending it ends the task.
             if let Some(host) = self.host.take() {
@@ -205,24 +206,13 @@ impl Drop for Hosted {
 impl Host {
     fn start(spec: HostSpec) -> anyhow::Result<Host> {
         let (orders, theirs) = UnixStream::pair().context("a socket for a jail host")?;
-        let mut command = std::process::Command::new("/proc/self/exe");
-        crate::open_files::restore_in_child(&mut command);
-        let mut child = command
-            .args(host_args(&spec)?)
-            .stdin(OwnedFd::from(theirs))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .env_clear()
-            .current_dir("/")
-            .process_group(0)
-            .spawn()
-            .context("cannot start a jail host")?;
-        let reports = child.stdout.take().map(BufReader::new);
+        let (reports, their_reports) = std::io::pipe().context("a pipe for a jail host")?;
+        let process = factory::start_host(&spec, [theirs.into(), their_reports.into()])?;
         let mut host = Host {
             spec,
-            child,
+            process,
             orders,
-            reports,
+            reports: Some(BufReader::new(reports)),
         };
         let ready = host
             .reports
@@ -230,7 +220,10 @@ impl Host {
             .context("no reports from a jail host")
             .and_then(|r| read_report(r).context("a jail host's first report"));
         match ready {
-            Ok(Report::Ready) => Ok(host),
+            Ok(Report::Ready) => {
+                factory::probed();
+                Ok(host)
+            }
             Ok(Report::Failed(why)) => {
                 host.discard();
                 anyhow::bail!("{why}")
@@ -248,8 +241,8 @@ impl Host {
 
     /// Ends the host, and with it (its parent-death signal) any task of it.
     fn discard(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
+        self.process.wait();
     }
 }
 
@@ -258,11 +251,10 @@ impl Host {
 /// A process started after this gets a new host.
 pub fn retire_idle_hosts() {
     let idle = std::mem::take(&mut *IDLE.lock().unwrap_or_else(|e| e.into_inner()));
-    let children = idle.into_iter().map(|host| host.child);
-    ENDING
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .extend(children);
+    let children = idle.into_iter().map(|host| host.process);
+    let mut ending = ENDING.lock().unwrap_or_else(|e| e.into_inner());
+    ending.extend(children);
+    ending.extend(factory::retire());
 }
 
 /// Ends the idle hosts and waits for every host told to end: none outlives the command, and
@@ -272,8 +264,8 @@ pub fn retire_idle_hosts() {
 pub fn end_hosts() {
     retire_idle_hosts();
     let ending = std::mem::take(&mut *ENDING.lock().unwrap_or_else(|e| e.into_inner()));
-    for mut child in ending {
-        let _ = child.wait();
+    for mut process in ending {
+        process.wait();
     }
 }
 

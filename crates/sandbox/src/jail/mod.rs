@@ -51,6 +51,7 @@ use serde::{Deserialize, Serialize};
 use super::door::{DoorAddress, DoorKey, KEY_LEN};
 use super::overlay::OverlayView;
 
+mod factory;
 mod forward;
 mod host;
 mod hosted;
@@ -59,6 +60,7 @@ mod mounts;
 pub mod starter;
 mod wire;
 
+pub use factory::HOST_NAME;
 pub use hosted::{Hosted, NO_HOSTS_VAR, end_hosts, retire_idle_hosts};
 use init::init_main;
 pub use mounts::StateView;
@@ -302,7 +304,7 @@ pub fn main_if_jail() -> Option<ExitCode> {
     let mut args = std::env::args_os().skip(1);
     match args.next()? {
         arg if arg == ARG => {}
-        arg if arg == host::ARG => return Some(host::main(args.next())),
+        arg if arg == factory::ARG => return Some(factory::main()),
         _ => return None,
     }
     let error = match args

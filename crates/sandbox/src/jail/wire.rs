@@ -7,11 +7,11 @@
 //! - host → swarm, on the host's standard output (a pipe): one JSON [`Report`] a line:
 //!   `Ready` once set up (or `Failed`), then `Exited` with each task's wait status.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead, Read as _, Write as _};
 use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::process::ChildStdout;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{Bytes, JailSpec};
@@ -57,7 +57,7 @@ pub(super) fn send_report(report: &Report) -> std::io::Result<()> {
 }
 
 /// swarm's side: the next report of a host.
-pub(super) fn read_report(reports: &mut BufReader<ChildStdout>) -> std::io::Result<Report> {
+pub(super) fn read_report(reports: &mut impl BufRead) -> std::io::Result<Report> {
     let mut line = String::new();
     if reports.read_line(&mut line)? == 0 {
         return Err(std::io::Error::other("the jail host ended"));
@@ -65,11 +65,19 @@ pub(super) fn read_report(reports: &mut BufReader<ChildStdout>) -> std::io::Resu
     serde_json::from_str(&line).map_err(std::io::Error::other)
 }
 
-/// The host's side: reads one order from `fd`, with the descriptor sent along it if any;
-/// `None` at the end.
+/// The host's side: reads one order from `fd`, with the descriptor sent along it if any (any
+/// more are closed); `None` at the end.
 pub(super) fn read_order(fd: RawFd) -> std::io::Result<Option<(Order, Option<OwnedFd>)>> {
+    Ok(read_framed(fd)?.map(|(order, passed)| (order, passed.into_iter().next())))
+}
+
+/// Reads one framed value ([`frame`]) from `fd`, with the descriptors sent along it; `None`
+/// at the end.
+pub(super) fn read_framed<T: DeserializeOwned>(
+    fd: RawFd,
+) -> std::io::Result<Option<(T, Vec<OwnedFd>)>> {
     let mut head = [0u8; 4];
-    let (n, passed) = recv_with_fd(fd, &mut head)?;
+    let (n, passed) = recv_with_fds(fd, &mut head)?;
     if n == 0 {
         return Ok(None);
     }
@@ -82,13 +90,12 @@ pub(super) fn read_order(fd: RawFd) -> std::io::Result<Option<(Order, Option<Own
     }
     let mut body = vec![0u8; len];
     socket.read_exact(&mut body)?;
-    let order = serde_json::from_slice(&body).map_err(std::io::Error::other)?;
-    Ok(Some((order, passed)))
+    let value = serde_json::from_slice(&body).map_err(std::io::Error::other)?;
+    Ok(Some((value, passed)))
 }
 
-/// `recvmsg` into `buf`, with at most one descriptor passed along (`SCM_RIGHTS`; any more are
-/// closed).
-fn recv_with_fd(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<OwnedFd>)> {
+/// `recvmsg` into `buf`, with the descriptors passed along (`SCM_RIGHTS`).
+fn recv_with_fds(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
     // Room for a few descriptors, so extra ones are received (and closed), not truncated.
     let mut control = [0u64; 8];
     let mut iov = libc::iovec {
@@ -128,54 +135,66 @@ fn recv_with_fd(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<Own
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
     }
-    Ok((n, passed.into_iter().next()))
+    Ok((n, passed))
 }
 
-/// An order as sent: its length (4 bytes, little-endian), then its JSON.
-pub(super) fn frame(order: &Order) -> std::io::Result<Vec<u8>> {
-    let body = serde_json::to_vec(order)?;
+/// A value as sent: its length (4 bytes, little-endian), then its JSON.
+pub(super) fn frame<T: Serialize>(value: &T) -> std::io::Result<Vec<u8>> {
+    let body = serde_json::to_vec(value)?;
     let len = u32::try_from(body.len()).map_err(std::io::Error::other)?;
     let mut framed = len.to_le_bytes().to_vec();
     framed.extend_from_slice(&body);
     Ok(framed)
 }
 
-/// swarm's side: writes `bytes` to the host, `fd` passed along with the first of them
-/// (`SCM_RIGHTS`).
+/// swarm's side: writes `bytes` to the host (or the host factory), `fds` (two at most)
+/// passed along with the first of them (`SCM_RIGHTS`).
 pub(super) fn send(
     socket: &UnixStream,
     bytes: &[u8],
-    fd: Option<BorrowedFd<'_>>,
+    fds: &[BorrowedFd<'_>],
 ) -> std::io::Result<()> {
     let mut sent = 0;
-    if let Some(fd) = fd {
-        sent = send_with_fd(socket, bytes, fd)?;
+    if !fds.is_empty() {
+        sent = send_with_fds(socket, bytes, fds)?;
     }
     let mut socket = socket;
     socket.write_all(&bytes[sent..])
 }
 
-fn send_with_fd(socket: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> std::io::Result<usize> {
-    let raw = fd.as_raw_fd();
+fn send_with_fds(
+    socket: &UnixStream,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<usize> {
+    if fds.len() > 2 {
+        return Err(std::io::Error::other(
+            "more than two descriptors in one message",
+        ));
+    }
+    let size = (std::mem::size_of::<i32>() * fds.len()) as u32;
     let mut control = [0u64; 4];
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr().cast_mut().cast(),
         iov_len: bytes.len(),
     };
     // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below, and the
-    // control buffer has room for one descriptor's message (CMSG_SPACE of an int, 24 bytes,
-    // in 32).
+    // control buffer has room for two descriptors' message (CMSG_SPACE of two ints, 24
+    // bytes, in 32).
     unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as usize;
+        msg.msg_controllen = libc::CMSG_SPACE(size) as usize;
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
-        libc::CMSG_DATA(cmsg).cast::<i32>().write_unaligned(raw);
+        (*cmsg).cmsg_len = libc::CMSG_LEN(size) as usize;
+        for (i, fd) in fds.iter().enumerate() {
+            let at = libc::CMSG_DATA(cmsg).cast::<i32>().add(i);
+            at.write_unaligned(fd.as_raw_fd());
+        }
         loop {
             let n = libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
             if n > 0 {
