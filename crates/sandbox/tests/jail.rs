@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use swarm_sandbox::jail::{HOST_NAME, JailSpec};
+use swarm_sandbox::jail::{FACTORY_NAME, HOST_NAME, JailSpec};
 
 /// What a confined shell printed, and its exit status.
 struct Ran {
@@ -180,6 +180,54 @@ fn hosts() -> Vec<(u32, bool)> {
             (ppid == me && (host || state == "Z")).then_some((pid, state == "Z"))
         })
         .collect()
+}
+
+/// This process's children named `name` (their `comm`) that have not ended.
+fn children_named(name: &std::ffi::CStr) -> Vec<u32> {
+    let me = std::process::id().to_string();
+    let named = format!("({}) ", name.to_str().unwrap());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|p| {
+            let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(p.path().join("stat")).ok()?;
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let (state, ppid) = (fields.next()?, fields.next()?);
+            (stat.contains(&named) && ppid == me && state != "Z").then_some(pid)
+        })
+        .collect()
+}
+
+/// Hosts are forked by one factory process; one killed (`kill -9`) does not turn hosts off:
+/// the next host is forked by a new factory, and every one of them ends with `end_hosts`.
+async fn a_killed_host_factory_is_replaced(dir: &Path) {
+    swarm_sandbox::jail::end_hosts();
+    // Its host stays busy while `first` is held, so the next process needs a new host.
+    let (code, out, first) = hosted("readlink /proc/self/ns/net", dir).await;
+    assert_eq!(code, Some(0), "{out}");
+    let factories = children_named(FACTORY_NAME);
+    assert_eq!(factories.len(), 1, "one host factory: {factories:?}");
+    // SAFETY: kill with a pid of this process's own unreaped child.
+    assert_eq!(unsafe { libc::kill(factories[0] as i32, libc::SIGKILL) }, 0);
+    let (code, again, second) = hosted("readlink /proc/self/ns/net", dir).await;
+    assert_eq!(code, Some(0), "{again}");
+    assert_ne!(out, again, "the busy host ran the next process");
+    let now = children_named(FACTORY_NAME);
+    assert!(
+        now.len() == 1 && now != factories,
+        "no new factory: {factories:?} then {now:?}"
+    );
+    assert_eq!(children_named(HOST_NAME).len(), 2, "two hosts");
+    tokio::task::spawn_blocking(move || drop((first, second)))
+        .await
+        .unwrap();
+    swarm_sandbox::jail::end_hosts();
+    assert_eq!(hosts(), [], "a host outlived end_hosts");
+    assert!(
+        children_named(FACTORY_NAME).is_empty(),
+        "a factory outlived end_hosts"
+    );
 }
 
 /// At a run's end (`wind_down`) an idle host is told to end and its scratch folders kept for
@@ -356,7 +404,8 @@ fn main() -> ExitCode {
         a_volatile_view_mounts_again_on_the_same_layers(&each("volatile")).await;
         a_wound_down_host_ends_and_the_next_process_gets_a_new_one(&each("wound-down")).await;
         a_jail_outlives_the_thread_that_started_it(&each("outlives")).await;
-        println!("9 jail tests passed");
+        a_killed_host_factory_is_replaced(&each("factory")).await;
+        println!("10 jail tests passed");
     });
     swarm_sandbox::jail::end_hosts();
     swarm_sandbox::scratch::close();

@@ -86,7 +86,9 @@ pub async fn execute(
 ) -> AppResult<RunOutcome> {
     // What runs killed with `kill -9` left in the temporary directory (their sockets, their
     // workers' temporary files): nobody else cleans it.
-    tokio::task::spawn_blocking(|| swarm_sandbox::scratch::sweep(&std::env::temp_dir()));
+    // Waited for at the end, not before the run: the process's end would cut it short.
+    let sweeping =
+        tokio::task::spawn_blocking(|| swarm_sandbox::scratch::sweep(&std::env::temp_dir()));
     // Deletes what tasks leave off their path; started here, where no thread is confined.
     swarm_sandbox::janitor::start();
     // Starts the one-off jails, which die with the thread that started them: one that lasts.
@@ -94,9 +96,11 @@ pub async fn execute(
         tracing::debug!("no thread to start jails yet ({e}): the first jail makes it");
     }
     let mode = request.mode;
-    orchestrator::run(request, cancel, sink)
+    let outcome = orchestrator::run(request, cancel, sink)
         .await
-        .map_err(|e| AppError::of_run(e, mode))
+        .map_err(|e| AppError::of_run(e, mode));
+    let _ = sweeping.await;
+    outcome
 }
 
 /// Saves a run's report (after `--review` marked what it skipped).

@@ -36,8 +36,9 @@ use super::{JAIL_FAILED, errno};
 
 /// The argument that makes swarm the host factory.
 pub(crate) const ARG: &str = "__swarm-jail-hosts";
-/// The name (`comm`, as `ps` shows it) of the factory and of each host.
-const FACTORY_NAME: &std::ffi::CStr = c"swarm-hosts";
+/// The name (`comm`, as `ps` shows it) of the factory.
+pub const FACTORY_NAME: &std::ffi::CStr = c"swarm-hosts";
+/// The name of each host.
 pub const HOST_NAME: &std::ffi::CStr = c"swarm-jail-host";
 
 /// The factory of this swarm process, started with its first host.
@@ -81,22 +82,30 @@ struct Factory {
 /// Starts a host for `spec` whose orders come on `orders` and whose reports go to `reports`
 /// (the host's ends): its process, a child of this one. Blocks for a fork (the host's own
 /// set-up follows in the host).
+/// A factory that cannot be reached (it was killed) is ended and a new one started, once.
 pub(super) fn start_host(spec: &HostSpec, ends: [OwnedFd; 2]) -> anyhow::Result<ChildPid> {
     let mut factory = FACTORY.lock().unwrap_or_else(|e| e.into_inner());
-    let running = match factory.take() {
-        Some(running) => running,
-        None => Factory::start()?,
-    };
-    match running.order(&(spec, !PROBED.load(Ordering::Relaxed)), &ends) {
-        Ok(pid) => {
-            *factory = Some(running);
-            Ok(ChildPid { pid, reaped: false })
-        }
-        Err(e) => {
-            let mut process = running.process;
-            process.kill();
-            process.wait();
-            Err(e)
+    let order = (spec, !PROBED.load(Ordering::Relaxed));
+    let mut tries = 0;
+    loop {
+        let running = match factory.take() {
+            Some(running) => running,
+            None => Factory::start()?,
+        };
+        match running.order(&order, &ends) {
+            Ok(pid) => {
+                *factory = Some(running);
+                return Ok(ChildPid { pid, reaped: false });
+            }
+            Err(e) => {
+                let mut process = running.process;
+                process.kill();
+                process.wait();
+                tries += 1;
+                if tries == 2 {
+                    return Err(e);
+                }
+            }
         }
     }
 }
@@ -154,6 +163,10 @@ impl Factory {
 /// The factory's life: a host forked for each order, until swarm's end of the socket closes.
 pub(super) fn main() -> ExitCode {
     set_name(FACTORY_NAME);
+    // It holds nothing secret, but nothing of it is any worker's business either.
+    if super::not_dumpable().is_err() {
+        return ExitCode::from(JAIL_FAILED);
+    }
     loop {
         let ((spec, probe), ends) = match read_framed::<(HostSpec, bool)>(0) {
             Ok(Some(order)) => order,

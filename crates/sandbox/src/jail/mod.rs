@@ -60,7 +60,7 @@ mod mounts;
 pub mod starter;
 mod wire;
 
-pub use factory::HOST_NAME;
+pub use factory::{FACTORY_NAME, HOST_NAME};
 pub use hosted::{Hosted, NO_HOSTS_VAR, end_hosts, retire_idle_hosts};
 use init::init_main;
 pub use mounts::StateView;

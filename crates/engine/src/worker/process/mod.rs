@@ -178,7 +178,7 @@ pub(crate) async fn run_until_exit(
         // On the runtime's blocking threads, which stay for the next process (a thread of its
         // own each was ~2 % of a one-file run's CPU: made, its stack mapped, ended). Those
         // still reading the pipe of a worker that escaped its group do not hold swarm's exit
-        // (main's `shutdown_timeout`).
+        // (main's `shutdown_background`).
         let last_activity = last_activity.clone();
         drop(tokio::task::spawn_blocking(move || {
             let _ = tail_tx.send(capture(reader, log, &last_activity, started));
