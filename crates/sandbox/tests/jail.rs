@@ -162,10 +162,9 @@ async fn a_jail_outlives_the_thread_that_started_it(dir: &Path) {
     );
 }
 
-/// The pids of this process's children that are jail hosts (forked by the host factory as
-/// this process's children), and whether each has ended (a zombie, not reaped yet: then any
-/// child, the factory among them).
-fn hosts() -> Vec<(u32, bool)> {
+/// This process's children: pid, name (`comm`) and whether each has ended (a zombie, not
+/// reaped yet).
+fn children() -> Vec<(u32, String, bool)> {
     let me = std::process::id().to_string();
     std::fs::read_dir("/proc")
         .unwrap()
@@ -173,29 +172,34 @@ fn hosts() -> Vec<(u32, bool)> {
         .filter_map(|p| {
             let pid: u32 = p.file_name().to_str()?.parse().ok()?;
             let stat = std::fs::read_to_string(p.path().join("stat")).ok()?;
-            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let (head, rest) = stat.rsplit_once(')')?;
+            let name = head.split_once('(')?.1.to_string();
+            let mut fields = rest.split_whitespace();
             let (state, ppid) = (fields.next()?, fields.next()?);
-            let host = stat.contains(&format!("({})", HOST_NAME.to_str().unwrap()));
-            // A zombie's command line is empty: its parent is what names it.
-            (ppid == me && (host || state == "Z")).then_some((pid, state == "Z"))
+            (ppid == me).then_some((pid, name, state == "Z"))
         })
         .collect()
 }
 
-/// This process's children named `name` (their `comm`) that have not ended.
+/// The pids of this process's children that are jail hosts (forked by the host factory as
+/// this process's children), and whether each has ended; every child that ended (a zombie,
+/// not reaped yet) is listed, the factory among them.
+fn hosts() -> Vec<(u32, bool)> {
+    let host = HOST_NAME.to_str().unwrap();
+    children()
+        .into_iter()
+        .filter(|(_, name, ended)| name == host || *ended)
+        .map(|(pid, _, ended)| (pid, ended))
+        .collect()
+}
+
+/// This process's children named `name` that have not ended.
 fn children_named(name: &std::ffi::CStr) -> Vec<u32> {
-    let me = std::process::id().to_string();
-    let named = format!("({}) ", name.to_str().unwrap());
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|p| {
-            let pid: u32 = p.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(p.path().join("stat")).ok()?;
-            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-            let (state, ppid) = (fields.next()?, fields.next()?);
-            (stat.contains(&named) && ppid == me && state != "Z").then_some(pid)
-        })
+    let name = name.to_str().unwrap();
+    children()
+        .into_iter()
+        .filter(|(_, named, ended)| named == name && !*ended)
+        .map(|(pid, _, _)| pid)
         .collect()
 }
 

@@ -79,10 +79,10 @@ struct Factory {
     socket: UnixStream,
 }
 
-/// Starts a host for `spec` whose orders come on `orders` and whose reports go to `reports`
-/// (the host's ends): its process, a child of this one. Blocks for a fork (the host's own
-/// set-up follows in the host).
-/// A factory that cannot be reached (it was killed) is ended and a new one started, once.
+/// Starts a host for `spec` with `ends` (the host's end of its orders socket, the write end
+/// of its reports pipe): its process, a child of this one. Blocks for a fork (the host's own
+/// set-up follows in the host). A factory that cannot be reached (it was killed) is ended
+/// and a new one started, once.
 pub(super) fn start_host(spec: &HostSpec, ends: [OwnedFd; 2]) -> anyhow::Result<ChildPid> {
     let mut factory = FACTORY.lock().unwrap_or_else(|e| e.into_inner());
     let order = (spec, !PROBED.load(Ordering::Relaxed));
