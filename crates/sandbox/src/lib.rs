@@ -28,6 +28,7 @@
 
 pub mod allow_list;
 pub mod door;
+mod fd_passing;
 pub mod files;
 pub mod git_view;
 pub mod jail;

@@ -2,17 +2,12 @@
 //! forwarder with its knock, received and checked by swarm.
 
 use std::io;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 
 use super::KEY_LEN;
 
 /// The send buffer of a connection handed over (bytes).
 const SEND_BUFFER: libc::c_int = 256 * 1024;
-
-/// Control-message room for one descriptor (`CMSG_SPACE(sizeof(int))` is 24 on Linux),
-/// aligned as `cmsghdr` is.
-#[repr(C, align(8))]
-struct Room([u8; 32]);
 
 /// Sends `knock` on `door` with `fds` attached (blocking; at most 4).
 pub(super) fn send(
@@ -20,41 +15,12 @@ pub(super) fn send(
     knock: &[u8],
     fds: &[RawFd],
 ) -> io::Result<()> {
-    let mut room = Room([0; 32]);
-    let data = u32::try_from(std::mem::size_of_val(fds))
-        .ok()
-        // SAFETY: a computation on a length.
-        .filter(|data| unsafe { libc::CMSG_SPACE(*data) } as usize <= room.0.len())
-        .ok_or_else(|| io::Error::other("too many descriptors for one knock"))?;
-    let mut iov = libc::iovec {
-        iov_base: knock.as_ptr().cast_mut().cast(),
-        iov_len: knock.len(),
-    };
-    // SAFETY: `msg` points at `iov`, `knock` and `room`, all alive for the call; the control
-    // message is written through the CMSG macros inside `room`, which has space for it.
-    let sent = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &raw mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = room.0.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(data) as usize;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(data) as usize;
-        let at = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-        for (i, fd) in fds.iter().enumerate() {
-            at.add(i).write_unaligned(*fd);
-        }
-        libc::sendmsg(door.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
-    };
-    match usize::try_from(sent) {
-        Ok(n) if n == knock.len() => Ok(()),
-        Ok(_) => Err(io::Error::new(
+    match crate::fd_passing::send(door.as_raw_fd(), knock, fds)? {
+        n if n == knock.len() => Ok(()),
+        _ => Err(io::Error::new(
             io::ErrorKind::WriteZero,
             "a knock cut short",
         )),
-        Err(_) => Err(io::Error::last_os_error()),
     }
 }
 
@@ -90,38 +56,11 @@ pub(super) async fn receive(
 
 /// One `recvmsg` into `buf`: the bytes read and a descriptor that came with them.
 fn receive_some(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
-    let mut room = Room([0; 32]);
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: `msg` points at `iov` (inside `buf`) and `room`, alive for the call and the
-    // parsing after it; the CMSG macros stay within `msg_controllen`, which the kernel set.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &raw mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = room.0.as_mut_ptr().cast();
-        msg.msg_controllen = room.0.len();
-        let n = libc::recvmsg(socket, &mut msg, libc::MSG_CMSG_CLOEXEC);
-        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
-        let mut fds = Vec::new();
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let bytes = (*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize;
-                for i in 0..bytes / size_of::<RawFd>() {
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-        if msg.msg_flags & libc::MSG_CTRUNC != 0 || fds.len() > 1 {
-            return Err(io::Error::other("a knock with more than one descriptor"));
-        }
-        Ok((n, fds.pop()))
+    let mut received = crate::fd_passing::receive(socket, buf)?;
+    if received.truncated || received.fds.len() > 1 {
+        return Err(io::Error::other("a knock with more than one descriptor"));
     }
+    Ok((received.bytes, received.fds.pop()))
 }
 
 /// `fd` as a connection swarm serves, if it is one: a connected TCP socket (not a listening

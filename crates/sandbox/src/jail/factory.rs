@@ -86,8 +86,8 @@ struct Factory {
 pub(super) fn start_host(spec: &HostSpec, ends: [OwnedFd; 2]) -> anyhow::Result<ChildPid> {
     let mut factory = FACTORY.lock().unwrap_or_else(|e| e.into_inner());
     let order = (spec, !PROBED.load(Ordering::Relaxed));
-    let mut tries = 0;
-    loop {
+    let mut failed = None;
+    for _ in 0..2 {
         let running = match factory.take() {
             Some(running) => running,
             None => Factory::start()?,
@@ -101,13 +101,11 @@ pub(super) fn start_host(spec: &HostSpec, ends: [OwnedFd; 2]) -> anyhow::Result<
                 let mut process = running.process;
                 process.kill();
                 process.wait();
-                tries += 1;
-                if tries == 2 {
-                    return Err(e);
-                }
+                failed = Some(e);
             }
         }
     }
+    Err(failed.unwrap_or_else(|| anyhow::anyhow!("no jail host factory")))
 }
 
 /// A host that probed is ready: the next ones need not probe.

@@ -77,7 +77,8 @@ pub(super) fn read_framed<T: DeserializeOwned>(
     fd: RawFd,
 ) -> std::io::Result<Option<(T, Vec<OwnedFd>)>> {
     let mut head = [0u8; 4];
-    let (n, passed) = recv_with_fds(fd, &mut head)?;
+    let received = crate::fd_passing::receive(fd, &mut head)?;
+    let (n, passed) = (received.bytes, received.fds);
     if n == 0 {
         return Ok(None);
     }
@@ -94,50 +95,6 @@ pub(super) fn read_framed<T: DeserializeOwned>(
     Ok(Some((value, passed)))
 }
 
-/// `recvmsg` into `buf`, with the descriptors passed along (`SCM_RIGHTS`).
-fn recv_with_fds(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
-    // Room for a few descriptors, so extra ones are received (and closed), not truncated.
-    let mut control = [0u64; 8];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control);
-    let n = loop {
-        // SAFETY: recvmsg into the buffers `msg` points at; descriptors come close-on-exec.
-        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    };
-    let mut passed = Vec::new();
-    // SAFETY: walking the control messages the kernel wrote into `control`.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
-                    / std::mem::size_of::<RawFd>();
-                for i in 0..count {
-                    passed.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    Ok((n, passed))
-}
-
 /// A value as sent: its length (4 bytes, little-endian), then its JSON.
 pub(super) fn frame<T: Serialize>(value: &T) -> std::io::Result<Vec<u8>> {
     let body = serde_json::to_vec(value)?;
@@ -147,8 +104,8 @@ pub(super) fn frame<T: Serialize>(value: &T) -> std::io::Result<Vec<u8>> {
     Ok(framed)
 }
 
-/// swarm's side: writes `bytes` to the host (or the host factory), `fds` (two at most)
-/// passed along with the first of them (`SCM_RIGHTS`).
+/// swarm's side: writes `bytes` to the host (or the host factory), `fds` passed along with
+/// the first of them (`SCM_RIGHTS`).
 pub(super) fn send(
     socket: &UnixStream,
     bytes: &[u8],
@@ -156,54 +113,9 @@ pub(super) fn send(
 ) -> std::io::Result<()> {
     let mut sent = 0;
     if !fds.is_empty() {
-        sent = send_with_fds(socket, bytes, fds)?;
+        let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+        sent = crate::fd_passing::send(socket.as_raw_fd(), bytes, &raw)?;
     }
     let mut socket = socket;
     socket.write_all(&bytes[sent..])
-}
-
-fn send_with_fds(
-    socket: &UnixStream,
-    bytes: &[u8],
-    fds: &[BorrowedFd<'_>],
-) -> std::io::Result<usize> {
-    if fds.len() > 2 {
-        return Err(std::io::Error::other(
-            "more than two descriptors in one message",
-        ));
-    }
-    let size = (std::mem::size_of::<i32>() * fds.len()) as u32;
-    let mut control = [0u64; 4];
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr().cast_mut().cast(),
-        iov_len: bytes.len(),
-    };
-    // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below, and the
-    // control buffer has room for two descriptors' message (CMSG_SPACE of two ints, 24
-    // bytes, in 32).
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE(size) as usize;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(size) as usize;
-        for (i, fd) in fds.iter().enumerate() {
-            let at = libc::CMSG_DATA(cmsg).cast::<i32>().add(i);
-            at.write_unaligned(fd.as_raw_fd());
-        }
-        loop {
-            let n = libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
-            if n > 0 {
-                return Ok(n as usize);
-            }
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
-            }
-        }
-    }
 }
