@@ -88,8 +88,8 @@ pub(super) fn write_stored(repo: &Repository) -> Result<(), git2::Error> {
 /// id: straight to the backend [`write_stored`] added, where it is the first (the way
 /// `git_odb_write` goes, but for its look for the object first: a hit is made fresh, and each
 /// miss, the usual case for a new tree, reads the pack folder again; ~2 % of a one-file run's
-/// CPU). An object there already is written again, as fresh as a freshened one. Anywhere else,
-/// `git_odb_write`.
+/// CPU). An object only in a pack is written again, loose; one whose loose file is there is
+/// made fresh ([`write_object`]). Anywhere else, `git_odb_write`.
 pub(super) fn write_whole(
     repo: &Repository,
     kind: ObjectType,
@@ -188,7 +188,15 @@ extern "C" fn free(backend: *mut raw::git_odb_backend) {
 }
 
 /// Writes object `id` (`kind`, `data`) as a loose file under `objects`, in stored zlib blocks,
-/// through a temporary file renamed into place.
+/// through a temporary file moved into place, unless the object's file is there already: then
+/// that file is only made fresh (its modification time now, as libgit2 and git freshen an
+/// object written again), never replaced.
+///
+/// Replacing it tore reads: libgit2 reads a loose object by `stat` then `open`, so a reader
+/// between the two took the old file's size (git's deflated stream) of the new file's bytes
+/// (stored blocks, longer), a zlib stream cut short, on which libgit2 1.9 loops for ever
+/// (libgit2 issue 7342). A run's commit hung that way in a test while another commit wrote the
+/// base's root tree again. Object files never change once there, as with git and libgit2.
 fn write_object(objects: &Path, id: Oid, kind: ObjectType, data: &[u8]) -> std::io::Result<()> {
     let path = loose_path(objects, id);
     let folder = path.parent().unwrap_or(objects);
@@ -207,8 +215,17 @@ fn write_object(objects: &Path, id: Oid, kind: ObjectType, data: &[u8]) -> std::
     file.write_all(&loose_object(kind, data))?;
     file.as_file()
         .set_permissions(std::fs::Permissions::from_mode(0o444))?;
-    file.persist(&path).map_err(|e| e.error)?;
-    Ok(())
+    match file.persist_noclobber(&path) {
+        Ok(_) => Ok(()),
+        // The temporary file is removed as `e.file` drops.
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Best effort, as libgit2's: an object of another user's cannot be made fresh.
+            let _ = std::fs::File::open(&path)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            Ok(())
+        }
+        Err(e) => Err(e.error),
+    }
 }
 
 /// Where git keeps object `id` loose under `objects`: `<first two hex digits>/<the rest>`.
@@ -335,7 +352,7 @@ mod tests {
     }
 
     /// A tree written whole goes to the backend with no look for it first, and git reads it
-    /// back; an object there already (in the pack `git gc` made) is written again, loose.
+    /// back; an object only in a pack (the one `git gc` made) is written again, loose.
     /// Where the backend is not there, libgit2 writes it, deflated.
     #[test]
     fn objects_written_whole_skip_libgit2s_look_first() {
@@ -368,6 +385,50 @@ mod tests {
         let id = write_whole(&plain, ObjectType::Tree, &bytes).unwrap();
         let loose = std::fs::read(loose_path(&plain.path().join("objects"), id)).unwrap();
         assert_ne!(loose[2] & 0b110, 0, "deflated by libgit2");
+    }
+
+    /// An object whose loose file is there (git's, deflated) is not replaced by the stored
+    /// one: its file is the same, byte for byte, and only made fresh. Replacing it let a
+    /// libgit2 reader, which reads a loose object by `stat` then `open`, take one file's
+    /// length of the other's bytes and loop for ever on the zlib stream cut short.
+    #[test]
+    fn an_object_already_loose_is_made_fresh_not_replaced() {
+        use std::os::unix::fs::MetadataExt as _;
+        let (dir, repo) = repository(|_| ());
+        let blob = repo.blob(b"same").unwrap();
+        let listing = format!("100644 blob {blob}\tfile_00.txt\n");
+        let mut mktree = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(dir.path())
+            .arg("mktree")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = mktree.stdin.take().unwrap();
+        stdin.write_all(listing.as_bytes()).unwrap();
+        drop(stdin);
+        let out = mktree.wait_with_output().unwrap();
+        let id = Oid::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+        let loose = loose_path(&dir.path().join("objects"), id);
+        let before = std::fs::read(&loose).unwrap();
+        assert_ne!(before[2] & 0b110, 0, "deflated by git");
+        let long_ago = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30);
+        std::fs::File::open(&loose)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        let inode = std::fs::metadata(&loose).unwrap().ino();
+
+        let data = repo.odb().unwrap().read(id).unwrap().data().to_vec();
+        assert_eq!(write_whole(&repo, ObjectType::Tree, &data).unwrap(), id);
+        let meta = std::fs::metadata(&loose).unwrap();
+        assert_eq!(meta.ino(), inode, "the file was replaced");
+        assert_eq!(std::fs::read(&loose).unwrap(), before);
+        assert!(meta.modified().unwrap() > long_ago, "not made fresh");
+        let folder = loose.parent().unwrap();
+        let names: Vec<_> = std::fs::read_dir(folder).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 
     /// A blob written through a writer (as a worktree's files are hashed) is left to

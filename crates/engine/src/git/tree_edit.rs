@@ -60,12 +60,16 @@ impl TreeEdit {
     }
 
     /// Writes `base` with the edits (the folders on the way to them written again) and gives
-    /// the new tree's id.
+    /// the new tree's id; `base`'s own, unwritten, when there are none (a commit that removes
+    /// nothing asks for that every time).
     pub(crate) fn create_updated(
         &self,
         repo: &Repository,
         base: &git2::Tree<'_>,
     ) -> Result<Oid, git2::Error> {
+        if self.edits.is_empty() {
+            return Ok(base.id());
+        }
         match self.in_place(repo, base)? {
             Some(id) => Ok(id),
             None => self.with_libgit2(repo, base),
@@ -300,6 +304,33 @@ mod tests {
             assert_eq!(a, b, "the same edits give libgit2's tree");
         }
         ours
+    }
+
+    /// No edit is the base tree itself, with nothing written.
+    #[test]
+    fn no_edits_give_the_base_and_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        super::super::for_bulk_writes(&repo).unwrap();
+        let blob = repo.blob(b"same").unwrap();
+        let mut builder = repo.treebuilder(None).unwrap();
+        builder.insert("f", blob, 0o100644).unwrap();
+        let base = repo.find_tree(builder.write().unwrap()).unwrap();
+        let files = || {
+            let fans = std::fs::read_dir(dir.path().join("objects")).unwrap();
+            let fans = fans
+                .flatten()
+                .filter_map(|f| std::fs::read_dir(f.path()).ok());
+            let entries = fans.flat_map(|e| e.flatten().map(|e| e.path()));
+            let times = entries.map(|p| (std::fs::metadata(&p).unwrap().modified().unwrap(), p));
+            times.collect::<Vec<_>>()
+        };
+        let before = files();
+        assert_eq!(
+            TreeEdit::new().create_updated(&repo, &base).unwrap(),
+            base.id()
+        );
+        assert_eq!(files(), before);
     }
 
     /// Random edits of random trees: the tree written in place is libgit2's, byte for byte
