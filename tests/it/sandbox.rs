@@ -239,3 +239,43 @@ fn a_file_editor_run_without_a_shell_gets_no_git_view() {
     assert!(!probe.exists(), "the write reached the git directory");
     assert_eq!(repo.read("a.txt"), "bar\n");
 }
+
+#[test]
+fn an_agents_state_view_is_kept_with_its_task_and_its_scratch_folder_opened() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    std::fs::create_dir_all(repo.home.join(".st")).unwrap();
+    std::fs::write(repo.home.join(".st/old.txt"), "old\n").unwrap();
+    repo.user_config(
+        r#"
+[agents.keeper]
+exec = '''echo new > "$HOME/.st/new.txt" && cat "$HOME/.st/old.txt" && sed -i s/foo/bar/ "$SWARM_FILE"'''
+binary = "sh"
+writable = ["~/.st"]
+"#,
+    );
+    let run = repo.swarm(&["refactor", "x", "a.txt", "-y", "--agent", "keeper"]);
+    run.assert_code(0);
+    assert_eq!(repo.git(&["show", "main:a.txt"]), "bar");
+    // Copy-on-write: the agent read the user's state and wrote into its own layer.
+    assert!(
+        !repo.home.join(".st/new.txt").exists(),
+        "the user's state changed"
+    );
+    let task = repo.report(&run)["tasks"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let runs = std::fs::read_dir(repo.swarm_dir().join("runs")).unwrap();
+    let run_dir = runs.flatten().next().unwrap().path();
+    let layer = run_dir.join("tasks").join(&task).join("agent-state/st");
+    assert_eq!(
+        std::fs::read_to_string(layer.join("upper/new.txt")).unwrap(),
+        "new\n"
+    );
+    // overlayfs leaves its folder in `work` at mode 000 when the view is unmounted: opened
+    // up again once the jail is gone, so that the task's folder can be removed.
+    let inner = layer.join("work/work");
+    let mode = std::fs::metadata(&inner).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{} is left at {mode:o}", inner.display());
+}

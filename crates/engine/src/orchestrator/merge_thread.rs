@@ -21,6 +21,9 @@ pub(super) struct MergeJob {
     pub(super) resolved: Option<Resolved>,
     /// What differs between `start` and `tip`, where the worker's side knows it.
     pub(super) changes: Option<Vec<TreeChange>>,
+    /// No task was running when it was handed over: no other job can come before its answer,
+    /// so the merge thread does not wait for more ([`GATHER`]). Set by the scheduler.
+    pub(super) last_for_now: bool,
 }
 
 /// The merge thread is gone: no merge can be handed to it.
@@ -69,7 +72,7 @@ pub(super) fn merge_loop(
                 Err(_) => return train,
             }
         }
-        gather(&jobs, &mut waiting);
+        gather(&jobs, &mut waiting, GATHER);
         let together = waiting
             .iter()
             .take_while(|job| job.resolved.is_none())
@@ -103,11 +106,18 @@ pub(super) fn merge_loop(
     }
 }
 
-/// Adds to `waiting` the jobs that come within [`GATHER`] (up to [`MOST_AT_ONCE`] in all).
-fn gather(jobs: &std::sync::mpsc::Receiver<MergeJob>, waiting: &mut VecDeque<MergeJob>) {
-    let until = std::time::Instant::now() + GATHER;
+/// Adds to `waiting` the jobs that come within `window` (up to [`MOST_AT_ONCE`] in all); no
+/// wait once the newest is the last for now (the run's last merge is not made to wait).
+fn gather(
+    jobs: &std::sync::mpsc::Receiver<MergeJob>,
+    waiting: &mut VecDeque<MergeJob>,
+    window: std::time::Duration,
+) {
+    let until = std::time::Instant::now() + window;
     while waiting.len() < MOST_AT_ONCE {
-        let job = match until.checked_duration_since(std::time::Instant::now()) {
+        let more_may_come = waiting.back().is_none_or(|job| !job.last_for_now);
+        let left = until.checked_duration_since(std::time::Instant::now());
+        let job = match left.filter(|_| more_may_come) {
             Some(left) => jobs.recv_timeout(left).ok(),
             None => jobs.try_recv().ok(),
         };
@@ -176,4 +186,55 @@ fn merge_together(
             outcome: outcomes.next(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn job(idx: TaskIdx, last_for_now: bool) -> MergeJob {
+        MergeJob {
+            idx,
+            start: Oid::ZERO_SHA1,
+            tip: Oid::ZERO_SHA1,
+            resolved: None,
+            changes: None,
+            last_for_now,
+        }
+    }
+
+    /// Far longer than a gathering that does not wait takes, even on a loaded machine.
+    const LONG: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn the_last_job_for_now_is_not_kept_waiting() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut idx = TaskIdx::all(2);
+        tx.send(job(idx.next().unwrap(), false)).unwrap();
+        tx.send(job(idx.next().unwrap(), true)).unwrap();
+        let mut waiting = VecDeque::new();
+        let started = Instant::now();
+        // The sender is alive: a gathering that waited would wait the whole window.
+        gather(&rx, &mut waiting, LONG);
+        assert_eq!(waiting.len(), 2);
+        assert!(started.elapsed() < LONG / 3, "it waited for more jobs");
+        drop(tx);
+    }
+
+    #[test]
+    fn jobs_are_gathered_while_tasks_run() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut idx = TaskIdx::all(2);
+        tx.send(job(idx.next().unwrap(), false)).unwrap();
+        let later = idx.next().unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            tx.send(job(later, true)).unwrap();
+        });
+        let mut waiting = VecDeque::new();
+        gather(&rx, &mut waiting, LONG);
+        sender.join().unwrap();
+        assert_eq!(waiting.len(), 2, "the job that came later was not gathered");
+    }
 }

@@ -289,7 +289,7 @@ async fn run_exec(
         requests: spent.requests,
         reported: Reported::plausible(usage.tokens, usage.cost_usd, usage.turns),
         ended: Ended {
-            jail: ran.jail,
+            jail: Some(ran.jail),
             git: ran.git,
         },
         check_wrote: Default::default(),

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use swarm_sandbox::SandboxPolicy;
 use swarm_sandbox::git_view::{GitDirs, GitLayer};
 use swarm_sandbox::jail::StateView;
-use swarm_sandbox::overlay;
 use swarm_sandbox::overlay::OverlayView;
 use swarm_sandbox::proxy::OnAccess;
 
@@ -81,7 +80,7 @@ pub(crate) struct ExecOutcome {
     pub usage: Option<AgentUsage>,
     /// The worker's jail, maybe still unmounting: finished before its worktree's view or
     /// `git` are used again (declared before `git`, so dropped before it).
-    pub jail: Option<JailEnd>,
+    pub jail: JailEnd,
     /// What the worker's own git wrote, for the caller to adopt its commits from.
     pub git: Option<GitLayer>,
     /// Processes it left running when it exited (stopped with it).
@@ -227,7 +226,7 @@ async fn run_process(
     also: &[&Path],
     state_views: &[StateView],
     git: Option<&GitLayer>,
-) -> Result<(process::ProcessOutcome, Option<JailEnd>), WorkerError> {
+) -> Result<(process::ProcessOutcome, JailEnd), WorkerError> {
     let mut also_writable = also.to_vec();
     if let Some(layer) = git {
         also_writable.push(layer.writable());
@@ -266,17 +265,11 @@ async fn run_process(
         // TASK.md, in swarm's hidden state.
         keep: &[task.task_dir],
     };
-    // A command's jail ends while swarm goes on with what it left; an agent's state views
-    // are read as soon as it returns, so its jail is waited for.
-    let outcome = match task.agent.is_none() && state_views.is_empty() {
-        true => process::run_until_exit(request)
-            .await
-            .map(|(outcome, end)| (outcome, Some(end))),
-        false => process::run(request).await.map(|outcome| (outcome, None)),
-    };
-    for view in state_views {
-        overlay::open_work_dir(&view.work);
-    }
+    // The jail ends while swarm goes on with what the worker left (its files, its output, its
+    // result file are final once init has ended every process of it): the caller finishes
+    // it before the layers it mounted are used again, and the state views' scratch folders
+    // are opened up after it.
+    let outcome = process::run_until_exit(request).await;
     if let Some(layer) = git {
         layer.unmounted();
     }

@@ -438,6 +438,7 @@ impl Scheduler {
                     tip,
                     resolved: None,
                     changes: None,
+                    last_for_now: false,
                 })?;
             }
         }

@@ -113,8 +113,15 @@ impl Flight {
         self.running_ids.insert(handle.id(), tasks);
     }
 
-    /// Hands `job` to the merge thread.
-    fn merge(&mut self, job: MergeJob) -> anyhow::Result<()> {
+    /// Hands a finished task's `job` to the merge thread, saying whether another task runs
+    /// (whose job may come soon).
+    fn merge(&mut self, mut job: MergeJob) -> anyhow::Result<()> {
+        job.last_for_now = self.running.is_empty();
+        self.send(job)
+    }
+
+    /// Hands `job` to the merge thread as it is.
+    fn send(&mut self, job: MergeJob) -> anyhow::Result<()> {
         self.jobs.send(job).map_err(|_| merge_thread_stopped())?;
         self.merging += 1;
         Ok(())
@@ -204,10 +211,12 @@ impl Scheduler {
                 tip,
                 resolved: None,
                 changes: None,
+                // The others of `merge_first` come right after.
+                last_for_now: false,
             };
             // If the merge thread is gone already, the task stays finished and unmerged (for
             // `swarm resume`).
-            let _ = flight.merge(job);
+            let _ = flight.send(job);
         }
         if let Err(e) = self.fly(&mut flight).await {
             // Stop the workers still running (their process groups) before giving up.

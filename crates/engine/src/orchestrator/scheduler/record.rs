@@ -127,6 +127,7 @@ impl Scheduler {
                     tip,
                     resolved: a.resolved,
                     changes: a.changes,
+                    last_for_now: false,
                 });
             }
         }

@@ -139,8 +139,24 @@ pub(crate) async fn run(req: ProcessRequest<'_>) -> Result<ProcessOutcome, Worke
 /// be used again only once it is finished: [`JailEnd::finish`], or dropped (which waits,
 /// blocking).
 pub(crate) struct JailEnd {
+    // Dropped in this order: the jail waited for, then what it used, then its state views'
+    // scratch folders opened up.
     running: Running,
     _keep: launch::Confinement,
+    _state_views: StateViewsEnded,
+}
+
+/// The `work` folders of an agent's state views ([`ProcessRequest::state_views`]), made
+/// removable again ([`swarm_sandbox::overlay::open_work_dir`]) once the jail that mounted
+/// them is gone: the views' layers stay in the task's folder.
+struct StateViewsEnded(Vec<std::path::PathBuf>);
+
+impl Drop for StateViewsEnded {
+    fn drop(&mut self) {
+        for work in &self.0 {
+            swarm_sandbox::overlay::open_work_dir(work);
+        }
+    }
 }
 
 impl std::fmt::Debug for JailEnd {
@@ -166,6 +182,7 @@ pub(crate) async fn run_until_exit(
     req: ProcessRequest<'_>,
 ) -> Result<(ProcessOutcome, JailEnd), WorkerError> {
     let started = Instant::now();
+    let state_views = req.state_views.iter().map(|v| v.work.clone()).collect();
     let (reader, writer) = std::io::pipe().map_err(WorkerError::Process)?;
     let log = state::create_file(req.log).map_err(WorkerError::task_file("create", req.log))?;
     // Kept until the process is gone: its temporary directory, its proxy, its gateway. If
@@ -223,6 +240,7 @@ pub(crate) async fn run_until_exit(
         JailEnd {
             running,
             _keep: keep,
+            _state_views: StateViewsEnded(state_views),
         },
     ))
 }
