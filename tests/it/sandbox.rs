@@ -266,16 +266,13 @@ writable = ["~/.st"]
         .as_str()
         .unwrap()
         .to_string();
-    let runs = std::fs::read_dir(repo.swarm_dir().join("runs")).unwrap();
-    let run_dir = runs.flatten().next().unwrap().path();
-    let layer = run_dir.join("tasks").join(&task).join("agent-state/st");
-    assert_eq!(
-        std::fs::read_to_string(layer.join("upper/new.txt")).unwrap(),
-        "new\n"
-    );
+    let layer = format!("tasks/{task}/agent-state/st");
+    let kept = repo.run_file(&run.run_id(), &format!("{layer}/upper/new.txt"));
+    assert_eq!(kept, "new\n");
     // overlayfs leaves its folder in `work` at mode 000 when the view is unmounted: opened
     // up again once the jail is gone, so that the task's folder can be removed.
-    let inner = layer.join("work/work");
+    let run_dir = repo.swarm_dir().join("runs").join(run.run_id());
+    let inner = run_dir.join(layer).join("work/work");
     let mode = std::fs::metadata(&inner).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "{} is left at {mode:o}", inner.display());
 }
