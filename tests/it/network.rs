@@ -87,6 +87,25 @@ fn an_allowed_domain_is_reached_through_the_proxy_and_counted() {
     assert_eq!(repo.read("a.txt"), "bar\n");
 }
 
+/// The forwarder is a thread of init, not a process of the namespace: the worker sees init
+/// and itself alone (a forked forwarder made three), and the way out still works.
+#[test]
+fn the_forwarder_is_no_process_of_the_namespace() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n")]);
+    let (port, served) = http_server();
+    let worker = format!(
+        "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo \"procs=$n\"; \
+         curl -sS -m 10 http://api.allowed.test:{port}/v1; {SED_FOO_BAR}"
+    );
+    let run = allowing(&repo, port, &worker);
+    run.assert_code(0);
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+    let report = repo.report(&run);
+    let tail = report["tasks"][0]["output_tail"].as_str().unwrap();
+    assert!(tail.contains("procs=2\nok\n"), "{tail}");
+    assert_eq!(repo.read("a.txt"), "bar\n");
+}
+
 /// The attack: a worker tries every other way out. A domain not on the list (through the
 /// proxy), a direct connection that ignores the proxy, UDP (as DNS would go) and a name
 /// lookup all fail, while the listed domain works in the same process.

@@ -6,62 +6,59 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use super::{Bytes, errno};
 use crate::door::{self, DoorKey};
 
-/// Forks the forwarder: it listens on the namespace's loopback, at each port of `forwards`,
-/// before the worker starts, and hands each connection over to the Unix socket of that port
-/// (swarm's proxy, swarm's gateway; `doors`, their sockets opened as paths), a thread per
-/// port. It dies with init, like every process of the namespace. Returns its pid.
+/// A forwarding thread's stack: it only accepts and hands over (a few hundred bytes deep).
+const STACK: usize = 64 * 1024;
+
+/// Starts the forwarder in init, a thread per port of `forwards`: each listens on the
+/// namespace's loopback, at its port, before the worker starts, and hands each connection
+/// over to the Unix socket of that port (swarm's proxy, swarm's gateway; `doors`, their
+/// sockets opened as paths). Threads, not a process: no fork, copy-on-write faults and exit
+/// a task (about 1 ms of CPU at `-j 64`, docs/BENCHMARKS-HISTORY.md); they end with init,
+/// and no signal reaches them (all blocked), so the signals that stop the worker still go to
+/// init's own thread, which passes them on, and a worker stopped gracefully can still reach
+/// swarm while it ends.
 pub(super) fn start_forwarders(
-    forwards: &[(u16, Bytes)],
+    forwards: &[(u16, super::Bytes)],
     doors: &[std::os::fd::OwnedFd],
     keys: &[DoorKey],
-    close: &[i32],
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<()> {
     use std::os::fd::AsRawFd as _;
     let mut listeners = Vec::new();
     for (((port, _), door), key) in forwards.iter().zip(doors).zip(keys) {
         let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, *port))
             .with_context(|| format!("cannot listen on the namespace's loopback, port {port}"))?;
-        // The door's folder is covered in the jail: reached through the descriptor.
+        // The door's folder is covered in the jail: reached through the descriptor, which
+        // init keeps open for its life (close-on-exec: the worker never holds it).
         let socket = PathBuf::from(format!("/proc/self/fd/{}", door.as_raw_fd()));
         listeners.push((listener, socket, key.clone()));
     }
-    // SAFETY: init is single-threaded; the child runs only the forwarding loops and _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(errno("fork"));
-    }
-    if pid > 0 {
-        return Ok(pid);
-    }
-    // SAFETY: closing fds this process owns; ignoring the signals that stop the worker, so a
-    // worker stopped gracefully can still reach swarm while it ends (the forwarder dies with
-    // init, which the kernel ends with the namespace).
+    // The threads inherit the mask in force when they are made: every signal blocked.
+    // SAFETY: sigset_t is plain data, filled by pthread_sigmask below.
+    let mut kept: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigfillset on a local; pthread_sigmask on this thread only.
     unsafe {
-        for fd in close {
-            libc::close(*fd);
-        }
-        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
-            libc::signal(sig, libc::SIG_IGN);
-        }
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut kept);
     }
-    let loops: Vec<_> = listeners
+    let started = listeners
         .into_iter()
-        .map(|(listener, socket, key)| {
-            std::thread::spawn(move || forward(&listener, &socket, &key))
-        })
-        .collect();
-    for handle in loops {
-        let _ = handle.join();
-    }
-    // SAFETY: leaving without the parent's destructors.
-    unsafe { libc::_exit(0) }
+        .try_for_each(|(listener, socket, key)| {
+            std::thread::Builder::new()
+                .name("forwarder".into())
+                .stack_size(STACK)
+                .spawn(move || forward(&listener, &socket, &key))
+                .map(drop)
+        });
+    // SAFETY: init's own mask back.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &kept, std::ptr::null_mut()) };
+    started.context("cannot start the forwarder")
 }
 
 /// Hands each connection to `listener` over to the door at `socket`, presenting `key`: swarm
-/// serves it from then on, and this process keeps no copy of it.
+/// serves it from then on, and the jail keeps no copy of it.
 fn forward(listener: &std::net::TcpListener, socket: &Path, key: &DoorKey) {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };

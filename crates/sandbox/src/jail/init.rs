@@ -37,19 +37,13 @@ pub(super) fn init_main(
             libc::_exit(i32::from(JAIL_FAILED));
         }
     }
-    // The forwarder's doors, opened before `confine` covers every door (the descriptors
-    // close when the worker execs).
+    // The forwarder's doors, opened before `confine` covers every door; init holds them for
+    // its life, for the forwarder's threads (close-on-exec: the worker never has them).
     let doors = open_doors(&spec.forwards)?;
     confine(spec, known_mounts)?;
-    let forwarder = match spec.forwards.is_empty() {
-        true => None,
-        false => Some(start_forwarders(
-            &spec.forwards,
-            &doors,
-            &spec.keys,
-            &[status_fd, lifeline_fd],
-        )?),
-    };
+    if !spec.forwards.is_empty() {
+        start_forwarders(&spec.forwards, &doors, &spec.keys)?;
+    }
     // SAFETY: handlers only store the signal number in an atomic.
     unsafe {
         for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
@@ -62,7 +56,7 @@ pub(super) fn init_main(
         }
     }
     let worker = start_worker(spec, argv, &[status_fd, lifeline_fd])?;
-    reap(worker, status_fd, forwarder)
+    reap(worker, status_fd)
 }
 
 /// Each door of `forwards`, opened as a path only (`O_PATH`): the forwarder connects to it
@@ -181,8 +175,8 @@ fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Res
 }
 
 /// The worker's side of [`start_worker`], until `execvp`: only calls that touch no memory
-/// init relies on, but for the message of a failed `execvp` (init is single-threaded and
-/// waits, so no lock is held).
+/// init relies on, but for the message of a failed `execvp` (init's own thread waits, so it
+/// holds no lock; a forwarder thread that holds one lets it go, as it would for any thread).
 extern "C" fn exec_worker(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `Exec` that start_worker keeps alive while this runs.
     let exec = unsafe { &*(arg as *const Exec<'_>) };
@@ -220,13 +214,13 @@ extern "C" fn exec_worker(arg: *mut libc::c_void) -> libc::c_int {
 /// Init's life once the worker runs: reaps orphans, passes signals on to every process of
 /// the namespace, and when the worker ends, ends every process left inside, writes the
 /// worker's status to `status_fd` and exits.
-fn reap(worker: i32, status_fd: i32, forwarder: Option<i32>) -> ! {
+fn reap(worker: i32, status_fd: i32) -> ! {
     loop {
         let mut st: libc::c_int = 0;
         // SAFETY: waitpid into a local.
         let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
         if pid == worker {
-            let left = leftovers(forwarder);
+            let left = leftovers();
             end_the_rest();
             let mut bytes = [0u8; 8];
             bytes[..4].copy_from_slice(&st.to_ne_bytes());
@@ -274,9 +268,9 @@ fn end_the_rest() {
     }
 }
 
-/// The processes of the namespace still running, but init and the forwarder: what the
-/// worker left behind (ended by [`end_the_rest`]).
-fn leftovers(forwarder: Option<i32>) -> u32 {
+/// The processes of the namespace still running, but init (whose forwarder is a thread of
+/// its own, not listed): what the worker left behind (ended by [`end_the_rest`]).
+fn leftovers() -> u32 {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0;
     };
@@ -289,7 +283,7 @@ fn leftovers(forwarder: Option<i32>) -> u32 {
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != 1 && Some(pid) != forwarder)
+        .filter(|&pid| pid != 1)
         .filter(running)
         .count() as u32
 }

@@ -8,13 +8,13 @@
 //!            └─ init (PID 1 of the new PID namespace; dies with the jail)
 //!                 │ /proc remounted (only this namespace's processes), credential stores
 //!                 │ hidden (empty mounts), Landlock (writes, signals, abstract sockets)
-//!                 ├─ the forwarder: hands 127.0.0.1:3128's connections to swarm's proxy
-//!                 │   (an allow-list), 127.0.0.1:3129's to swarm's model gateway (an agent)
+//!                 │ the forwarder (threads of init): hands 127.0.0.1:3128's connections to
+//!                 │   swarm's proxy (an allow-list), 127.0.0.1:3129's to its model gateway
 //!                 └─ the worker: `sh -c CMD` (or an argv), and everything it starts
 //! ```
 //!
 //! With an allow-list (`--allow-domain`), or for an agent whose model requests go through
-//! swarm's gateway, the network namespace gets its loopback up and init forks a forwarder
+//! swarm's gateway, the network namespace gets its loopback up and init starts a forwarder
 //! that hands each connection to `127.0.0.1:`[`super::proxy::FORWARD_PORT`] over to the Unix
 //! socket of swarm's proxy ([`super::proxy`]), which decides, and `127.0.0.1:`
 //! [`crate::proxy::GATEWAY_PORT`] to the model gateway's (the engine's `gateway`)
