@@ -8,14 +8,15 @@ use anyhow::Context as _;
 
 use crate::door::{self, DoorKey};
 
-/// A forwarding thread's stack: it only accepts and hands over (a few hundred bytes deep).
+/// A forwarding thread's stack: it only accepts and hands over (std's default is 2 MiB).
 const STACK: usize = 64 * 1024;
 
 /// Starts the forwarder in init, a thread per port of `forwards`: each listens on the
 /// namespace's loopback, at its port, before the worker starts, and hands each connection
 /// over to the Unix socket of that port (swarm's proxy, swarm's gateway; `doors`, their
 /// sockets opened as paths). Threads, not a process: no fork, copy-on-write faults and exit
-/// a task (about 1 ms of CPU at `-j 64`, docs/BENCHMARKS-HISTORY.md); they end with init,
+/// a task (what that saves is within the benchmarks' noise, docs/BENCHMARKS-HISTORY.md, but
+/// it is one process a running agent fewer); they end with init,
 /// and no signal reaches them (all blocked), so the signals that stop the worker still go to
 /// init's own thread, which passes them on, and a worker stopped gracefully can still reach
 /// swarm while it ends.
