@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+use super::Bytes;
 use crate::door::{self, DoorKey};
 
 /// A forwarding thread's stack: it only accepts and hands over (std's default is 2 MiB).
@@ -15,47 +16,28 @@ const STACK: usize = 64 * 1024;
 /// namespace's loopback, at its port, before the worker starts, and hands each connection
 /// over to the Unix socket of that port (swarm's proxy, swarm's gateway; `doors`, their
 /// sockets opened as paths). Threads, not a process: no fork, copy-on-write faults and exit
-/// a task (what that saves is within the benchmarks' noise, docs/BENCHMARKS-HISTORY.md, but
-/// it is one process a running agent fewer); they end with init,
-/// and no signal reaches them (all blocked), so the signals that stop the worker still go to
-/// init's own thread, which passes them on, and a worker stopped gracefully can still reach
-/// swarm while it ends.
+/// a task (within the benchmarks' noise, docs/BENCHMARKS-HISTORY.md, but one process a
+/// running agent fewer); they end with init. The threads inherit the caller's signal mask.
 pub(super) fn start_forwarders(
-    forwards: &[(u16, super::Bytes)],
+    forwards: &[(u16, Bytes)],
     doors: &[std::os::fd::OwnedFd],
     keys: &[DoorKey],
 ) -> anyhow::Result<()> {
     use std::os::fd::AsRawFd as _;
-    let mut listeners = Vec::new();
     for (((port, _), door), key) in forwards.iter().zip(doors).zip(keys) {
         let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, *port))
             .with_context(|| format!("cannot listen on the namespace's loopback, port {port}"))?;
         // The door's folder is covered in the jail: reached through the descriptor, which
         // init keeps open for its life (close-on-exec: the worker never holds it).
         let socket = PathBuf::from(format!("/proc/self/fd/{}", door.as_raw_fd()));
-        listeners.push((listener, socket, key.clone()));
+        let key = key.clone();
+        std::thread::Builder::new()
+            .name("forwarder".into())
+            .stack_size(STACK)
+            .spawn(move || forward(&listener, &socket, &key))
+            .context("cannot start the forwarder")?;
     }
-    // The threads inherit the mask in force when they are made: every signal blocked.
-    // SAFETY: sigset_t is plain data, filled by pthread_sigmask below.
-    let mut kept: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: sigfillset on a local; pthread_sigmask on this thread only.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut kept);
-    }
-    let started = listeners
-        .into_iter()
-        .try_for_each(|(listener, socket, key)| {
-            std::thread::Builder::new()
-                .name("forwarder".into())
-                .stack_size(STACK)
-                .spawn(move || forward(&listener, &socket, &key))
-                .map(drop)
-        });
-    // SAFETY: init's own mask back.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &kept, std::ptr::null_mut()) };
-    started.context("cannot start the forwarder")
+    Ok(())
 }
 
 /// Hands each connection to `listener` over to the door at `socket`, presenting `key`: swarm

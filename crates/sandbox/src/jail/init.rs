@@ -42,7 +42,13 @@ pub(super) fn init_main(
     let doors = open_doors(&spec.forwards)?;
     confine(spec, known_mounts)?;
     if !spec.forwards.is_empty() {
-        start_forwarders(&spec.forwards, &doors, &spec.keys)?;
+        // Its threads are made with every signal blocked and keep that mask: a signal sent
+        // to init (a stop passed on by the host) is taken by init's own thread, whose
+        // `waitpid` it interrupts, and a worker stopped gracefully can still reach swarm.
+        let kept = block_signals();
+        let started = start_forwarders(&spec.forwards, &doors, &spec.keys);
+        set_signal_mask(&kept);
+        started?;
     }
     // SAFETY: handlers only store the signal number in an atomic.
     unsafe {
@@ -142,18 +148,11 @@ fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Res
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
     let mut stack = vec![0u8; 256 * 1024];
-    // SAFETY: sigset_t is plain data, filled by sigfillset/sigprocmask below.
-    let (mut all, mut mask) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    // SAFETY: sigfillset and sigprocmask on locals.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut mask);
-    }
     let exec = Exec {
         close,
         cwd: &cwd,
         argv: &ptrs,
-        mask,
+        mask: block_signals(),
     };
     // The stack grows down from its (16-byte aligned) end.
     let top = (stack.as_mut_ptr_range().end as usize) & !15;
@@ -168,10 +167,28 @@ fn start_worker(spec: &JailSpec, argv: &[CString], close: &[i32]) -> anyhow::Res
         )
     };
     let error = (worker < 0).then(|| errno("cannot start the worker"));
-    // SAFETY: init's own mask back.
-    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &exec.mask, std::ptr::null_mut()) };
+    set_signal_mask(&exec.mask);
     drop(stack);
     error.map_or(Ok(worker), Err)
+}
+
+/// Blocks every signal in the calling thread (and in the threads and processes it makes
+/// meanwhile, which inherit the mask); returns the mask it replaced, for [`set_signal_mask`].
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigfillset and pthread_sigmask on locals, for this
+    // thread only.
+    unsafe {
+        let (mut all, mut kept) = (std::mem::zeroed(), std::mem::zeroed());
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut kept);
+        kept
+    }
+}
+
+/// Sets the calling thread's signal mask to `mask` (one [`block_signals`] returned).
+fn set_signal_mask(mask: &libc::sigset_t) {
+    // SAFETY: pthread_sigmask with a valid mask, for this thread only.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
 }
 
 /// The worker's side of [`start_worker`], until `execvp`: only calls that touch no memory
@@ -188,7 +205,7 @@ extern "C" fn exec_worker(arg: *mut libc::c_void) -> libc::c_int {
         for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
             libc::signal(sig, libc::SIG_DFL);
         }
-        libc::sigprocmask(libc::SIG_SETMASK, &exec.mask, std::ptr::null_mut());
+        set_signal_mask(&exec.mask);
         if libc::chdir(exec.cwd.as_ptr()) != 0 {
             eprintln!(
                 "swarm: cannot enter {}: {}",
