@@ -8,6 +8,7 @@ use crate::exit;
 use swarm_engine::app::RunMode;
 use swarm_engine::app::ids::RunSelector;
 use swarm_engine::app::reconcile::{self, Continuing};
+use swarm_engine::app::settings::Scope;
 
 /// Finish an interrupted run (Ctrl-C, a crash, kill -9): tasks that had not finished run
 /// again, finished ones are merged, and the target moves once at the end.
@@ -31,6 +32,10 @@ pub(crate) struct ResumeArgs {
     /// A corrected --verify check for the tasks this resume runs.
     #[arg(long, value_name = "CMD")]
     pub verify: Option<String>,
+    /// A corrected --scope for the tasks this resume runs: `any` where the command also
+    /// writes files of other tasks (as rustfmt writes the modules a file declares).
+    #[arg(long, value_name = "SCOPE", value_parser = super::keywords::<Scope>(Scope::NAMES))]
+    pub scope: Option<Scope>,
     /// Check the merged result with this command (instead of the run's own
     /// --verify-merged, if any); tasks that break it are left out.
     #[arg(long, value_name = "CMD")]
@@ -71,12 +76,19 @@ pub(crate) async fn run(args: ResumeArgs) -> CommandResult<i32> {
         atomic: false,
         exec: args.exec.clone(),
         verify: args.verify.clone(),
+        scope: args.scope,
         jobs: args.jobs,
     };
     let continuing =
         reconcile::continue_run(&cwd, &args.run_id, mode, args.keep, overrides).await?;
     if matches!(continuing, Continuing::Ready { .. }) {
-        for (flag, command) in [("--exec", &args.exec), ("--verify", &args.verify)] {
+        let scope = args.scope.map(|s| s.to_string());
+        let corrected = [
+            ("--exec", &args.exec),
+            ("--verify", &args.verify),
+            ("--scope", &scope),
+        ];
+        for (flag, command) in corrected {
             if let Some(command) = command {
                 super::render::say(&format!(
                     "swarm: the tasks this resume runs use {flag} {command} (not the run's own)"

@@ -481,3 +481,47 @@ fn resume_failed_runs_the_failed_tasks_with_a_corrected_command() {
     let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
     assert_eq!(plan["settings"]["run"]["exec"], broken);
 }
+
+/// The summary's next step for tasks that changed other files under `--scope task`, taken:
+/// the tasks that failed so, whatever files each changed, are one group told of `swarm resume
+/// RUN --failed --scope any`, which merges them with those files and says so; the run's plan
+/// keeps its own scope.
+#[test]
+fn resume_failed_with_scope_any_merges_the_tasks_that_changed_other_files() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")]);
+    // a.txt's and b.txt's workers each also write a file of no task, a different one.
+    let notes = r#"sed -i s/foo/bar/ "$SWARM_FILE" && case "$SWARM_FILE" in
+        a.txt) echo a > notes-a.md ;; b.txt) echo b > notes-b.md ;; esac"#;
+    let run = repo.swarm(&["refactor", "x", "*.txt", "--exec", notes]);
+    run.assert_code(1);
+    let id = run.run_id();
+    assert!(
+        run.stderr.contains(
+            "2 failed: changed files outside its task: <files> (pass --scope any to allow) \
+             (a.txt, b.txt)"
+        ) && run
+            .stderr
+            .contains(&format!("swarm resume {id} --failed --scope any")),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "foo");
+    let resumed = repo.swarm(&["resume", &id, "--failed", "--scope", "any"]);
+    resumed.assert_code(0);
+    assert!(
+        resumed
+            .stderr
+            .contains("the tasks this resume runs use --scope any"),
+        "{}",
+        resumed.stderr
+    );
+    for f in ["a.txt", "b.txt", "c.txt"] {
+        assert_eq!(repo.git(&["show", &format!("HEAD:{f}")]), "bar", "{f}");
+    }
+    assert_eq!(repo.git(&["show", "HEAD:notes-a.md"]), "a");
+    assert_eq!(repo.git(&["show", "HEAD:notes-b.md"]), "b");
+    assert_eq!(repo.report(&resumed)["totals"]["merged"], 3);
+    let plan = repo.run_file(&id, "plan.json");
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    assert_ne!(plan["settings"]["run"]["scope"], "any");
+}

@@ -76,6 +76,8 @@ pub struct Overrides {
     pub exec: Option<String>,
     /// `swarm resume --verify`: a corrected check, likewise.
     pub verify: Option<String>,
+    /// `swarm resume --scope`: a corrected scope, likewise.
+    pub scope: Option<crate::settings::Scope>,
     /// `swarm resume -j`: workers at once for the tasks this resume runs.
     pub jobs: Option<usize>,
 }
@@ -89,6 +91,7 @@ impl Overrides {
         layer.run.max_tokens = self.max_tokens;
         layer.run.exec = self.exec;
         layer.run.verify = self.verify;
+        layer.run.scope = self.scope;
         layer.run.jobs = self.jobs;
         layer.run.max_cost = match self.max_cost {
             // Not a number: refused as a budget of nothing is.

@@ -528,13 +528,8 @@ pub(super) fn outcome(
                 .map(|p| p.display())
                 .collect();
             if scope == Scope::Task && !outside.is_empty() {
-                (
-                    TaskStatus::Failed,
-                    Some(format!(
-                        "changed files outside its task: {} (pass --scope any to allow)",
-                        outside.join(", ")
-                    )),
-                )
+                let why = crate::report::groups::out_of_scope(&outside);
+                (TaskStatus::Failed, Some(why))
             } else {
                 (TaskStatus::Done, None)
             }

@@ -4,6 +4,17 @@
 
 use super::{LAYERS_IN_MEMORY, Report, TaskReport, TaskStatus};
 
+/// How swarm's error for a task that changed files of other tasks (`--scope task`) begins;
+/// the files follow, then [`OUT_OF_SCOPE_END`].
+pub const OUT_OF_SCOPE: &str = "changed files outside its task: ";
+/// How that error ends.
+pub const OUT_OF_SCOPE_END: &str = " (pass --scope any to allow)";
+
+/// swarm's error for a task that changed `outside`, files of no task of its.
+pub fn out_of_scope(outside: &[String]) -> String {
+    format!("{OUT_OF_SCOPE}{}{OUT_OF_SCOPE_END}", outside.join(", "))
+}
+
 /// Tasks that failed the same way.
 pub struct Group<'a> {
     pub status: TaskStatus,
@@ -63,6 +74,10 @@ fn shape(task: &TaskReport) -> String {
             false => task.status.as_str().replace('_', " "),
         });
     reason = reason.replace(task.id.as_str(), "<task>");
+    // The files it changed differ from task to task; why it failed does not.
+    if reason.starts_with(OUT_OF_SCOPE) && reason.ends_with(OUT_OF_SCOPE_END) {
+        return format!("{OUT_OF_SCOPE}<files>{OUT_OF_SCOPE_END}");
+    }
     // Longest first, so that `a/b.py` is not half replaced by `b.py`.
     let mut files: Vec<String> = task.files.iter().map(|f| f.display()).collect();
     files.sort_by_key(|f| std::cmp::Reverse(f.len()));
@@ -115,6 +130,10 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
                  swarm resume {run} --failed -j N{or}"
             )
         }
+        TaskStatus::Failed if group.reason.starts_with(OUT_OF_SCOPE) => format!(
+            "let the command change its task's files only, or allow the others: swarm resume \
+             {run} --failed --scope any"
+        ),
         TaskStatus::Failed if group.reason.contains("--verify") => {
             format!("fix the code or the check, then: swarm resume {run} --failed [--verify CMD]")
         }
@@ -245,6 +264,28 @@ mod tests {
                     .to_string()
             ),
             "{steps:?}"
+        );
+    }
+
+    #[test]
+    fn tasks_that_changed_other_files_are_one_group_told_of_scope_any() {
+        let report = report(&[
+            &out_of_scope(&["src/a.rs".into(), "src/b.rs".into()]),
+            &out_of_scope(&["src/c.rs".into()]),
+            "the worker exited with status 3",
+        ]);
+        let groups = groups(&report);
+        assert_eq!(groups.len(), 2, "one group for both tasks out of scope");
+        assert_eq!(groups[0].tasks.len(), 2);
+        assert_eq!(first_files(&groups[0]), "f0.txt, f1.txt");
+        assert_eq!(
+            next_step(&groups[0], "R"),
+            "let the command change its task's files only, or allow the others: swarm resume R \
+             --failed --scope any"
+        );
+        assert_eq!(
+            next_step(&groups[1], "R"),
+            "fix the command, then: swarm resume R --failed --exec 'FIXED COMMAND'"
         );
     }
 }
