@@ -94,7 +94,12 @@ pub(crate) async fn detached(run: DetachedRun) -> CommandResult<i32> {
             };
             super::execute::execute(request, &output).await
         }
-        Detached::Continue { run: id, how, jobs } => {
+        Detached::Continue {
+            run: id,
+            how,
+            jobs,
+            corrected,
+        } => {
             let mode = match how {
                 Continuing::Resume => RunMode::Resume,
                 Continuing::ResumeFailed => RunMode::RerunFailed,
@@ -103,6 +108,8 @@ pub(crate) async fn detached(run: DetachedRun) -> CommandResult<i32> {
             let selector = id.parse().map_err(AppError::Id)?;
             let overrides = reconcile::Overrides {
                 jobs,
+                scope: corrected.scope,
+                ok_exit_codes: corrected.ok_exit_codes,
                 ..Default::default()
             };
             let continuing =

@@ -36,6 +36,10 @@ pub(crate) struct ResumeArgs {
     /// writes files of other tasks (as rustfmt writes the modules a file declares).
     #[arg(long, value_name = "SCOPE", value_parser = super::keywords::<Scope>(Scope::NAMES))]
     pub scope: Option<Scope>,
+    /// Corrected --ok-exit-codes for the tasks this resume runs (`0,1` for a codemod that
+    /// exits 1 when it rewrote a file: pyupgrade, `ruff check --fix`).
+    #[arg(long, value_name = "CODES", value_delimiter = ',')]
+    pub ok_exit_codes: Option<Vec<i32>>,
     /// Check the merged result with this command (instead of the run's own
     /// --verify-merged, if any); tasks that break it are left out.
     #[arg(long, value_name = "CMD")]
@@ -77,16 +81,22 @@ pub(crate) async fn run(args: ResumeArgs) -> CommandResult<i32> {
         exec: args.exec.clone(),
         verify: args.verify.clone(),
         scope: args.scope,
+        ok_exit_codes: args.ok_exit_codes.clone(),
         jobs: args.jobs,
     };
     let continuing =
         reconcile::continue_run(&cwd, &args.run_id, mode, args.keep, overrides).await?;
     if matches!(continuing, Continuing::Ready { .. }) {
         let scope = args.scope.map(|s| s.to_string());
+        let codes = args.ok_exit_codes.as_ref().map(|codes| {
+            let codes: Vec<String> = codes.iter().map(i32::to_string).collect();
+            codes.join(",")
+        });
         let corrected = [
             ("--exec", &args.exec),
             ("--verify", &args.verify),
             ("--scope", &scope),
+            ("--ok-exit-codes", &codes),
         ];
         for (flag, command) in corrected {
             if let Some(command) = command {

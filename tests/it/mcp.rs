@@ -384,6 +384,52 @@ fn a_run_is_cancelled_then_resumed_and_a_dry_run_merged() {
     assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
 }
 
+/// A resume corrects what the failures name, as `swarm resume` does: `ok_exit_codes` for a
+/// codemod that exits 1 when it rewrote its file, `scope` for one that wrote other files;
+/// what cannot be a setting is refused, and merge takes neither.
+#[test]
+#[ignore = "needs the Python MCP SDK: .ci/run installs it"]
+fn a_resume_corrects_the_scope_and_the_statuses_of_success() {
+    let repo = four_files();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let rewrites = format!("{SED_FOO_BAR}; exit 1");
+    let seen = session(
+        &repo,
+        &[],
+        json!([{"name": "refactor", "arguments": {"instruction": "foo to bar",
+            "exec": rewrites, "wait_seconds": 60}}]),
+    );
+    let failed = answer(&seen, 0);
+    assert_eq!(failed["failures"].as_array().unwrap().len(), 4, "{failed}");
+    assert!(
+        failed["failures"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("--ok-exit-codes 0,1"),
+        "{failed}"
+    );
+    let run = failed["run_id"].as_str().unwrap();
+    let seen = session(
+        &repo,
+        &[],
+        json!([
+            {"name": "resume", "arguments": {"run_id": run, "ok_exit_codes": [0, 300]}},
+            {"name": "resume", "arguments": {"run_id": run, "scope": "everything"}},
+            {"name": "merge", "arguments": {"run_id": run, "scope": "any"}},
+            {"name": "resume", "arguments": {"run_id": run, "failed": true,
+                "ok_exit_codes": [0, 1], "scope": "any", "wait_seconds": 60}},
+        ]),
+    );
+    assert!(refusal(&seen, 0).contains("300 is not an exit status"));
+    assert!(refusal(&seen, 1).contains("scope: unknown scope 'everything'"));
+    assert!(refusal(&seen, 2).contains("they are for resume"));
+    let resumed = answer(&seen, 3);
+    assert_eq!(resumed["merged"]["count"], 4, "{resumed}");
+    let files = ["a.txt", "b.txt", "c.txt", "d.txt"];
+    let oracle = repo.oracle_tree(&base, &files, SED_FOO_BAR);
+    assert_eq!(repo.git(&["rev-parse", "main^{tree}"]), oracle);
+}
+
 /// End to end: the real Claude Code CLI, with swarm as its MCP server, against a local fake
 /// of the Messages API scripted as a parent agent that calls `refactor`, then `result`.
 #[test]

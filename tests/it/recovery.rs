@@ -444,6 +444,16 @@ fn a_run_killed_before_its_first_report_says_what_to_do() {
     );
 }
 
+/// `swarm resume RUN --failed FLAG VALUE`, which must succeed and say that the tasks it runs
+/// use `FLAG VALUE`.
+fn resume_failed_with(repo: &TestRepo, id: &str, flag: &str, value: &str) -> Run {
+    let resumed = repo.swarm(&["resume", id, "--failed", flag, value]);
+    resumed.assert_code(0);
+    let said = format!("the tasks this resume runs use {flag} {value}");
+    assert!(resumed.stderr.contains(&said), "{}", resumed.stderr);
+    resumed
+}
+
 /// The summary's next step for a command that failed, taken: `swarm resume RUN --failed
 /// --exec FIXED` runs the failed tasks with the fixed command, and says so; the run's plan
 /// keeps its own.
@@ -463,15 +473,7 @@ fn resume_failed_runs_the_failed_tasks_with_a_corrected_command() {
     );
     assert_eq!(repo.read("b.txt"), "foo\n");
     let fixed = crate::common::SED_FOO_BAR;
-    let resumed = repo.swarm(&["resume", &id, "--failed", "--exec", fixed]);
-    resumed.assert_code(0);
-    assert!(
-        resumed
-            .stderr
-            .contains(&format!("the tasks this resume runs use --exec {fixed}")),
-        "{}",
-        resumed.stderr
-    );
+    let resumed = resume_failed_with(&repo, &id, "--exec", fixed);
     for f in ["a.txt", "b.txt", "c.txt"] {
         assert_eq!(repo.read(f), "bar\n", "{f}");
     }
@@ -506,15 +508,7 @@ fn resume_failed_with_scope_any_merges_the_tasks_that_changed_other_files() {
         run.stderr
     );
     assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "foo");
-    let resumed = repo.swarm(&["resume", &id, "--failed", "--scope", "any"]);
-    resumed.assert_code(0);
-    assert!(
-        resumed
-            .stderr
-            .contains("the tasks this resume runs use --scope any"),
-        "{}",
-        resumed.stderr
-    );
+    let resumed = resume_failed_with(&repo, &id, "--scope", "any");
     for f in ["a.txt", "b.txt", "c.txt"] {
         assert_eq!(repo.git(&["show", &format!("HEAD:{f}")]), "bar", "{f}");
     }
@@ -524,4 +518,28 @@ fn resume_failed_with_scope_any_merges_the_tasks_that_changed_other_files() {
     let plan = repo.run_file(&id, "plan.json");
     let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
     assert_ne!(plan["settings"]["run"]["scope"], "any");
+}
+
+/// The summary's next step for a codemod that exits 1 when it rewrote its file (as
+/// pyupgrade does), taken: `swarm resume RUN --failed --ok-exit-codes 0,1` merges those
+/// tasks, and says so.
+#[test]
+fn resume_failed_with_ok_exit_codes_merges_the_tasks_whose_status_was_their_success() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let rewrites = r#"sed -i s/foo/bar/ "$SWARM_FILE"; exit 1"#;
+    let run = repo.swarm(&["refactor", "x", "*.txt", "--exec", rewrites]);
+    run.assert_code(1);
+    let id = run.run_id();
+    assert!(
+        run.stderr
+            .contains(&format!("swarm resume {id} --failed --ok-exit-codes 0,1;")),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "foo");
+    let resumed = resume_failed_with(&repo, &id, "--ok-exit-codes", "0,1");
+    for f in ["a.txt", "b.txt"] {
+        assert_eq!(repo.git(&["show", &format!("HEAD:{f}")]), "bar", "{f}");
+    }
+    assert_eq!(repo.report(&resumed)["totals"]["merged"], 2);
 }

@@ -41,7 +41,18 @@ pub enum Detached {
         how: Continuing,
         #[serde(default)]
         jobs: Option<usize>,
+        /// A corrected scope and statuses of success for the tasks a resume runs.
+        #[serde(default)]
+        corrected: Corrected,
     },
+}
+
+/// What a resume changes of the run's settings for the tasks it runs (`swarm resume --scope`,
+/// `--ok-exit-codes`).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Corrected {
+    pub scope: Option<swarm_engine::app::settings::Scope>,
+    pub ok_exit_codes: Option<Vec<i32>>,
 }
 
 /// How a run is continued.

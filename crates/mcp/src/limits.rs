@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 use swarm_engine::app::settings::Layer;
 
+use crate::detached::Corrected;
 use crate::params::Work;
 
 /// What the server allows, from `swarm mcp`'s command line.
@@ -119,6 +120,18 @@ impl Limits {
         run.atomic = work.atomic.filter(|atomic| *atomic);
         Ok(layer)
     }
+}
+
+/// What a `resume` call corrects of the run's settings (`scope`, `ok_exit_codes`); `Err`
+/// names what is wrong with it.
+pub(crate) fn corrected(what: &crate::params::Continue) -> Result<Corrected, String> {
+    if let Some(codes) = &what.ok_exit_codes {
+        swarm_engine::app::settings::check_ok_exit_codes(codes).map_err(|e| e.to_string())?;
+    }
+    Ok(Corrected {
+        scope: keyword("scope", &what.scope)?,
+        ok_exit_codes: what.ok_exit_codes.clone(),
+    })
 }
 
 /// A keyword argument (`scope`, `on_conflict`, `per_process`) as the setting it names.

@@ -97,6 +97,12 @@ pub(crate) struct Continue {
     /// `resume` only: workers at once for the tasks this resume runs (the run's own if
     /// absent; at most the server's limit).
     pub jobs: Option<usize>,
+    /// `resume` only: a corrected scope for the tasks this resume runs, "task" or "any"
+    /// ("any" merges the tasks that failed for changing files of other tasks).
+    pub scope: Option<String>,
+    /// `resume` only: corrected exit statuses of success for the tasks this resume runs
+    /// ([0, 1] merges the tasks of a codemod that exits 1 when it rewrote its file).
+    pub ok_exit_codes: Option<Vec<i32>>,
     /// Wait up to this many seconds for it to end, as for `refactor`.
     pub wait_seconds: Option<u64>,
 }

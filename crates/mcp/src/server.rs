@@ -16,9 +16,9 @@ use swarm_engine::app::ids::RunSelector;
 use swarm_engine::app::prepare::{self, PrepareRequest, Prepared, Purpose, SplitMode};
 use swarm_engine::app::{self, diff, runs};
 
-use crate::detached::{Continuing, Detached};
+use crate::detached::{Continuing, Corrected, Detached};
 use crate::launch::{self, Started};
-use crate::limits::Limits;
+use crate::limits::{Limits, corrected};
 use crate::params::{Continue, Diff, RunRef, Status, Work};
 use crate::summary;
 
@@ -203,7 +203,8 @@ impl Swarm {
     /// Finishes an interrupted run.
     #[tool(
         description = "Finish a stopped or interrupted run (tasks that had not finished run \
-        again, finished ones merge; with failed: true, failed tasks run again too)."
+        again, finished ones merge; with failed: true, failed tasks run again too, with scope \
+        or ok_exit_codes corrected where their failures name --scope or --ok-exit-codes)."
     )]
     async fn resume(
         &self,
@@ -218,8 +219,19 @@ impl Swarm {
         if let Err(why) = self.limits.check_jobs(what.jobs) {
             return refused(why);
         }
+        let corrected = match corrected(&what) {
+            Ok(corrected) => corrected,
+            Err(why) => return refused(why),
+        };
         let (run, jobs) = (what.run_id, what.jobs);
-        let start = move |_: PathBuf| Ok(Detached::Continue { run, how, jobs });
+        let start = move |_: PathBuf| {
+            Ok(Detached::Continue {
+                run,
+                how,
+                jobs,
+                corrected,
+            })
+        };
         self.start(start, what.wait_seconds, meta, peer).await
     }
 
@@ -237,6 +249,9 @@ impl Swarm {
         if what.jobs.is_some() {
             return refused("jobs: merge runs no worker (jobs is for resume)");
         }
+        if what.scope.is_some() || what.ok_exit_codes.is_some() {
+            return refused("scope, ok_exit_codes: merge runs no worker (they are for resume)");
+        }
         let run = what.run_id;
         let how = Continuing::Merge;
         let start = move |_: PathBuf| {
@@ -244,6 +259,7 @@ impl Swarm {
                 run,
                 how,
                 jobs: None,
+                corrected: Corrected::default(),
             })
         };
         self.start(start, what.wait_seconds, meta, peer).await

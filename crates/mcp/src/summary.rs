@@ -189,7 +189,8 @@ fn next_step(report: &Report) -> String {
         ),
         RunState::Finished if t.not_ok() > 0 => format!(
             "{} task(s) did not make it (see failures); fix the cause and call resume with \
-             failed: true to run them again, or leave them",
+             failed: true to run them again (with scope: \"any\" or ok_exit_codes where a \
+             failure's error or hint names --scope any or --ok-exit-codes), or leave them",
             t.not_ok()
         ),
         RunState::Finished => match (&report.result, report.into_updated) {

@@ -69,7 +69,7 @@ pub mod settings {
     pub use crate::settings::home::tilde;
     pub use crate::settings::{
         Candidates, CandidatesProblem, Count, Layer, MergeWith, OnConflict, PerProcess,
-        SandboxMode, Scope, Settings, SettingsError, WorktreeMode,
+        SandboxMode, Scope, Settings, SettingsError, WorktreeMode, check_ok_exit_codes,
     };
 }
 

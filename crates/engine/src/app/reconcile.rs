@@ -78,6 +78,8 @@ pub struct Overrides {
     pub verify: Option<String>,
     /// `swarm resume --scope`: a corrected scope, likewise.
     pub scope: Option<crate::settings::Scope>,
+    /// `swarm resume --ok-exit-codes`: corrected statuses of success, likewise.
+    pub ok_exit_codes: Option<Vec<i32>>,
     /// `swarm resume -j`: workers at once for the tasks this resume runs.
     pub jobs: Option<usize>,
 }
@@ -92,6 +94,7 @@ impl Overrides {
         layer.run.exec = self.exec;
         layer.run.verify = self.verify;
         layer.run.scope = self.scope;
+        layer.run.ok_exit_codes = self.ok_exit_codes;
         layer.run.jobs = self.jobs;
         layer.run.max_cost = match self.max_cost {
             // Not a number: refused as a budget of nothing is.

@@ -274,7 +274,8 @@ fn record_commit(
         );
     }
     a.over_budget = matches!(verdict, Verdict::OverBudget(_));
-    if let Verdict::Exited(code @ 1..=3) = verdict
+    if let Verdict::Exited(code) = verdict
+        && crate::report::groups::DONE_STATUSES.contains(&code)
         && !a.changed.is_empty()
     {
         a.hint = Some(format!(

@@ -10,6 +10,14 @@ pub const OUT_OF_SCOPE: &str = "changed files outside its task: ";
 /// How that error ends.
 pub const OUT_OF_SCOPE_END: &str = " (pass --scope any to allow)";
 
+/// How swarm's error for a worker that exited with a status not among `--ok-exit-codes`
+/// begins; the status follows.
+pub const EXITED: &str = "the worker exited with status ";
+/// The statuses some codemods exit with when they did their job (pyupgrade 1 when it
+/// rewrote a file, `ruff check --fix` 1 when findings are left): a worker that changed files
+/// and exited with one is told of `--ok-exit-codes`.
+pub const DONE_STATUSES: std::ops::RangeInclusive<i32> = 1..=3;
+
 /// swarm's error for a task that changed `outside`, files of no task of its.
 pub fn out_of_scope(outside: &[String]) -> String {
     format!("{OUT_OF_SCOPE}{}{OUT_OF_SCOPE_END}", outside.join(", "))
@@ -134,6 +142,11 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
             "let the command change its task's files only, or allow the others: swarm resume \
              {run} --failed --scope any"
         ),
+        TaskStatus::Failed if let Some(code) = exited_having_changed(group) => format!(
+            "if status {code} is this command's success, let it pass: swarm resume {run} \
+             --failed --ok-exit-codes 0,{code}; else fix the command, then: swarm resume {run} \
+             --failed --exec 'FIXED COMMAND'"
+        ),
         TaskStatus::Failed if group.reason.contains("--verify") => {
             format!("fix the code or the check, then: swarm resume {run} --failed [--verify CMD]")
         }
@@ -148,6 +161,14 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
         }
         _ => format!("swarm resume {run} --failed runs them again"),
     }
+}
+
+/// The status the group's workers exited with, where it is one of [`DONE_STATUSES`] and every
+/// one of them changed files.
+fn exited_having_changed(group: &Group<'_>) -> Option<i32> {
+    let code: i32 = group.reason.strip_prefix(EXITED)?.parse().ok()?;
+    let changed = group.tasks.iter().all(|t| !t.changed_files.is_empty());
+    (DONE_STATUSES.contains(&code) && changed).then_some(code)
 }
 
 /// What the machine ran short of, when the group's error says so, or the output of each of
@@ -285,6 +306,29 @@ mod tests {
         );
         assert_eq!(
             next_step(&groups[1], "R"),
+            "fix the command, then: swarm resume R --failed --exec 'FIXED COMMAND'"
+        );
+    }
+
+    #[test]
+    fn workers_that_changed_files_and_exited_1_are_told_of_ok_exit_codes() {
+        let mut report = report(&[
+            "the worker exited with status 1",
+            "the worker exited with status 1",
+        ]);
+        for task in &mut report.tasks {
+            task.changed_files = task.files.clone();
+        }
+        assert_eq!(
+            next_step(&groups(&report)[0], "R"),
+            "if status 1 is this command's success, let it pass: swarm resume R --failed \
+             --ok-exit-codes 0,1; else fix the command, then: swarm resume R --failed --exec \
+             'FIXED COMMAND'"
+        );
+        // One of them changed nothing: the status is not its success.
+        report.tasks[1].changed_files.clear();
+        assert_eq!(
+            next_step(&groups(&report)[0], "R"),
             "fix the command, then: swarm resume R --failed --exec 'FIXED COMMAND'"
         );
     }

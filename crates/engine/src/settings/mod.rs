@@ -112,6 +112,14 @@ fn success_only() -> Vec<i32> {
     vec![0]
 }
 
+/// `Err` for a status of `--ok-exit-codes` that no process can exit with.
+pub fn check_ok_exit_codes(codes: &[i32]) -> Result<(), SettingsError> {
+    match codes.iter().find(|c| !(0..=255).contains(*c)) {
+        Some(&bad) => Err(SettingsError::ExitCode(bad)),
+        None => Ok(()),
+    }
+}
+
 impl Settings {
     pub const DEFAULT_JOBS: usize = 4;
     pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
@@ -229,9 +237,7 @@ impl Settings {
             return Err(SettingsError::Zero(Count::MaxCost));
         }
         let ok_exit_codes = run.ok_exit_codes.unwrap_or_else(success_only);
-        if let Some(&bad) = ok_exit_codes.iter().find(|c| !(0..=255).contains(*c)) {
-            return Err(SettingsError::ExitCode(bad));
-        }
+        check_ok_exit_codes(&ok_exit_codes)?;
         let worktree = WorktreeSettings {
             copy: layer.worktree.copy.unwrap_or_default(),
             setup: layer.worktree.setup,

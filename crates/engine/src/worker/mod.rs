@@ -45,7 +45,7 @@ impl Verdict {
             Verdict::Done => "done".into(),
             Verdict::NoChange => "no change".into(),
             Verdict::Failed(why) | Verdict::Timeout(why) | Verdict::OverBudget(why) => why.clone(),
-            Verdict::Exited(code) => format!("the worker exited with status {code}"),
+            Verdict::Exited(code) => format!("{}{code}", crate::report::groups::EXITED),
             Verdict::Interrupted => "interrupted".into(),
         }
     }
