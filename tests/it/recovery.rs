@@ -543,3 +543,28 @@ fn resume_failed_with_ok_exit_codes_merges_the_tasks_whose_status_was_their_succ
     }
     assert_eq!(repo.report(&resumed)["totals"]["merged"], 2);
 }
+
+/// A formatter that names the file it cannot parse, one process a task: the summary tells to
+/// fix those files and run the change on them again, not to fix the command; a new run on
+/// them, from the commit that fixed them, merges them.
+#[test]
+fn files_a_formatter_cannot_parse_are_told_to_be_fixed() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo (\n"), ("c.txt", "(\n")]);
+    let formatter = r#"if grep -q '($' "$SWARM_FILE"; then
+        echo "error: cannot format $SWARM_FILE: Cannot parse: 1:5"; exit 123; fi
+        sed -i s/foo/bar/ "$SWARM_FILE""#;
+    let run = repo.swarm(&["refactor", "x", "*.txt", "--exec", formatter]);
+    run.assert_code(1);
+    let step = "next: each one's output names its own file in an error (a file the command \
+                cannot handle?): fix those files and run the change on them again (a new run, \
+                from the fixed commit), or leave them as they are";
+    assert!(run.stderr.contains(step), "{}", run.stderr);
+    assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar");
+    repo.write("b.txt", "foo ()\n");
+    repo.write("c.txt", "()\n");
+    repo.commit_all("fix the files the formatter cannot parse");
+    let again = repo.swarm(&["refactor", "x", "b.txt", "c.txt", "--exec", formatter]);
+    again.assert_code(0);
+    assert_eq!(repo.git(&["show", "HEAD:b.txt"]), "bar ()");
+    assert_eq!(repo.report(&again)["totals"]["merged"], 1);
+}

@@ -81,11 +81,16 @@ fn the_page_holds_the_report_and_no_text_of_a_worker_can_end_its_script() {
             .unwrap()
             .contains(HOSTILE_OUTPUT)
     );
-    // The two failures are one group, with its next step.
+    // The two failures are one group, with its next step: each one's output names its file.
     let groups = data["extra"]["groups"].as_array().unwrap();
     assert_eq!(groups.len(), 1, "{groups:?}");
     assert_eq!(groups[0]["tasks"].as_array().unwrap().len(), 2);
-    assert!(groups[0]["next"].as_str().unwrap().contains("--failed"));
+    assert!(
+        groups[0]["next"]
+            .as_str()
+            .unwrap()
+            .contains("fix those files")
+    );
     // Every merged task's diff, as git shows it.
     let diffs = data["extra"]["diffs"].as_array().unwrap();
     let merged = count(&statuses(&report), "merged");
@@ -256,10 +261,7 @@ fn the_page_in_a_real_browser_filters_groups_and_shows_diffs_as_the_report_says(
     assert_eq!(attrs(&dom, "data-group"), ["0"]);
     assert!(dom.contains("2 task(s)</strong>"), "{dom}");
     assert!(dom.contains("the worker exited with status 3"), "{dom}");
-    assert!(
-        dom.contains(&format!("swarm resume {id} --failed")),
-        "{dom}"
-    );
+    assert!(dom.contains("fix those files and run the change"), "{dom}");
 
     // A filter: only the failed tasks, as the report has them.
     let dom = browse(repo.root(), &format!("{url}#status=failed"), None);

@@ -20,6 +20,7 @@ mod git;
 mod ids;
 mod land;
 mod model;
+mod named;
 mod net;
 mod orchestrator;
 mod plan;

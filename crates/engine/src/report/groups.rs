@@ -3,6 +3,7 @@
 //! and the next step: what fixes it, and the `swarm resume` that runs them again.
 
 use super::{LAYERS_IN_MEMORY, Report, TaskReport, TaskStatus};
+use crate::named::naming_line;
 
 /// How swarm's error for a task that changed files of other tasks (`--scope task`) begins;
 /// the files follow, then [`OUT_OF_SCOPE_END`].
@@ -147,6 +148,12 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
              --failed --ok-exit-codes 0,{code}; else fix the command, then: swarm resume {run} \
              --failed --exec 'FIXED COMMAND'"
         ),
+        TaskStatus::Failed if named_in_own_output(group) => {
+            "each one's output names its own file in an error (a file the command cannot \
+             handle?): fix those files and run the change on them again (a new run, from the \
+             fixed commit), or leave them as they are"
+                .to_string()
+        }
         TaskStatus::Failed if group.reason.contains("--verify") => {
             format!("fix the code or the check, then: swarm resume {run} --failed [--verify CMD]")
         }
@@ -169,6 +176,17 @@ fn exited_having_changed(group: &Group<'_>) -> Option<i32> {
     let code: i32 = group.reason.strip_prefix(EXITED)?.parse().ok()?;
     let changed = group.tasks.iter().all(|t| !t.changed_files.is_empty());
     (DONE_STATUSES.contains(&code) && changed).then_some(code)
+}
+
+/// Did each of the group's workers exit with a failing status, its output naming one of its
+/// task's files in a diagnostic, as formatters name a file they cannot parse?
+fn named_in_own_output(group: &Group<'_>) -> bool {
+    group.reason.starts_with(EXITED)
+        && group.tasks.iter().all(|t| {
+            let lines: Vec<&str> = t.output_tail.as_deref().unwrap_or("").lines().collect();
+            let named = |f: &crate::repo_path::RepoPath| naming_line(&lines, &f.display());
+            t.files.iter().any(|f| named(f).is_some())
+        })
 }
 
 /// What the machine ran short of, when the group's error says so, or the output of each of
@@ -327,6 +345,28 @@ mod tests {
         );
         // One of them changed nothing: the status is not its success.
         report.tasks[1].changed_files.clear();
+        assert_eq!(
+            next_step(&groups(&report)[0], "R"),
+            "fix the command, then: swarm resume R --failed --exec 'FIXED COMMAND'"
+        );
+    }
+
+    #[test]
+    fn files_their_own_output_names_in_an_error_are_told_to_be_fixed() {
+        let mut report = report(&[
+            "the worker exited with status 123",
+            "the worker exited with status 123",
+        ]);
+        report.tasks[0].output_tail = Some("error: cannot format f0.txt: Cannot parse\n".into());
+        report.tasks[1].output_tail = Some(" --> /tmp/wt-3/f1.txt:1:7\n".into());
+        assert_eq!(
+            next_step(&groups(&report)[0], "R"),
+            "each one's output names its own file in an error (a file the command cannot \
+             handle?): fix those files and run the change on them again (a new run, from the \
+             fixed commit), or leave them as they are"
+        );
+        // One names another task's file: the command, then.
+        report.tasks[1].output_tail = Some("error: cannot format f0.txt\n".into());
         assert_eq!(
             next_step(&groups(&report)[0], "R"),
             "fix the command, then: swarm resume R --failed --exec 'FIXED COMMAND'"
