@@ -545,7 +545,7 @@ fn resume_failed_with_ok_exit_codes_merges_the_tasks_whose_status_was_their_succ
 }
 
 /// A formatter that names the file it cannot parse, one process a task: the summary tells to
-/// fix those files and run the change on them again, not to fix the command; a new run on
+/// fix those files and run the change on them again (or to fix the command); a new run on
 /// them, from the commit that fixed them, merges them.
 #[test]
 fn files_a_formatter_cannot_parse_are_told_to_be_fixed() {
@@ -555,10 +555,14 @@ fn files_a_formatter_cannot_parse_are_told_to_be_fixed() {
         sed -i s/foo/bar/ "$SWARM_FILE""#;
     let run = repo.swarm(&["refactor", "x", "*.txt", "--exec", formatter]);
     run.assert_code(1);
-    let step = "next: each one's output names its own file in an error (a file the command \
-                cannot handle?): fix those files and run the change on them again (a new run, \
-                from the fixed commit), or leave them as they are";
-    assert!(run.stderr.contains(step), "{}", run.stderr);
+    let id = run.run_id();
+    let step = format!(
+        "next: each one's output points at its own file (one the command cannot handle, or \
+         findings it could not fix): fix those files and run the change on them again (a new \
+         run, from the fixed commit), or fix the command, then: swarm resume {id} --failed \
+         --exec 'FIXED COMMAND'"
+    );
+    assert!(run.stderr.contains(&step), "{}", run.stderr);
     assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar");
     repo.write("b.txt", "foo ()\n");
     repo.write("c.txt", "()\n");

@@ -148,12 +148,12 @@ pub fn next_step(group: &Group<'_>, run: &str) -> String {
              --failed --ok-exit-codes 0,{code}; else fix the command, then: swarm resume {run} \
              --failed --exec 'FIXED COMMAND'"
         ),
-        TaskStatus::Failed if named_in_own_output(group) => {
-            "each one's output names its own file in an error (a file the command cannot \
-             handle?): fix those files and run the change on them again (a new run, from the \
-             fixed commit), or leave them as they are"
-                .to_string()
-        }
+        TaskStatus::Failed if named_in_own_output(group) => format!(
+            "each one's output points at its own file (one the command cannot handle, or \
+             findings it could not fix): fix those files and run the change on them again (a \
+             new run, from the fixed commit), or fix the command, then: swarm resume {run} \
+             --failed --exec 'FIXED COMMAND'"
+        ),
         TaskStatus::Failed if group.reason.contains("--verify") => {
             format!("fix the code or the check, then: swarm resume {run} --failed [--verify CMD]")
         }
@@ -361,9 +361,10 @@ mod tests {
         report.tasks[1].output_tail = Some(" --> /tmp/wt-3/f1.txt:1:7\n".into());
         assert_eq!(
             next_step(&groups(&report)[0], "R"),
-            "each one's output names its own file in an error (a file the command cannot \
-             handle?): fix those files and run the change on them again (a new run, from the \
-             fixed commit), or leave them as they are"
+            "each one's output points at its own file (one the command cannot handle, or \
+             findings it could not fix): fix those files and run the change on them again (a \
+             new run, from the fixed commit), or fix the command, then: swarm resume R \
+             --failed --exec 'FIXED COMMAND'"
         );
         // One names another task's file: the command, then.
         report.tasks[1].output_tail = Some("error: cannot format f0.txt\n".into());
