@@ -97,8 +97,7 @@ pub(crate) async fn detached(run: DetachedRun) -> CommandResult<i32> {
         Detached::Continue {
             run: id,
             how,
-            jobs,
-            corrected,
+            overrides,
         } => {
             let mode = match how {
                 Continuing::Resume => RunMode::Resume,
@@ -106,12 +105,6 @@ pub(crate) async fn detached(run: DetachedRun) -> CommandResult<i32> {
                 Continuing::Merge => RunMode::MergeOnly,
             };
             let selector = id.parse().map_err(AppError::Id)?;
-            let overrides = reconcile::Overrides {
-                jobs,
-                scope: corrected.scope,
-                ok_exit_codes: corrected.ok_exit_codes,
-                ..Default::default()
-            };
             let continuing =
                 reconcile::continue_run(&run.repo, &selector, mode, false, overrides).await?;
             let output = super::execute::Output {

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use swarm_engine::app::reconcile::Overrides;
 use swarm_engine::app::settings::Layer;
 
 /// The first argument that makes a swarm process a run the MCP server started (as the jail's
@@ -34,25 +35,15 @@ pub enum Detached {
         server: Box<Layer>,
         dry_run: bool,
     },
-    /// Continues run `run`: resumes it (with its failed tasks, `failed`; `jobs` workers at
-    /// once, else the run's own), or merges what it finished.
+    /// Continues run `run`: resumes it (with its failed tasks, `failed`; with what the call
+    /// changed of the run's settings: jobs, scope, statuses of success), or merges what it
+    /// finished.
     Continue {
         run: String,
         how: Continuing,
         #[serde(default)]
-        jobs: Option<usize>,
-        /// A corrected scope and statuses of success for the tasks a resume runs.
-        #[serde(default)]
-        corrected: Corrected,
+        overrides: Overrides,
     },
-}
-
-/// What a resume changes of the run's settings for the tasks it runs (`swarm resume --scope`,
-/// `--ok-exit-codes`).
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct Corrected {
-    pub scope: Option<swarm_engine::app::settings::Scope>,
-    pub ok_exit_codes: Option<Vec<i32>>,
 }
 
 /// How a run is continued.

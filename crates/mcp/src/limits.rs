@@ -8,9 +8,9 @@
 use std::path::{Component, Path};
 use std::str::FromStr;
 
+use swarm_engine::app::reconcile::Overrides;
 use swarm_engine::app::settings::Layer;
 
-use crate::detached::Corrected;
 use crate::params::Work;
 
 /// What the server allows, from `swarm mcp`'s command line.
@@ -122,15 +122,17 @@ impl Limits {
     }
 }
 
-/// What a `resume` call corrects of the run's settings (`scope`, `ok_exit_codes`); `Err`
-/// names what is wrong with it.
-pub(crate) fn corrected(what: &crate::params::Continue) -> Result<Corrected, String> {
+/// What a `resume` call changes of the run's settings (`jobs`, `scope`, `ok_exit_codes`), as
+/// `swarm resume` would; `Err` names what is wrong with it.
+pub(crate) fn overrides(what: &crate::params::Continue) -> Result<Overrides, String> {
     if let Some(codes) = &what.ok_exit_codes {
         swarm_engine::app::settings::check_ok_exit_codes(codes).map_err(|e| e.to_string())?;
     }
-    Ok(Corrected {
+    Ok(Overrides {
+        jobs: what.jobs,
         scope: keyword("scope", &what.scope)?,
         ok_exit_codes: what.ok_exit_codes.clone(),
+        ..Default::default()
     })
 }
 

@@ -16,9 +16,9 @@ use swarm_engine::app::ids::RunSelector;
 use swarm_engine::app::prepare::{self, PrepareRequest, Prepared, Purpose, SplitMode};
 use swarm_engine::app::{self, diff, runs};
 
-use crate::detached::{Continuing, Corrected, Detached};
+use crate::detached::{Continuing, Detached};
 use crate::launch::{self, Started};
-use crate::limits::{Limits, corrected};
+use crate::limits::{Limits, overrides};
 use crate::params::{Continue, Diff, RunRef, Status, Work};
 use crate::summary;
 
@@ -219,17 +219,16 @@ impl Swarm {
         if let Err(why) = self.limits.check_jobs(what.jobs) {
             return refused(why);
         }
-        let corrected = match corrected(&what) {
-            Ok(corrected) => corrected,
+        let overrides = match overrides(&what) {
+            Ok(overrides) => overrides,
             Err(why) => return refused(why),
         };
-        let (run, jobs) = (what.run_id, what.jobs);
+        let run = what.run_id;
         let start = move |_: PathBuf| {
             Ok(Detached::Continue {
                 run,
                 how,
-                jobs,
-                corrected,
+                overrides,
             })
         };
         self.start(start, what.wait_seconds, meta, peer).await
@@ -258,8 +257,7 @@ impl Swarm {
             Ok(Detached::Continue {
                 run,
                 how,
-                jobs: None,
-                corrected: Corrected::default(),
+                overrides: Default::default(),
             })
         };
         self.start(start, what.wait_seconds, meta, peer).await

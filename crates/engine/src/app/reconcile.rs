@@ -62,10 +62,10 @@ pub fn drop_records(info: &RepoInfo, records: &[String]) -> Records {
     Records(tips)
 }
 
-/// Continues run `wanted` in `mode` (resume, resume `--failed`, or merge only), with
-/// `verify_merged` in place of the run's own check if given.
-/// What `swarm resume` (or `merge`) changes of the run's settings.
-#[derive(Debug, Default)]
+/// What `swarm resume` (or `merge`) changes of the run's settings; also what MCP's `resume`
+/// hands the run it starts (`jobs`, `scope`, `ok_exit_codes`).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Overrides {
     pub verify_merged: Option<String>,
     /// `--atomic`.
