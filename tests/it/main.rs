@@ -20,6 +20,7 @@ mod fake_forge;
 mod fake_model;
 mod first_day;
 mod gateway;
+mod half_done;
 mod head_start;
 mod hostile_upstream;
 mod land;

@@ -428,6 +428,14 @@ fn auto_shares_processes_only_for_commands_that_take_a_list_of_files() {
     assert_eq!(repo.report(&run)["per_process"], 1);
     assert!(of_kind(&repo.events(&run), "group_started").is_empty());
     assert_eq!(count(&statuses(&repo.report(&run)), "merged"), 12);
+
+    // `SWARM_FILES` in the command's text but not expanded: a command of one file still.
+    let repo = files(12, &[]);
+    let quoted = format!("echo 'no $SWARM_FILES here' >/dev/null; {SED_ONE}");
+    let run = refactor(&repo, "1", None, &quoted, &[]);
+    run.assert_code(0);
+    assert_eq!(repo.report(&run)["per_process"], 1);
+    assert_eq!(count(&statuses(&repo.report(&run)), "merged"), 12);
 }
 
 /// A command that names `$SWARM_FILE` and runs a tool that takes a list gets a hint with the

@@ -270,8 +270,9 @@ pub(crate) async fn machine(settings: &Settings, jobs: usize) -> AppResult<()> {
 }
 
 /// The files of each task reach the worker's command as they are: a command that names only
-/// `$SWARM_FILE` (the task's first file) gets no task of several files, and one that expands
-/// a file variable outside double quotes gets no file name the shell would split or glob.
+/// `$SWARM_FILE` (the first file) gets no task of several files nor a process of several
+/// tasks, and one that expands a file variable outside double quotes gets no file name the
+/// shell would split or glob.
 pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> AppResult<()> {
     let commands: Vec<&str> = match (&settings.exec, settings.rotation.agents.as_slice()) {
         (_, [_, ..]) => settings
@@ -285,23 +286,26 @@ pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> Ap
         (None, []) => return Ok(()),
     };
     for command in commands {
-        reaches(command, tasks)?;
+        reaches(command, tasks, settings.per_process)?;
     }
     Ok(())
 }
 
 /// The files of each task reach `command` as they are ([`files_reach_the_command`]).
-fn reaches(command: &str, tasks: &[Task]) -> AppResult<()> {
+fn reaches(command: &str, tasks: &[Task], per_process: PerProcess) -> AppResult<()> {
     use crate::worker::file_vars::{file_vars, splits_unquoted};
     let vars = file_vars(command);
-    if vars.file.named
-        && !vars.files.named
-        && let Some(task) = tasks.iter().find(|t| t.files.len() > 1)
-    {
-        return Err(AppError::FirstFileOnly {
-            task: task.id.to_string(),
-            files: task.files.len(),
-        });
+    if vars.file.named && !vars.files.named {
+        if let Some(task) = tasks.iter().find(|t| t.files.len() > 1) {
+            return Err(AppError::FirstFileOnly {
+                task: task.id.to_string(),
+                files: task.files.len(),
+            });
+        }
+        // `auto` gives such a command a process a task (`orchestrator::group`).
+        if let (PerProcess::Tasks(n @ 2..), 2..) = (per_process, tasks.len()) {
+            return Err(AppError::FirstFileOfProcess(n));
+        }
     }
     for (used, var) in [(vars.file, "SWARM_FILE"), (vars.files, "SWARM_FILES")] {
         let splits = tasks

@@ -66,6 +66,13 @@ pub enum AppError {
          the first: the others would be reported `no change`"
     )]
     FirstFileOnly { task: String, files: usize },
+    /// `--per-process N` (several tasks a process) for a command that names only
+    /// `$SWARM_FILE`, which holds the process's first file.
+    #[error(
+        "--per-process {0} gives a process several tasks, but the command names only \
+         $SWARM_FILE, which holds the first task's file: the others would be reported `no change`"
+    )]
+    FirstFileOfProcess(usize),
     /// A command that expands a file variable unquoted, for a file name the shell would split
     /// or glob.
     #[error(

@@ -23,6 +23,7 @@ impl AppError {
             return Some(e.explain().1.to_string());
         }
         runs_hint(self)
+            .or_else(|| files_hint(self))
             .or_else(|| worker_hint(self))
             .or_else(|| input_hint(self))
     }
@@ -62,30 +63,42 @@ fn runs_hint(e: &AppError) -> Option<String> {
     }
 }
 
+/// The hint for which files a run works on, and how they reach its command.
+fn files_hint(e: &AppError) -> Option<String> {
+    match e {
+        AppError::FirstFileOnly { .. } => Some(
+            "name \"$SWARM_FILES\" (one file a line) in the command, e.g. `printf '%s\\n' \
+         \"$SWARM_FILES\" | xargs -d '\\n' CMD`, or drop --batch (a process for several \
+         tasks, each its own commit: --per-process)"
+                .into(),
+        ),
+        AppError::FirstFileOfProcess(_) => Some(
+            "name \"$SWARM_FILES\" (one file a line) in the command, e.g. `printf '%s\\n' \
+         \"$SWARM_FILES\" | xargs -d '\\n' CMD`, or pass --per-process 1"
+                .into(),
+        ),
+        AppError::UnquotedFileVar { .. } => Some(
+            "quote it: \"$SWARM_FILE\"; for the list, `printf '%s\\n' \"$SWARM_FILES\" | xargs \
+         -d '\\n' CMD` (one file a line)"
+                .into(),
+        ),
+        AppError::InstructionIsAPathspec { .. } => Some(
+            "the instruction comes first, then the pathspecs: swarm refactor 'WHAT TO DO' \
+         'PATHSPEC' …; to work on every tracked file with that instruction, pass `.`"
+                .into(),
+        ),
+        AppError::NoPathspec { .. } => Some(
+            "pass `.` to work on every tracked file, or pathspecs ('src/**/*.py') or --grep to \
+         choose"
+                .into(),
+        ),
+        _ => None,
+    }
+}
+
 /// The hint for what runs the tasks: the command, the agent, the model, budgets.
 fn worker_hint(e: &AppError) -> Option<String> {
     match e {
-    AppError::FirstFileOnly { .. } => Some(
-        "name \"$SWARM_FILES\" (one file a line) in the command, e.g. `printf '%s\\n' \
-         \"$SWARM_FILES\" | xargs -d '\\n' CMD`, or drop --batch (a process for several \
-         tasks, each its own commit: --per-process)"
-            .into(),
-    ),
-    AppError::UnquotedFileVar { .. } => Some(
-        "quote it: \"$SWARM_FILE\"; for the list, `printf '%s\\n' \"$SWARM_FILES\" | xargs \
-         -d '\\n' CMD` (one file a line)"
-            .into(),
-    ),
-    AppError::InstructionIsAPathspec { .. } => Some(
-        "the instruction comes first, then the pathspecs: swarm refactor 'WHAT TO DO' \
-         'PATHSPEC' …; to work on every tracked file with that instruction, pass `.`"
-            .into(),
-    ),
-    AppError::NoPathspec { .. } => Some(
-        "pass `.` to work on every tracked file, or pathspecs ('src/**/*.py') or --grep to \
-         choose"
-            .into(),
-    ),
     AppError::ExecNotFound(program) => Some(format!(
         "install it, or check the spelling; workers run `sh -c CMD` with your PATH (`command -v {program}` tells where it is)"
     )),

@@ -26,7 +26,6 @@ use super::task::{Attempt, commit_attempt, commit_message, outcome, start_attemp
 use super::watch::{warn_about_checkout, warn_about_new_branches};
 use super::worker_run::Runner;
 use super::{Shared, step, warn};
-use crate::env_vars;
 use crate::git::TreeChange;
 use crate::git::commit::{self, CommitError};
 use crate::ids::TaskIdx;
@@ -35,6 +34,7 @@ use crate::repo_path::RepoPath;
 use crate::report::TaskStatus;
 use crate::settings::{PerProcess, Settings};
 use crate::worker::Verdict;
+use crate::worker::file_vars::file_vars;
 
 /// With `--per-process auto`, how many processes each job gets, at least: enough to keep the
 /// jobs evenly busy to the end, and a failing process is cheap to split.
@@ -56,7 +56,7 @@ pub(super) fn tasks_per_process(settings: &Settings, tasks: usize) -> usize {
             let takes_list = settings
                 .exec
                 .as_deref()
-                .is_some_and(|command| command.contains(env_vars::SWARM_FILES));
+                .is_some_and(|command| file_vars(command).files.named);
             let alone =
                 settings.agent.is_some() || settings.repair || settings.candidates.several();
             if !takes_list || alone {

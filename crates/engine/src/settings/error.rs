@@ -128,6 +128,9 @@ pub enum SettingsError {
     ExitCode(i32),
     #[error("{0}")]
     Candidates(CandidatesProblem),
+    /// A command setting that is empty or blank.
+    #[error("{0} is empty: there is no command to run")]
+    EmptyCommand(String),
 }
 
 /// What is wrong with `--tries`, `--best-of` and `--judge-model` together.
@@ -239,6 +242,10 @@ impl SettingsError {
                 "pass a domain name, e.g. --allow-domain api.anthropic.com (docs/SECURITY.md)",
             ),
             SettingsError::Candidates(problem) => (e.to_string(), problem.hint()),
+            SettingsError::EmptyCommand(_) => (
+                e.to_string(),
+                "give it the command to run (quoted, e.g. --verify 'cargo check'), or leave it out",
+            ),
             SettingsError::CopyPath(_) => (
                 e.to_string(),
                 "list files of your checkout by their path relative to its root, e.g. copy = [\".env\"]",

@@ -120,6 +120,35 @@ pub fn check_ok_exit_codes(codes: &[i32]) -> Result<(), SettingsError> {
     }
 }
 
+/// `Err` for a command that is empty or blank: run, it would do nothing and pass (a worker
+/// that changes nothing, a check that passes every task).
+fn check_commands(
+    run: &layer::RunTable,
+    setup: Option<&str>,
+    rotation: &Rotation,
+) -> Result<(), SettingsError> {
+    let agents = rotation
+        .agents
+        .iter()
+        .map(|a| (format!("[agents.{}] exec", a.name), Some(a.exec.as_str())));
+    let named = [
+        ("--exec / [run] exec", run.exec.as_deref()),
+        ("--verify / [run] verify", run.verify.as_deref()),
+        (
+            "--verify-merged / [run] verify_merged",
+            run.verify_merged.as_deref(),
+        ),
+        ("[worktree] setup", setup),
+    ];
+    let blank = agents
+        .chain(named.map(|(what, command)| (what.to_string(), command)))
+        .find(|(_, command)| command.is_some_and(|c| c.trim().is_empty()));
+    match blank {
+        Some((what, _)) => Err(SettingsError::EmptyCommand(what)),
+        None => Ok(()),
+    }
+}
+
 impl Settings {
     pub const DEFAULT_JOBS: usize = 4;
     pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
@@ -221,6 +250,7 @@ impl Settings {
         if let Some(agent) = &agent {
             run.exec = Some(agent.exec.clone());
         }
+        check_commands(&run, layer.worktree.setup.as_deref(), &rotation)?;
         let counts = Counts::of(&run)?;
         let merge_timeout_secs = match layer.merge.timeout {
             Some(0) => return Err(SettingsError::Zero(Count::MergeTimeout)),
