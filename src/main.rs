@@ -137,6 +137,15 @@ where
     clap::builder::PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
 }
 
+/// The parser of a sum of US dollars (`--max-cost`): a finite number above 0. `nan` or `inf`
+/// would otherwise parse, and a cap that compares false with every spend is no cap.
+fn usd(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd > 0.0 => Ok(usd),
+        _ => Err("a number of US dollars above 0, e.g. 5 or 0.50".into()),
+    }
+}
+
 fn run() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // `--color` decides the colours of `--help` and of clap's errors too, which clap prints

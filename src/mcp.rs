@@ -39,7 +39,7 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "N")]
     pub max_jobs: Option<usize>,
     /// Each run's spending cap in US dollars; a call may ask for less.
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", value_parser = super::usd)]
     pub max_cost: Option<f64>,
     /// Each run's token budget; a call may ask for less.
     #[arg(long, value_name = "N")]

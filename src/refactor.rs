@@ -198,7 +198,7 @@ pub(crate) struct PlanningArgs {
     /// Spending cap of the whole run in US dollars (what --agent workers report, and the
     /// built-in worker's tokens at your [model] price): no new task starts once it is
     /// reached; `swarm resume --max-cost MORE` finishes the rest.
-    #[arg(help_heading = "Safety and limits", long, value_name = "USD", env = env_vars::SWARM_MAX_COST)]
+    #[arg(help_heading = "Safety and limits", long, value_name = "USD", value_parser = super::usd, env = env_vars::SWARM_MAX_COST)]
     pub max_cost: Option<f64>,
 
     /// The most tokens of one model answer (`max_tokens` of each request), so that a local

@@ -48,7 +48,7 @@ pub(crate) struct ResumeArgs {
     #[arg(long, visible_alias = "max-run-tokens", value_name = "N")]
     pub max_tokens: Option<u64>,
     /// A new spending cap for the whole run, in US dollars.
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", value_parser = super::usd)]
     pub max_cost: Option<f64>,
     /// Workers running at once for the tasks this resume runs (the run's own --jobs if not
     /// given), e.g. on a machine smaller than the one that started the run.

@@ -505,3 +505,35 @@ fn a_wrong_type_in_the_settings_file_names_the_line_and_key() {
         "[run]",
     );
 }
+
+/// A spending cap of `nan` or `inf` parses as a number, and compares false with any spend: a
+/// cap of nothing. It is refused wherever a cap is given (the flag, its variable, `resume`,
+/// the MCP server's own), as are 0 and less; nothing starts.
+#[test]
+fn a_spending_cap_that_is_not_a_sum_of_dollars_is_refused() {
+    let repo = repo();
+    let before = snapshot(&repo);
+    let says = "a number of US dollars above 0";
+    for value in ["nan", "inf", "-1", "0", "five"] {
+        let flag = format!("--max-cost={value}");
+        let run = repo.swarm(&["refactor", "x", ".", "-y", "--exec", "true", &flag]);
+        run.assert_code(2);
+        assert!(run.stderr.contains(says), "{value}: {}", run.stderr);
+    }
+    let mut cmd = repo.swarm_cmd();
+    cmd.args(["refactor", "x", ".", "-y", "--exec", "true"])
+        .env("SWARM_MAX_COST", "NaN");
+    let run = Run::from(cmd.output().unwrap());
+    run.assert_code(2);
+    assert!(run.stderr.contains(says), "{}", run.stderr);
+    assert_eq!(snapshot(&repo), before, "something changed");
+    for args in [
+        &["mcp", "--max-cost", "nan"][..],
+        &["resume", "20261202-112407-5377", "--max-cost", "inf"],
+    ] {
+        let run = repo.swarm(args);
+        run.assert_code(2);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+    }
+    assert_eq!(snapshot(&repo), before, "something changed");
+}
