@@ -146,6 +146,14 @@ fn usd(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The parser of a token budget (`--max-tokens`): a whole number above 0.
+fn tokens(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("a number of tokens, 1 or more, e.g. 2000000".into()),
+    }
+}
+
 fn run() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // `--color` decides the colours of `--help` and of clap's errors too, which clap prints

@@ -42,7 +42,7 @@ pub(crate) struct McpArgs {
     #[arg(long, value_name = "USD", value_parser = super::usd)]
     pub max_cost: Option<f64>,
     /// Each run's token budget; a call may ask for less.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::tokens)]
     pub max_tokens: Option<u64>,
     /// A coding agent calls may name as the worker (repeatable; none by default).
     #[arg(long = "allow-agent", value_name = "NAME")]

@@ -192,7 +192,7 @@ pub(crate) struct PlanningArgs {
 
     /// Token budget of the whole run (the built-in worker's tokens and what --agent workers
     /// report): no new task starts once it is spent; `swarm resume` finishes the rest.
-    #[arg(hide_short_help = true, help_heading = "Safety and limits", long, visible_alias = "max-run-tokens", value_name = "N", env = env_vars::SWARM_MAX_TOKENS)]
+    #[arg(hide_short_help = true, help_heading = "Safety and limits", long, visible_alias = "max-run-tokens", value_name = "N", env = env_vars::SWARM_MAX_TOKENS, value_parser = super::tokens)]
     pub max_tokens: Option<u64>,
 
     /// Spending cap of the whole run in US dollars (what --agent workers report, and the

@@ -45,7 +45,7 @@ pub(crate) struct ResumeArgs {
     #[arg(long, value_name = "CMD")]
     pub verify_merged: Option<String>,
     /// A new token budget for the whole run (tasks skipped for the old one run now).
-    #[arg(long, visible_alias = "max-run-tokens", value_name = "N")]
+    #[arg(long, visible_alias = "max-run-tokens", value_name = "N", value_parser = super::tokens)]
     pub max_tokens: Option<u64>,
     /// A new spending cap for the whole run, in US dollars.
     #[arg(long, value_name = "USD", value_parser = super::usd)]

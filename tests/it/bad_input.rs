@@ -508,9 +508,9 @@ fn a_wrong_type_in_the_settings_file_names_the_line_and_key() {
 
 /// A spending cap of `nan` or `inf` parses as a number, and compares false with any spend: a
 /// cap of nothing. It is refused wherever a cap is given (the flag, its variable, `resume`,
-/// the MCP server's own), as are 0 and less; nothing starts.
+/// the MCP server's own), as are 0 and less, and a token budget of 0; nothing starts.
 #[test]
-fn a_spending_cap_that_is_not_a_sum_of_dollars_is_refused() {
+fn a_budget_of_nothing_or_of_no_number_is_refused() {
     let repo = repo();
     let before = snapshot(&repo);
     let says = "a number of US dollars above 0";
@@ -535,5 +535,32 @@ fn a_spending_cap_that_is_not_a_sum_of_dollars_is_refused() {
         run.assert_code(2);
         assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
     }
+    // A token budget of nothing, on the command line and in the settings file.
+    for args in [
+        &[
+            "refactor",
+            "x",
+            ".",
+            "-y",
+            "--exec",
+            "true",
+            "--max-tokens",
+            "0",
+        ][..],
+        &["mcp", "--max-tokens", "0"],
+    ] {
+        let run = repo.swarm(args);
+        run.assert_code(2);
+        let said = "a number of tokens, 1 or more";
+        assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
+    }
     assert_eq!(snapshot(&repo), before, "something changed");
+    repo.write("swarm.toml", "[run]\nmax_tokens = 0\n");
+    repo.commit_all("settings");
+    refuses(
+        &repo,
+        &["refactor", "x", ".", "-y", "--exec", "true"],
+        "--max-tokens must be at least 1",
+        "pass --max-tokens N",
+    );
 }

@@ -15,6 +15,7 @@ pub enum Count {
     MaxOutputTokens,
     ContextWindow,
     MaxCost,
+    MaxTokens,
     Tries,
     BestOf,
     MergeTimeout,
@@ -32,6 +33,7 @@ impl std::fmt::Display for Count {
             Count::MaxOutputTokens => "max_output_tokens",
             Count::ContextWindow => "context_window",
             Count::MaxCost => "max_cost",
+            Count::MaxTokens => "max_tokens",
             Count::Tries => "tries",
             Count::BestOf => "best_of",
             Count::MergeTimeout => "[merge] timeout",
@@ -74,6 +76,10 @@ impl Count {
             Count::MaxCost => (
                 "--max-cost must be more than 0",
                 "pass --max-cost USD, e.g. --max-cost 5",
+            ),
+            Count::MaxTokens => (
+                "--max-tokens must be at least 1",
+                "pass --max-tokens N, the tokens the whole run may spend, or leave it out",
             ),
             Count::Tries => (
                 "--tries must be at least 1",

@@ -364,6 +364,9 @@ impl Counts {
             return Err(SettingsError::Zero(Count::PerProcess));
         }
         let candidates = candidates(run, per_process)?;
+        if run.max_tokens == Some(0) {
+            return Err(SettingsError::Zero(Count::MaxTokens));
+        }
         Ok(Self {
             candidates,
             jobs: jobs as usize,
