@@ -76,6 +76,26 @@ fn runs_that_would_be_half_done_without_a_word_are_refused() {
             "\"$SWARM_FILES\"",
         ],
     );
+    // --verify is held to the same rule: it gets the task's (or its process's) files.
+    let list = r#"printf '%s\n' "$SWARM_FILES" | xargs -d '\n' sed -i s/foo/bar/"#;
+    let first_only = r#"grep -q bar "$SWARM_FILE""#;
+    let checked = |how: [&str; 2], says: &[&str]| {
+        let args = [
+            "refactor", "x", ".", "-y", "--exec", list, "--verify", first_only,
+        ];
+        refused(&[&args[..], &how[..]].concat(), says);
+    };
+    checked(
+        ["--batch", "2"],
+        &[
+            "files, but --verify names only $SWARM_FILE",
+            "the others would be left unchecked",
+        ],
+    );
+    checked(
+        ["-j", "1"],
+        &["--per-process auto gives a process several tasks, but --verify names only"],
+    );
     // An unquoted list, and a name the shell would split.
     refused(
         &[

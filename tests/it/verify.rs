@@ -57,8 +57,8 @@ fn what_verify_alone_writes_stays_out_of_the_commit() {
     }
 }
 
-/// The built-in agent's `--verify` (run on its `finish`) leaves a cache: the task merges
-/// without it.
+/// The built-in agent's `--verify` (run on its `finish`, with the task's `SWARM_FILE`) leaves
+/// a cache: the task merges without it.
 #[test]
 fn what_the_agents_check_writes_stays_out_of_the_commit() {
     let repo = TestRepo::with_files(&[("src/m.py", "foo()\n")]);
@@ -82,7 +82,8 @@ fn what_the_agents_check_writes_stays_out_of_the_commit() {
         "--base-url",
         &fake.url,
         "--verify",
-        "mkdir -p .cache && echo checked > .cache/result",
+        // It gets the task's variables, as the command does.
+        r#"test "$SWARM_FILE" = src/m.py && mkdir -p .cache && echo checked > .cache/result"#,
     ]);
     let run = crate::common::Run::from(cmd.output().unwrap());
     run.assert_code(0);
@@ -90,4 +91,47 @@ fn what_the_agents_check_writes_stays_out_of_the_commit() {
     let tree = repo.git(&["ls-tree", "-r", "--name-only", "main"]);
     assert_eq!(tree, "src/m.py");
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}
+
+/// `--verify` gets the task's variables: a check of `"$SWARM_FILE"` checks each task's own
+/// file, and a process of several tasks' check gets all their files in `SWARM_FILES`.
+#[test]
+fn verify_checks_each_tasks_own_files() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")]);
+    let check =
+        r#"[ "$SWARM_FILE" != b.txt ] && [ -n "$SWARM_TASK_ID" ] && grep -q bar "$SWARM_FILE""#;
+    let run = repo.swarm(&[
+        "refactor",
+        "x",
+        "*.txt",
+        "--exec",
+        SED_FOO_BAR,
+        "--verify",
+        check,
+    ]);
+    run.assert_code(1);
+    let report = repo.report(&run);
+    let each = statuses(&report);
+    assert_eq!(count(&each, "merged"), 2, "{each:?}");
+    assert_eq!(count(&each, "failed"), 1, "{each:?}");
+    assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar");
+    assert_eq!(repo.git(&["show", "HEAD:b.txt"]), "foo");
+
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n"), ("c.txt", "foo\n")]);
+    let list = r#"printf '%s\n' "$SWARM_FILES" | xargs -d '\n' sed -i s/foo/bar/"#;
+    // One process for the three tasks; its check sees every file the process had.
+    let check =
+        r#"[ "$(printf '%s\n' "$SWARM_FILES" | wc -l)" = 3 ] && ! grep -q foo $SWARM_FILES"#;
+    let args = [
+        "refactor",
+        "x",
+        "*.txt",
+        "--per-process",
+        "3",
+        "--exec",
+        list,
+    ];
+    let run = repo.swarm(&[&args[..], &["--verify", check]].concat());
+    run.assert_code(0);
+    assert_eq!(count(&statuses(&repo.report(&run)), "merged"), 3);
 }

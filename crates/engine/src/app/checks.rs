@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::error::{AppError, AppResult};
+use super::error::{AppError, AppResult, Role};
 use crate::gateway::Binding;
 use crate::git::repo::{self, IntoTarget};
 use crate::orchestrator::Secrets;
@@ -269,12 +269,12 @@ pub(crate) async fn machine(settings: &Settings, jobs: usize) -> AppResult<()> {
         .map_err(AppError::Sandbox)
 }
 
-/// The files of each task reach the worker's command as they are: a command that names only
-/// `$SWARM_FILE` (the first file) gets no task of several files nor a process of several
-/// tasks, and one that expands a file variable outside double quotes gets no file name the
-/// shell would split or glob.
+/// The files of each task reach the worker's command, and `--verify`, as they are: a command
+/// that names only `$SWARM_FILE` (the first file) gets no task of several files nor a process
+/// of several tasks, and one that expands a file variable outside double quotes gets no file
+/// name the shell would split or glob.
 pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> AppResult<()> {
-    let commands: Vec<&str> = match (&settings.exec, settings.rotation.agents.as_slice()) {
+    let workers: Vec<&str> = match (&settings.exec, settings.rotation.agents.as_slice()) {
         (_, [_, ..]) => settings
             .rotation
             .agents
@@ -283,16 +283,29 @@ pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> Ap
             .collect(),
         (Some(exec), []) => vec![exec.as_str()],
         // The built-in worker reads its files itself.
-        (None, []) => return Ok(()),
+        (None, []) => Vec::new(),
     };
-    for command in commands {
-        reaches(command, tasks, settings.per_process)?;
+    let commands = workers
+        .into_iter()
+        .map(|c| (c, Role::WORKER))
+        .chain(settings.verify.as_deref().map(|c| (c, Role::CHECK)));
+    // Tasks a process gets: `auto` shares processes for a worker that takes a list.
+    let shared = crate::orchestrator::tasks_per_process(settings, tasks.len()) > 1;
+    let per_process = (shared && tasks.len() > 1).then_some(settings.per_process);
+    for (command, role) in commands {
+        reaches(command, role, tasks, per_process)?;
     }
     Ok(())
 }
 
-/// The files of each task reach `command` as they are ([`files_reach_the_command`]).
-fn reaches(command: &str, tasks: &[Task], per_process: PerProcess) -> AppResult<()> {
+/// The files of each task reach `command` as they are ([`files_reach_the_command`]);
+/// `per_process`: how several tasks share a process, if they do.
+fn reaches(
+    command: &str,
+    role: Role,
+    tasks: &[Task],
+    per_process: Option<PerProcess>,
+) -> AppResult<()> {
     use crate::worker::file_vars::{file_vars, splits_unquoted};
     let vars = file_vars(command);
     if vars.file.named && !vars.files.named {
@@ -300,11 +313,11 @@ fn reaches(command: &str, tasks: &[Task], per_process: PerProcess) -> AppResult<
             return Err(AppError::FirstFileOnly {
                 task: task.id.to_string(),
                 files: task.files.len(),
+                role,
             });
         }
-        // `auto` gives such a command a process a task (`orchestrator::group`).
-        if let (PerProcess::Tasks(n @ 2..), 2..) = (per_process, tasks.len()) {
-            return Err(AppError::FirstFileOfProcess(n));
+        if let Some(per_process) = per_process {
+            return Err(AppError::FirstFileOfProcess { per_process, role });
         }
     }
     for (used, var) in [(vars.file, "SWARM_FILE"), (vars.files, "SWARM_FILES")] {
@@ -316,6 +329,7 @@ fn reaches(command: &str, tasks: &[Task], per_process: PerProcess) -> AppResult<
             return Err(AppError::UnquotedFileVar {
                 var,
                 file: file.display(),
+                role,
             });
         }
     }

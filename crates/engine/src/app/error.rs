@@ -62,24 +62,38 @@ pub enum AppError {
     /// A task of several files (`--batch`, `--split llm`) for a command that names only
     /// `$SWARM_FILE`, which holds the first.
     #[error(
-        "task {task} has {files} files, but the command names only $SWARM_FILE, which holds \
-         the first: the others would be reported `no change`"
+        "task {task} has {files} files, but {who} names only $SWARM_FILE, which holds the \
+         first: the others would be {lost}",
+        who = .role.who, lost = .role.lost
     )]
-    FirstFileOnly { task: String, files: usize },
+    FirstFileOnly {
+        task: String,
+        files: usize,
+        role: Role,
+    },
     /// `--per-process N` (several tasks a process) for a command that names only
     /// `$SWARM_FILE`, which holds the process's first file.
     #[error(
-        "--per-process {0} gives a process several tasks, but the command names only \
-         $SWARM_FILE, which holds the first task's file: the others would be reported `no change`"
+        "--per-process {per_process} gives a process several tasks, but {who} names only \
+         $SWARM_FILE, which holds the first task's file: the others would be {lost}",
+        who = .role.who, lost = .role.lost
     )]
-    FirstFileOfProcess(usize),
+    FirstFileOfProcess {
+        per_process: crate::settings::PerProcess,
+        role: Role,
+    },
     /// A command that expands a file variable unquoted, for a file name the shell would split
     /// or glob.
     #[error(
-        "the command expands ${var} unquoted, and {file:?} holds a blank or a glob character: \
-         the shell would split or expand it"
+        "{who} expands ${var} unquoted, and {file:?} holds a blank or a glob character: the \
+         shell would split or expand it",
+        who = .role.who
     )]
-    UnquotedFileVar { var: &'static str, file: String },
+    UnquotedFileVar {
+        var: &'static str,
+        file: String,
+        role: Role,
+    },
     /// No pathspec, and the instruction names tracked files: the instruction forgotten.
     #[error(
         "no pathspec, and the instruction '{instruction}' names {matches} tracked file(s): the \
@@ -235,3 +249,25 @@ impl AppError {
 
 /// Shorthand for the result of a command's application logic.
 pub type AppResult<T> = Result<T, AppError>;
+
+/// Which of a run's commands an error is about, for its words.
+#[derive(Debug, Clone, Copy)]
+pub struct Role {
+    /// How the message names it.
+    pub who: &'static str,
+    /// What becomes of the files it would not see.
+    pub lost: &'static str,
+}
+
+impl Role {
+    /// The worker's command (`--exec`, an agent's).
+    pub const WORKER: Role = Role {
+        who: "the command",
+        lost: "reported `no change`",
+    };
+    /// `--verify`.
+    pub const CHECK: Role = Role {
+        who: "--verify",
+        lost: "left unchecked",
+    };
+}

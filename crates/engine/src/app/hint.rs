@@ -72,7 +72,7 @@ fn files_hint(e: &AppError) -> Option<String> {
          tasks, each its own commit: --per-process)"
                 .into(),
         ),
-        AppError::FirstFileOfProcess(_) => Some(
+        AppError::FirstFileOfProcess { .. } => Some(
             "name \"$SWARM_FILES\" (one file a line) in the command, e.g. `printf '%s\\n' \
          \"$SWARM_FILES\" | xargs -d '\\n' CMD`, or pass --per-process 1"
                 .into(),

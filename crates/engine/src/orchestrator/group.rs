@@ -49,7 +49,7 @@ const FILE_NAMES_MOST: usize = 64 * 1024;
 /// unless the worker is a command that names `SWARM_FILES` (so it takes a list of files) and
 /// is not a coding agent (whose work, not its start-up, is what costs) nor followed by
 /// `--repair` (which repairs one task at a time), and tasks get one candidate each.
-pub(super) fn tasks_per_process(settings: &Settings, tasks: usize) -> usize {
+pub(crate) fn tasks_per_process(settings: &Settings, tasks: usize) -> usize {
     match settings.per_process {
         PerProcess::Tasks(n) => n.max(1),
         PerProcess::Auto => {

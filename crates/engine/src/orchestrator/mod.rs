@@ -31,6 +31,7 @@ mod blame;
 mod error;
 mod finish;
 mod group;
+pub(crate) use group::tasks_per_process;
 mod head_start;
 mod merge_drivers;
 pub(crate) use merge_drivers::merge_tool;

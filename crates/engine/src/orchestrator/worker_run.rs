@@ -211,7 +211,8 @@ pub(super) async fn run_worker(
     if result.verdict != Verdict::Done {
         return Ok(result);
     }
-    verify_then_repair(shared, idx, command, verify, place, task_dir, result).await
+    let checks = (command, verify, files);
+    verify_then_repair(shared, idx, checks, place, task_dir, result).await
 }
 
 /// Runs the `--exec` command for the task.
@@ -302,8 +303,7 @@ async fn run_exec(
 async fn verify_then_repair(
     shared: &Arc<Shared>,
     idx: TaskIdx,
-    command: &str,
-    verify: &str,
+    (command, verify, files): (&str, &str, &[RepoPath]),
     place: Place<'_>,
     task_dir: &std::path::Path,
     mut result: WorkerResult,
@@ -311,7 +311,7 @@ async fn verify_then_repair(
     let task = shared.plan.task(idx);
     // The check's jail mounts the same view: the command's must be gone first.
     finish(result.ended.jail.take()).await;
-    let check = verify_exec(shared, &task.id, verify, place, task_dir);
+    let check = verify_exec(shared, (&task.id, files), verify, place, task_dir);
     let Some((verdict, tail)) = CheckWrites::maybe_around(place.checks, check).await? else {
         return Ok(result);
     };
@@ -344,11 +344,11 @@ async fn verify_then_repair(
     })
 }
 
-/// Runs `--verify` after an `--exec` worker: `None` when it passes, else the verdict and the
-/// check's output tail.
+/// Runs `--verify` after an `--exec` worker, with the variables of the task's `files` (of
+/// its process's tasks): `None` when it passes, else the verdict and the check's output tail.
 async fn verify_exec(
     shared: &Shared,
-    task: &TaskId,
+    (task, files): (&TaskId, &[RepoPath]),
     verify: &str,
     place: Place<'_>,
     task_dir: &std::path::Path,
@@ -356,13 +356,14 @@ async fn verify_exec(
     step(shared, task, "verify");
     let log = task_dir.join("verify.log");
     let on_access = Some(shared.on_access(Some(task)));
-    let check = shared.own_commands_until(&place.runner.cancel).request(
+    let mut check = shared.own_commands_until(&place.runner.cancel).request(
         verify,
         place.worktree,
         place.view,
         &log,
         on_access,
     );
+    check.env = exec::check_env(files, &shared.plan.run_id, task);
     let ran = process::run(check).await?;
     let verdict = match ran.exit {
         Exit::Code(0) => return Ok(None),
@@ -403,6 +404,7 @@ pub(super) async fn run_agent(
             caller: Caller {
                 shared: llm,
                 events: &shared.sink,
+                run_id: &shared.plan.run_id,
                 task_id: &task.id,
             },
             files,
@@ -454,6 +456,7 @@ pub(super) async fn open_agent(
         caller: Caller {
             shared: llm,
             events: &shared.sink,
+            run_id: &shared.plan.run_id,
             task_id: &task.id,
         },
         instruction: &instruction,

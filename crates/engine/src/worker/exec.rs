@@ -187,32 +187,42 @@ fn task_env(
     task_file: &Path,
     result_file: &Path,
 ) -> Vec<(OsString, OsString)> {
-    let first = task
-        .files
+    let candidate = task
+        .candidate
+        .map(|k| (env_vars::SWARM_CANDIDATE.into(), k.to_string().into()));
+    let mut env = check_env(task.files, task.run_id, task.task_id);
+    env.extend([
+        (env_vars::SWARM_INSTRUCTION.into(), task.instruction.into()),
+        (env_vars::SWARM_WORKTREE.into(), task.worktree.into()),
+        (env_vars::SWARM_TASK_FILE.into(), task_file.into()),
+        (env_vars::SWARM_RESULT_FILE.into(), result_file.into()),
+    ]);
+    env.extend(candidate);
+    env
+}
+
+/// What a task's files and ids give a command: `SWARM_FILE` (the first file), `SWARM_FILES`
+/// (one a line), `SWARM_TASK_ID`, `SWARM_RUN_ID`. `--verify` gets these too.
+pub(crate) fn check_env(
+    files: &[RepoPath],
+    run_id: &RunId,
+    task_id: &TaskId,
+) -> Vec<(OsString, OsString)> {
+    let first = files
         .first()
         .map(|f| f.as_bytes().to_vec())
         .unwrap_or_default();
-    let all = task
-        .files
+    let all = files
         .iter()
         .map(|f| f.as_bytes())
         .collect::<Vec<_>>()
         .join(&b'\n');
-    let candidate = task
-        .candidate
-        .map(|k| (env_vars::SWARM_CANDIDATE.into(), k.to_string().into()));
-    let mut env = vec![
+    vec![
         (env_vars::SWARM_FILE.into(), OsString::from_vec(first)),
         (env_vars::SWARM_FILES.into(), OsString::from_vec(all)),
-        (env_vars::SWARM_INSTRUCTION.into(), task.instruction.into()),
-        (env_vars::SWARM_TASK_ID.into(), task.task_id.as_str().into()),
-        (env_vars::SWARM_RUN_ID.into(), task.run_id.as_str().into()),
-        (env_vars::SWARM_WORKTREE.into(), task.worktree.into()),
-        (env_vars::SWARM_TASK_FILE.into(), task_file.into()),
-        (env_vars::SWARM_RESULT_FILE.into(), result_file.into()),
-    ];
-    env.extend(candidate);
-    env
+        (env_vars::SWARM_TASK_ID.into(), task_id.as_str().into()),
+        (env_vars::SWARM_RUN_ID.into(), run_id.as_str().into()),
+    ]
 }
 
 /// Runs the task's command (its words `direct`, where it needs no shell) under `sandbox`,

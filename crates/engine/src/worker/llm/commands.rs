@@ -56,13 +56,17 @@ pub(super) async fn run_command(task: &AgentTask<'_>, arguments: &str) -> anyhow
     Ok(Outcome::Text(format!("[{}]\n{output}", describe(ran.exit))))
 }
 
-/// Runs `--verify` in the worktree; `None` when it passes, else its output tail.
+/// Runs `--verify` in the worktree, with the task's variables (`SWARM_FILE`…); `None` when
+/// it passes, else its output tail.
 pub(super) async fn run_verify(
     command: &str,
     task: &AgentTask<'_>,
 ) -> anyhow::Result<Option<String>> {
     let log = task.task_dir.join("verify.log");
-    let ran = process::run(request(task, Program::Shell(command), &log)).await?;
+    let mut check = request(task, Program::Shell(command), &log);
+    let caller = &task.caller;
+    check.env = crate::worker::exec::check_env(task.files, caller.run_id, caller.task_id);
+    let ran = process::run(check).await?;
     Ok(match ran.exit {
         Exit::Code(0) => None,
         other => Some(format!(

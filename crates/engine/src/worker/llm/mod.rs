@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::EventSink;
 use crate::gateway::Meter;
-use crate::ids::TaskId;
+use crate::ids::{RunId, TaskId};
 use crate::model::{client, limit};
 use crate::repo_path::RepoPath;
 use crate::settings::{ApiKey, RunToolPolicy, Settings};
@@ -81,6 +81,7 @@ pub(crate) fn charge_for(
 pub(crate) struct Caller<'a> {
     pub shared: &'a LlmShared,
     pub events: &'a EventSink,
+    pub run_id: &'a RunId,
     pub task_id: &'a TaskId,
 }
 
