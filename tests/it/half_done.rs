@@ -96,6 +96,23 @@ fn runs_that_would_be_half_done_without_a_word_are_refused() {
         ["-j", "1"],
         &["--per-process auto gives a process several tasks, but --verify names only"],
     );
+    // --verify-merged checks the merged result: a task's file names nothing there.
+    refused(
+        &[
+            "refactor",
+            "x",
+            ".",
+            "-y",
+            "--exec",
+            SED_FOO_BAR,
+            "--verify-merged",
+            r#"ruff check "$SWARM_FILE""#,
+        ],
+        &[
+            "--verify-merged names $SWARM_FILE",
+            "--verify-merged 'ruff check .'",
+        ],
+    );
     // An unquoted list, and a name the shell would split.
     refused(
         &[

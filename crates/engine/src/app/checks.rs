@@ -289,6 +289,12 @@ pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> Ap
         .into_iter()
         .map(|c| (c, Role::WORKER))
         .chain(settings.verify.as_deref().map(|c| (c, Role::CHECK)));
+    if let Some(check) = settings.verify_merged.as_deref() {
+        let vars = crate::worker::file_vars::file_vars(check);
+        if vars.file.named || vars.files.named {
+            return Err(AppError::FilesOfNoTask);
+        }
+    }
     // Tasks a process gets: `auto` shares processes for a worker that takes a list.
     let shared = crate::orchestrator::tasks_per_process(settings, tasks.len()) > 1;
     let per_process = (shared && tasks.len() > 1).then_some(settings.per_process);

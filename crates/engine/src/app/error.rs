@@ -82,6 +82,12 @@ pub enum AppError {
         per_process: crate::settings::PerProcess,
         role: Role,
     },
+    /// `--verify-merged` naming a task's file variables, which it never gets.
+    #[error(
+        "--verify-merged names $SWARM_FILE or $SWARM_FILES, but it checks the merged result, \
+         not a task: it gets no task's files, and would check nothing"
+    )]
+    FilesOfNoTask,
     /// A command that expands a file variable unquoted, for a file name the shell would split
     /// or glob.
     #[error(

@@ -77,6 +77,11 @@ fn files_hint(e: &AppError) -> Option<String> {
          \"$SWARM_FILES\" | xargs -d '\\n' CMD`, or pass --per-process 1"
                 .into(),
         ),
+        AppError::FilesOfNoTask => Some(
+            "check each task's files with --verify, and the whole tree with --verify-merged \
+         (e.g. --verify-merged 'ruff check .')"
+                .into(),
+        ),
         AppError::UnquotedFileVar { .. } => Some(
             "quote it: \"$SWARM_FILE\"; for the list, `printf '%s\\n' \"$SWARM_FILES\" | xargs \
          -d '\\n' CMD` (one file a line)"
