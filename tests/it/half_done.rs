@@ -229,3 +229,26 @@ fn a_resume_with_a_command_that_names_only_the_first_file_is_refused() {
     assert_eq!(repo.git(&["show", "HEAD:a.txt"]), "bar");
     assert_eq!(repo.git(&["show", "HEAD:b.txt"]), "bar");
 }
+
+/// `swarm merge RUN --verify-merged CHECK` runs no worker, and is held to the rule of a check
+/// of the merged result too: one naming a task's file is refused, and nothing is merged.
+#[test]
+fn a_merge_whose_check_of_the_result_names_a_tasks_file_is_refused() {
+    let repo = TestRepo::with_files(&[("a.txt", "foo\n"), ("b.txt", "foo\n")]);
+    let run = repo.swarm(&["refactor", "x", ".", "--dry-run", "--exec", SED_FOO_BAR]);
+    run.assert_code(0);
+    let id = run.run_id();
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    let check = r#"grep -q bar "$SWARM_FILE""#;
+    let merged = repo.swarm(&["merge", &id, "--verify-merged", check]);
+    merged.assert_code(2);
+    assert!(
+        merged.stderr.contains("--verify-merged names $SWARM_FILE"),
+        "{}",
+        merged.stderr
+    );
+    assert_eq!(repo.git(&["rev-parse", "HEAD"]), head);
+    let merged = repo.swarm(&["merge", &id, "--verify-merged", "! grep -q foo *.txt"]);
+    merged.assert_code(0);
+    assert_eq!(repo.git(&["show", "HEAD:b.txt"]), "bar");
+}

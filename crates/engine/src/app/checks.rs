@@ -289,12 +289,7 @@ pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> Ap
         .into_iter()
         .map(|c| (c, Role::WORKER))
         .chain(settings.verify.as_deref().map(|c| (c, Role::CHECK)));
-    if let Some(check) = settings.verify_merged.as_deref() {
-        let vars = crate::worker::file_vars::file_vars(check);
-        if vars.file.named || vars.files.named {
-            return Err(AppError::FilesOfNoTask);
-        }
-    }
+    merged_check(settings)?;
     // Tasks a process gets: `auto` shares processes for a worker that takes a list.
     let shared = crate::orchestrator::tasks_per_process(settings, tasks.len()) > 1;
     let per_process = (shared && tasks.len() > 1).then_some(settings.per_process);
@@ -302,6 +297,18 @@ pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> Ap
         reaches(command, role, tasks, per_process)?;
     }
     Ok(())
+}
+
+/// `--verify-merged` names no task's file: it checks the merged result, and gets none.
+pub(crate) fn merged_check(settings: &Settings) -> AppResult<()> {
+    let Some(check) = settings.verify_merged.as_deref() else {
+        return Ok(());
+    };
+    let vars = crate::worker::file_vars::file_vars(check);
+    match vars.file.named || vars.files.named {
+        true => Err(AppError::FilesOfNoTask),
+        false => Ok(()),
+    }
 }
 
 /// The files of each task reach `command` as they are ([`files_reach_the_command`]);

@@ -164,9 +164,10 @@ pub async fn continue_run(
         true => 1,
         false => settings.jobs.min(to_do),
     };
-    if !merge_only {
+    match merge_only {
         // `--exec` may have replaced the command the run was planned with.
-        checks::files_reach_the_command(&settings, &plan.tasks)?;
+        false => checks::files_reach_the_command(&settings, &plan.tasks)?,
+        true => checks::merged_check(&settings)?,
     }
     let secrets = check_for_continuing(&settings, merge_only, workers).await?;
     checks::checkout(&repo, &into, &plan.tasks, settings.scope)?;
