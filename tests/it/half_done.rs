@@ -3,6 +3,11 @@
 
 use crate::common::{SED_FOO_BAR, TestRepo};
 
+/// `swarm refactor x . -y` and `extra`: a run over every tracked file, asked nothing.
+fn refactor_all<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    [&["refactor", "x", ".", "-y"][..], extra].concat()
+}
+
 #[test]
 fn runs_that_would_be_half_done_without_a_word_are_refused() {
     let repo = TestRepo::with_files(&[
@@ -44,16 +49,7 @@ fn runs_that_would_be_half_done_without_a_word_are_refused() {
     // --batch, or --per-process over several tasks, with a command that names only the first
     // file.
     refused(
-        &[
-            "refactor",
-            "x",
-            ".",
-            "--per-process",
-            "2",
-            "-y",
-            "--exec",
-            SED_FOO_BAR,
-        ],
+        &refactor_all(&["--per-process", "2", "--exec", SED_FOO_BAR]),
         &[
             "--per-process 2 gives a process several tasks, but the command names only \
              $SWARM_FILE",
@@ -61,16 +57,7 @@ fn runs_that_would_be_half_done_without_a_word_are_refused() {
         ],
     );
     refused(
-        &[
-            "refactor",
-            "x",
-            ".",
-            "--batch",
-            "2",
-            "-y",
-            "--exec",
-            SED_FOO_BAR,
-        ],
+        &refactor_all(&["--batch", "2", "--exec", SED_FOO_BAR]),
         &[
             "files, but the command names only $SWARM_FILE",
             "\"$SWARM_FILES\"",
@@ -97,17 +84,9 @@ fn runs_that_would_be_half_done_without_a_word_are_refused() {
         &["--per-process auto gives a process several tasks, but --verify names only"],
     );
     // --verify-merged checks the merged result: a task's file names nothing there.
+    let merged_check = r#"ruff check "$SWARM_FILE""#;
     refused(
-        &[
-            "refactor",
-            "x",
-            ".",
-            "-y",
-            "--exec",
-            SED_FOO_BAR,
-            "--verify-merged",
-            r#"ruff check "$SWARM_FILE""#,
-        ],
+        &refactor_all(&["--exec", SED_FOO_BAR, "--verify-merged", merged_check]),
         &[
             "--verify-merged names $SWARM_FILE",
             "--verify-merged 'ruff check .'",
@@ -115,14 +94,7 @@ fn runs_that_would_be_half_done_without_a_word_are_refused() {
     );
     // An unquoted list, and a name the shell would split.
     refused(
-        &[
-            "refactor",
-            "x",
-            ".",
-            "-y",
-            "--exec",
-            "sed -i s/foo/bar/ $SWARM_FILES",
-        ],
+        &refactor_all(&["--exec", "sed -i s/foo/bar/ $SWARM_FILES"]),
         &[
             "expands $SWARM_FILES unquoted",
             "\"docs/read me.txt\"",
@@ -179,11 +151,7 @@ fn blank_commands_are_refused() {
             "{args:?} started a run"
         );
     };
-    let run = |extra: &[&'static str]| {
-        let mut args = vec!["refactor", "x", ".", "-y"];
-        args.extend_from_slice(extra);
-        args
-    };
+    let run = refactor_all;
     refused(&run(&["--exec", ""]), "--exec / [run] exec");
     refused(&run(&["--exec", " \t"]), "--exec / [run] exec");
     let verify = ["--exec", SED_FOO_BAR, "--verify", " "];

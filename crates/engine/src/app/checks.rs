@@ -274,6 +274,7 @@ pub(crate) async fn machine(settings: &Settings, jobs: usize) -> AppResult<()> {
 /// of several tasks, and one that expands a file variable outside double quotes gets no file
 /// name the shell would split or glob.
 pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> AppResult<()> {
+    merged_check(settings)?;
     let workers: Vec<&str> = match (&settings.exec, settings.rotation.agents.as_slice()) {
         (_, [_, ..]) => settings
             .rotation
@@ -289,7 +290,6 @@ pub(crate) fn files_reach_the_command(settings: &Settings, tasks: &[Task]) -> Ap
         .into_iter()
         .map(|c| (c, Role::WORKER))
         .chain(settings.verify.as_deref().map(|c| (c, Role::CHECK)));
-    merged_check(settings)?;
     // Tasks a process gets: `auto` shares processes for a worker that takes a list.
     let shared = crate::orchestrator::tasks_per_process(settings, tasks.len()) > 1;
     let per_process = (shared && tasks.len() > 1).then_some(settings.per_process);

@@ -63,20 +63,20 @@ fn runs_hint(e: &AppError) -> Option<String> {
     }
 }
 
+/// The start of the fix for a command that names only `$SWARM_FILE` where it gets several.
+const NAME_THE_LIST: &str = "name \"$SWARM_FILES\" (one file a line) in the command, e.g. \
+     `printf '%s\\n' \"$SWARM_FILES\" | xargs -d '\\n' CMD`";
+
 /// The hint for which files a run works on, and how they reach its command.
 fn files_hint(e: &AppError) -> Option<String> {
     match e {
-        AppError::FirstFileOnly { .. } => Some(
-            "name \"$SWARM_FILES\" (one file a line) in the command, e.g. `printf '%s\\n' \
-         \"$SWARM_FILES\" | xargs -d '\\n' CMD`, or drop --batch (a process for several \
-         tasks, each its own commit: --per-process)"
-                .into(),
-        ),
-        AppError::FirstFileOfProcess { .. } => Some(
-            "name \"$SWARM_FILES\" (one file a line) in the command, e.g. `printf '%s\\n' \
-         \"$SWARM_FILES\" | xargs -d '\\n' CMD`, or pass --per-process 1"
-                .into(),
-        ),
+        AppError::FirstFileOnly { .. } => Some(format!(
+            "{NAME_THE_LIST}, or drop --batch (a process for several tasks, each its own \
+             commit: --per-process)"
+        )),
+        AppError::FirstFileOfProcess { .. } => {
+            Some(format!("{NAME_THE_LIST}, or pass --per-process 1"))
+        }
         AppError::FilesOfNoTask => Some(
             "check each task's files with --verify, and the whole tree with --verify-merged \
          (e.g. --verify-merged 'ruff check .')"
